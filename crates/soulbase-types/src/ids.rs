@@ -1,0 +1,215 @@
+//! Validated string identifiers: tenants, actors, calls and envelopes.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a string was refused as an identifier.
+///
+/// `kind` names the identifier ("tenant", "tool id", …) so that the caller can
+/// turn it into an error naming the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} {value:?}: {reason}")]
+pub struct IdError {
+    /// Which kind of identifier was being parsed.
+    pub kind: &'static str,
+    /// The refused value, truncated to 80 characters.
+    pub value: String,
+    /// What rule it broke.
+    pub reason: &'static str,
+}
+
+impl IdError {
+    pub(crate) fn new(kind: &'static str, value: &str, reason: &'static str) -> Self {
+        let value = value.chars().take(80).collect();
+        Self {
+            kind,
+            value,
+            reason,
+        }
+    }
+}
+
+/// Checks the common shape of a "token" identifier: 1..=max characters,
+/// ASCII alphanumerics plus the given punctuation, starting with an alphanumeric.
+fn check_token(kind: &'static str, s: &str, max: usize, punct: &[char]) -> Result<(), IdError> {
+    if s.is_empty() {
+        return Err(IdError::new(kind, s, "must not be empty"));
+    }
+    if s.len() > max {
+        return Err(IdError::new(kind, s, "is too long"));
+    }
+    if !s.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(IdError::new(kind, s, "must start with a letter or digit"));
+    }
+    if !s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || punct.contains(&c))
+    {
+        return Err(IdError::new(
+            kind,
+            s,
+            "contains a character that is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `s` and wraps it.
+            pub fn new(s: impl Into<String>) -> Result<Self, IdError> {
+                let s = s.into();
+                let check: fn(&str) -> Result<(), IdError> = $check;
+                check(&s)?;
+                Ok(Self(s))
+            }
+
+            /// The identifier as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(s: String) -> Result<Self, IdError> {
+                Self::new(s)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
+                Self::new(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+string_id!(
+    /// A tenant: the unit of isolation for tools, budgets, paths and evidence.
+    ///
+    /// 1–64 ASCII characters: letters, digits, `_`, `-`, `.`; starts with a letter or digit.
+    TenantId,
+    "tenant",
+    |s| check_token("tenant", s, 64, &['_', '-', '.'])
+);
+
+string_id!(
+    /// Who acts within a tenant: a user, a service account or an agent.
+    ///
+    /// 1–256 characters: letters, digits and `_ - . @ : /`; starts with a letter or digit.
+    ActorId,
+    "actor",
+    |s| check_token("actor", s, 256, &['_', '-', '.', '@', ':', '/'])
+);
+
+string_id!(
+    /// The id of one tool call, as proposed by a model (`call_abc123`) or minted here.
+    ///
+    /// 1–128 characters: letters, digits and `_ - . :`; starts with a letter or digit.
+    CallId,
+    "call id",
+    |s| check_token("call id", s, 128, &['_', '-', '.', ':'])
+);
+
+string_id!(
+    /// The id of one envelope (an event or evidence record); unique, time-ordered when minted here.
+    EnvelopeId,
+    "envelope id",
+    |s| check_token("envelope id", s, 128, &['_', '-', '.', ':'])
+);
+
+impl TenantId {
+    /// The tenant that owns global (not tenant-scoped) resources.
+    pub fn global() -> Self {
+        Self("global".to_owned())
+    }
+}
+
+impl CallId {
+    /// Mints a fresh, time-ordered call id (`call_<uuidv7>`).
+    pub fn generate() -> Self {
+        Self(format!("call_{}", uuid::Uuid::now_v7().simple()))
+    }
+}
+
+impl EnvelopeId {
+    /// Mints a fresh, time-ordered envelope id (a UUIDv7 in hyphenated form).
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7().hyphenated().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_rules() {
+        assert!(TenantId::new("acme").is_ok());
+        assert!(TenantId::new("acme-prod.eu_1").is_ok());
+        assert_eq!(TenantId::new("").unwrap_err().reason, "must not be empty");
+        assert!(TenantId::new("-acme").is_err());
+        assert!(TenantId::new("ac me").is_err());
+        assert!(TenantId::new("a/b").is_err());
+        assert!(TenantId::new("x".repeat(65)).is_err());
+        assert!(TenantId::new("x".repeat(64)).is_ok());
+    }
+
+    #[test]
+    fn actor_allows_emails_and_paths() {
+        assert!(ActorId::new("alice@example.com").is_ok());
+        assert!(ActorId::new("svc:billing/worker-1").is_ok());
+        assert!(ActorId::new("bob\n").is_err());
+    }
+
+    #[test]
+    fn generated_ids_are_valid_and_distinct() {
+        let a = CallId::generate();
+        let b = CallId::generate();
+        assert_ne!(a, b);
+        assert!(CallId::new(a.as_str()).is_ok());
+        let e = EnvelopeId::generate();
+        assert!(EnvelopeId::new(e.as_str()).is_ok());
+    }
+
+    #[test]
+    fn serde_validates() {
+        let ok: TenantId = serde_json::from_str("\"acme\"").unwrap();
+        assert_eq!(ok.as_str(), "acme");
+        let err = serde_json::from_str::<TenantId>("\"bad tenant\"").unwrap_err();
+        assert!(err.to_string().contains("invalid tenant"));
+    }
+
+    #[test]
+    fn error_value_is_truncated() {
+        let err = TenantId::new("é".repeat(500)).unwrap_err();
+        assert_eq!(err.value.chars().count(), 80);
+    }
+}

@@ -1,0 +1,22 @@
+//! Soulbase's shared vocabulary.
+//!
+//! Every crate above this one speaks in these types, so they are the place where
+//! "is this a valid tenant / tool id / call id?" is decided once. Each identifier is
+//! a newtype whose constructor validates its input: once you hold a [`ToolId`] it is
+//! well formed, and nothing downstream re-checks it.
+//!
+//! This crate does no IO and knows no wire format beyond serde.
+
+mod envelope;
+mod ids;
+mod origin;
+mod subject;
+mod tool_id;
+mod trace;
+
+pub use envelope::{Envelope, UnixMillis};
+pub use ids::{ActorId, CallId, EnvelopeId, IdError, TenantId};
+pub use origin::Origin;
+pub use subject::Subject;
+pub use tool_id::{TOOL_URN_PREFIX, ToolId};
+pub use trace::TraceContext;

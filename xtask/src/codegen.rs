@@ -1,0 +1,99 @@
+//! `cargo xtask codegen`: proto/ → crates/soulbase-proto/src/gen.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use crate::{Result, root};
+
+/// Every `.proto` file under `dir`, sorted, relative to `dir`.
+fn proto_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = fs::read_dir(&d).map_err(|e| format!("reading {}: {e}", d.display()))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| format!("reading {}: {e}", d.display()))?
+                .path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "proto") {
+                let rel = path.strip_prefix(dir).map_err(|e| e.to_string())?;
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Generates all code into `out` (which must exist and be empty).
+fn generate(out: &Path) -> Result<()> {
+    let proto_dir = root().join("proto");
+    let files = proto_files(&proto_dir)?;
+    if files.is_empty() {
+        return Err(format!("no .proto files under {}", proto_dir.display()));
+    }
+    let fds =
+        protox::compile(&files, [&proto_dir]).map_err(|e| format!("compiling protos: {e:?}"))?;
+    fs::write(out.join("descriptor.bin"), fds.encode_to_vec()).map_err(|e| e.to_string())?;
+    tonic_prost_build::configure()
+        .out_dir(out)
+        .include_file("mod.rs")
+        .build_server(true)
+        .build_client(true)
+        .build_transport(false)
+        .emit_rerun_if_changed(false)
+        .compile_fds(fds)
+        .map_err(|e| format!("generating Rust code: {e}"))?;
+    Ok(())
+}
+
+fn read_dir_sorted(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    if !dir.exists() {
+        return Ok(files);
+    }
+    for entry in fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes = fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        files.push((name, bytes));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Regenerates the committed code, or with `check` verifies it is up to date.
+pub fn run(check: bool) -> Result<()> {
+    let target = root().join("crates/soulbase-proto/src/gen");
+    let tmp = tempfile::tempdir().map_err(|e| format!("creating a temp dir: {e}"))?;
+    generate(tmp.path())?;
+    let fresh = read_dir_sorted(tmp.path())?;
+    if check {
+        let committed = read_dir_sorted(&target)?;
+        if committed != fresh {
+            let names: Vec<&str> = fresh.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(format!(
+                "generated gRPC code in {} is stale (expected files {names:?}); run `cargo xtask codegen` and commit",
+                target.display()
+            ));
+        }
+        eprintln!("xtask: ✔ codegen is up to date");
+        return Ok(());
+    }
+    if target.exists() {
+        fs::remove_dir_all(&target).map_err(|e| format!("clearing {}: {e}", target.display()))?;
+    }
+    fs::create_dir_all(&target).map_err(|e| e.to_string())?;
+    for (name, bytes) in fresh {
+        fs::write(target.join(&name), bytes).map_err(|e| format!("writing {name}: {e}"))?;
+    }
+    eprintln!("xtask: ✔ generated {}", target.display());
+    Ok(())
+}

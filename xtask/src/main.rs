@@ -1,0 +1,137 @@
+//! `cargo xtask`: Soulbase's project tasks.
+//!
+//! - `codegen [--check]` — regenerate `crates/soulbase-proto/src/gen` from `proto/`
+//!   with protox (pure Rust, no system `protoc`); `--check` fails when it is stale.
+//! - `migrate [--database-url URL]` — apply `migrations/postgres` (or `migrations/sqlite`
+//!   for a `sqlite:` URL) to `DATABASE_URL`.
+//! - `test [ARGS…]` — fmt check, clippy `-D warnings`, codegen check, then the whole test
+//!   suite with Postgres and Redis provisioned (see [`services`]).
+//! - `bench [ARGS…]` — benchmarks, with the same services provisioned.
+//! - `services -- CMD…` — run any command with the services provisioned.
+
+mod codegen;
+mod migrate;
+mod services;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+/// An error message for the user; xtask prints it and exits non-zero.
+type Result<T, E = String> = std::result::Result<T, E>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("codegen") => codegen::run(args[1..].iter().any(|a| a == "--check")),
+        Some("migrate") => migrate::run(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some("services") => with_services(&args[1..]),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print_help();
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task {other:?}; run `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xtask: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_help() {
+    println!(
+        "cargo xtask <task>\n\n\
+         codegen [--check]            regenerate gRPC code from proto/ (--check: fail if stale)\n\
+         migrate [--database-url URL] apply migrations/ to DATABASE_URL\n\
+         test [ARGS...]               fmt, clippy, codegen check, and the test suite with Postgres + Redis\n\
+         bench [ARGS...]              benchmarks with Postgres + Redis\n\
+         services -- CMD...           run CMD with DATABASE_URL and REDIS_URL provisioned"
+    );
+}
+
+/// The workspace root (the parent of this crate).
+pub(crate) fn root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs a command, echoing it, and fails with its exit status.
+pub(crate) fn run_cmd(step: &str, cmd: &mut Command) -> Result<()> {
+    let started = Instant::now();
+    eprintln!("xtask: ▶ {step}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{step}: could not start {:?}: {e}", cmd.get_program()))?;
+    if !status.success() {
+        return Err(format!("{step} failed ({status})"));
+    }
+    eprintln!("xtask: ✔ {step} ({:.1}s)", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let started = Instant::now();
+    run_cmd(
+        "cargo fmt --check",
+        cargo().args(["fmt", "--all", "--", "--check"]),
+    )?;
+    run_cmd(
+        "cargo clippy -D warnings",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    codegen::run(true)?;
+    let services = services::Services::provision()?;
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace", "--locked"]).args(extra);
+    services.apply(&mut cmd);
+    let outcome = run_cmd("cargo test", &mut cmd);
+    drop(services);
+    outcome?;
+    eprintln!(
+        "xtask: all checks passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    let services = services::Services::provision()?;
+    let mut cmd = cargo();
+    cmd.args(["bench", "--workspace", "--locked"]).args(extra);
+    services.apply(&mut cmd);
+    run_cmd("cargo bench", &mut cmd)
+}
+
+fn with_services(args: &[String]) -> Result<()> {
+    let args = match args.first().map(String::as_str) {
+        Some("--") => &args[1..],
+        _ => args,
+    };
+    let (program, rest) = args
+        .split_first()
+        .ok_or("usage: cargo xtask services -- CMD [ARGS...]")?;
+    let services = services::Services::provision()?;
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    services.apply(&mut cmd);
+    run_cmd(program, &mut cmd)
+}
