@@ -38,19 +38,19 @@ impl SoulError {
     /// `PROVIDER.UNAVAILABLE` for `Unavailable`, `PROVIDER.TIMEOUT` for deadlines, and
     /// `UNKNOWN.INTERNAL` otherwise, with the status kept in the audit chain.
     pub fn from_status(status: &tonic::Status) -> SoulError {
-        if let Ok(detail) = ErrorDetail::decode(status.details()) {
-            if let Some(code) = ErrorCode::parse(&detail.code) {
-                let public = PublicError {
-                    code,
-                    message: detail.message,
-                    fields: detail.fields.into_iter().collect(),
-                    retry: code.retry(),
-                    retry_after_ms: (detail.retry_after_ms > 0).then_some(detail.retry_after_ms),
-                    correlation_id: (!detail.correlation_id.is_empty())
-                        .then_some(detail.correlation_id),
-                };
-                return SoulError::from_public(public);
-            }
+        if let Ok(detail) = ErrorDetail::decode(status.details())
+            && let Some(code) = ErrorCode::parse(&detail.code)
+        {
+            let public = PublicError {
+                code,
+                message: detail.message,
+                fields: detail.fields.into_iter().collect(),
+                retry: code.retry(),
+                retry_after_ms: (detail.retry_after_ms > 0).then_some(detail.retry_after_ms),
+                correlation_id: (!detail.correlation_id.is_empty())
+                    .then_some(detail.correlation_id),
+            };
+            return SoulError::from_public(public);
         }
         let code = match status.code() {
             tonic::Code::Unavailable => ErrorCode::ProviderUnavailable,

@@ -10,6 +10,7 @@
 mod envelope;
 mod ids;
 mod origin;
+mod rate;
 mod subject;
 mod tool_id;
 mod trace;
@@ -17,6 +18,7 @@ mod trace;
 pub use envelope::{Envelope, UnixMillis};
 pub use ids::{ActorId, CallId, EnvelopeId, IdError, TenantId};
 pub use origin::Origin;
+pub use rate::Rate;
 pub use subject::Subject;
 pub use tool_id::{TOOL_URN_PREFIX, ToolId};
 pub use trace::TraceContext;

@@ -1,0 +1,190 @@
+//! Layer precedence, error reporting and snapshots.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use soulbase_config::{ConfigLoader, DurabilityMode, EvidenceBackend, Role};
+
+fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn defaults_are_the_embedded_setup() {
+    let snap = ConfigLoader::new().load().unwrap();
+    assert_eq!(snap.skills.dir, PathBuf::from("./skills"));
+    assert_eq!(snap.evidence.backend, EvidenceBackend::Sqlite);
+    assert_eq!(snap.evidence.durability, DurabilityMode::Sync);
+    assert_eq!(snap.server.roles.len(), 5);
+    assert!(snap.policy.rules.is_empty(), "deny by default");
+    assert_eq!(snap.hash().len(), 64);
+}
+
+#[test]
+fn file_overrides_defaults_field_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "skills:\n  dir: /srv/skills\nserver:\n  roles: [tools, auth]\n",
+    );
+    let snap = ConfigLoader::new().with_file(&path).load().unwrap();
+    assert_eq!(snap.skills.dir, PathBuf::from("/srv/skills"));
+    assert_eq!(
+        snap.skills.poll_interval_ms, 500,
+        "untouched sibling keeps its default"
+    );
+    assert_eq!(snap.server.roles, vec![Role::Tools, Role::Auth]);
+}
+
+#[test]
+fn environment_overrides_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "skills:\n  dir: /from/file\n  poll_interval_ms: 900\n",
+    );
+    let snap = ConfigLoader::new()
+        .with_file(&path)
+        .with_env([
+            ("SKILLS_DIR", "/from/env"),
+            ("SOULBASE_SKILLS__POLL_INTERVAL_MS", "700"),
+            ("SOULBASE_SKILLS__WATCH", "false"),
+            ("SOULBASE_SERVER__ROLES", "qos,sandbox"),
+            ("SOULBASE_TEST_SOMETHING_ELSE", "ignored"),
+            ("HOME", "/root"),
+        ])
+        .load()
+        .unwrap();
+    assert_eq!(snap.skills.dir, PathBuf::from("/from/env"));
+    assert_eq!(snap.skills.poll_interval_ms, 700);
+    assert!(!snap.skills.watch);
+    assert_eq!(snap.server.roles, vec![Role::Qos, Role::Sandbox]);
+}
+
+#[test]
+fn flags_override_environment() {
+    let snap = ConfigLoader::new()
+        .with_env([("SKILLS_DIR", "/from/env")])
+        .with_named_flag("--skills-dir", "skills.dir", "/from/flag")
+        .with_flag("evidence.durability", "async")
+        .load()
+        .unwrap();
+    assert_eq!(snap.skills.dir, PathBuf::from("/from/flag"));
+    assert_eq!(snap.evidence.durability, DurabilityMode::Async);
+}
+
+#[test]
+fn invalid_file_names_the_field_path_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "skills:\n  poll_interval_ms: soon\n");
+    let err = ConfigLoader::new().with_file(&path).load().unwrap_err();
+    let p = &err.problems[0];
+    assert_eq!(p.path, "skills.poll_interval_ms");
+    assert_eq!(p.source, path.display().to_string());
+    let text = err.to_string();
+    assert!(text.contains("skills.poll_interval_ms"), "{text}");
+    assert!(text.contains("config.yaml"), "{text}");
+}
+
+#[test]
+fn unknown_field_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "skills:\n  dri: /typo\n");
+    let err = ConfigLoader::new().with_file(&path).load().unwrap_err();
+    assert!(err.to_string().contains("dri"), "{err}");
+    assert!(err.problems[0].path.starts_with("skills"), "{err}");
+}
+
+#[test]
+fn nested_list_errors_name_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "quota:\n  limits:\n    - tool: a.b.c\n      rate: 10/min\n    - tool: a.b.c\n      rate: 10/fortnight\n",
+    );
+    let err = ConfigLoader::new().with_file(&path).load().unwrap_err();
+    assert_eq!(err.problems[0].path, "quota.limits[1].rate", "{err}");
+}
+
+#[test]
+fn semantic_errors_are_all_reported_with_their_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "evidence:\n  backend: postgres\nquota:\n  backend: redis\npolicy:\n  rules:\n    - effect: allow\n      tools: [\"Bad Pattern\"]\n",
+    );
+    let err = ConfigLoader::new()
+        .with_file(&path)
+        .with_env([("SOULBASE_SKILLS__POLL_INTERVAL_MS", "5")])
+        .load()
+        .unwrap_err();
+    let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
+    assert!(paths.contains(&"evidence.url"), "{err}");
+    assert!(paths.contains(&"quota.redis_url"), "{err}");
+    assert!(paths.contains(&"policy.rules[0].tools[0]"), "{err}");
+    let poll = err
+        .problems
+        .iter()
+        .find(|p| p.path == "skills.poll_interval_ms")
+        .unwrap();
+    assert_eq!(poll.source, "environment SOULBASE_SKILLS__POLL_INTERVAL_MS");
+}
+
+#[test]
+fn env_value_of_the_wrong_type_names_the_variable() {
+    let err = ConfigLoader::new()
+        .with_env([("SOULBASE_SKILLS__WATCH", "maybe")])
+        .load()
+        .unwrap_err();
+    assert_eq!(err.problems[0].path, "skills.watch");
+    assert_eq!(err.problems[0].source, "environment SOULBASE_SKILLS__WATCH");
+}
+
+#[test]
+fn yaml_syntax_errors_give_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "skills:\n  dir: [unclosed\n");
+    let err = ConfigLoader::new().with_file(&path).load().unwrap_err();
+    assert!(err.to_string().contains("line"), "{err}");
+}
+
+#[test]
+fn missing_required_file_is_an_error_but_optional_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yaml");
+    assert!(ConfigLoader::new().with_file(&missing).load().is_err());
+    assert!(
+        ConfigLoader::new()
+            .with_optional_file(&missing)
+            .load()
+            .is_ok()
+    );
+}
+
+#[test]
+fn equal_configs_hash_equally_whatever_the_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "skills:\n  dir: /x\n");
+    let a = ConfigLoader::new().with_file(&path).load().unwrap();
+    let b = ConfigLoader::new()
+        .with_env([("SKILLS_DIR", "/x")])
+        .load()
+        .unwrap();
+    let c = ConfigLoader::new().load().unwrap();
+    assert_eq!(a.hash(), b.hash());
+    assert_ne!(a.hash(), c.hash());
+}
+
+#[test]
+fn config_error_maps_to_the_stable_code() {
+    let err = ConfigLoader::new()
+        .with_env([("SOULBASE_SKILLS__WATCH", "maybe")])
+        .load()
+        .unwrap_err();
+    let soul: soulbase_errors::SoulError = err.into();
+    assert_eq!(soul.code(), soulbase_errors::ErrorCode::ConfigInvalid);
+    assert_eq!(soul.field("paths"), Some("skills.watch"));
+}

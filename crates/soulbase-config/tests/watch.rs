@@ -1,0 +1,104 @@
+//! Hot reload: a bad edit keeps the previous snapshot and reports why; fixing it applies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use soulbase_config::{ConfigHandle, ConfigLoader, ReloadStatus, watch};
+use tokio::sync::watch::Receiver;
+
+/// Waits for the next status (bounded, so a broken watcher fails instead of hanging).
+async fn next(rx: &mut Receiver<ReloadStatus>) -> ReloadStatus {
+    tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .expect("no reload within 10 s")
+        .expect("watcher gone");
+    rx.borrow_and_update().clone()
+}
+
+#[tokio::test]
+async fn bad_edit_keeps_the_last_good_snapshot_and_fixing_it_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "skills:\n  dir: /one\n").unwrap();
+    let loader = ConfigLoader::new().with_file(&path);
+    let handle = ConfigHandle::new(loader.load().unwrap());
+    let first = handle.current();
+    let mut rx = handle.subscribe();
+    let _watcher = watch(handle.clone(), loader, Duration::from_millis(100));
+
+    // In-flight work holds `first`; it must never change under it.
+    std::fs::write(&path, "skills:\n  poll_interval_ms: [not, a, number]\n").unwrap();
+    match next(&mut rx).await {
+        ReloadStatus::Rejected { error, kept } => {
+            assert_eq!(kept, first.hash());
+            assert_eq!(error.problems[0].path, "skills.poll_interval_ms");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(
+        handle.current().hash(),
+        first.hash(),
+        "previous snapshot kept"
+    );
+    assert_eq!(
+        handle.current().skills.dir,
+        std::path::PathBuf::from("/one")
+    );
+
+    std::fs::write(&path, "skills:\n  dir: /two\n").unwrap();
+    match next(&mut rx).await {
+        ReloadStatus::Applied { previous, hash } => {
+            assert_eq!(previous, first.hash());
+            assert_eq!(hash, handle.current().hash());
+        }
+        other => panic!("expected an applied reload, got {other:?}"),
+    }
+    assert_eq!(
+        handle.current().skills.dir,
+        std::path::PathBuf::from("/two")
+    );
+    assert_eq!(
+        first.skills.dir,
+        std::path::PathBuf::from("/one"),
+        "old snapshot unchanged"
+    );
+}
+
+#[tokio::test]
+async fn environment_keeps_overriding_the_file_across_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "skills:\n  poll_interval_ms: 900\n").unwrap();
+    let loader = ConfigLoader::new()
+        .with_file(&path)
+        .with_env([("SKILLS_DIR", "/env")]);
+    let handle = ConfigHandle::new(loader.load().unwrap());
+    let mut rx = handle.subscribe();
+    let _watcher = watch(handle.clone(), loader, Duration::from_millis(100));
+    std::fs::write(&path, "skills:\n  dir: /file\n  poll_interval_ms: 800\n").unwrap();
+    assert!(matches!(next(&mut rx).await, ReloadStatus::Applied { .. }));
+    let snap = handle.current();
+    assert_eq!(snap.skills.dir, std::path::PathBuf::from("/env"));
+    assert_eq!(snap.skills.poll_interval_ms, 800);
+}
+
+#[test]
+fn manual_reload_reports_and_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "data_dir: /d1\n").unwrap();
+    let loader = ConfigLoader::new().with_file(&path);
+    let handle = ConfigHandle::new(loader.load().unwrap());
+    let before = handle.current().hash().to_owned();
+    assert!(matches!(
+        handle.reload(&loader),
+        ReloadStatus::Unchanged { .. }
+    ));
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(
+        handle.reload(&loader),
+        ReloadStatus::Rejected { .. }
+    ));
+    assert_eq!(handle.current().hash(), before);
+}
