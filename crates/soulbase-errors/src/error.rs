@@ -18,6 +18,12 @@ use crate::{ErrorCode, RetryClass};
 /// [`SoulError::audit`] for logs and evidence.
 #[derive(Clone)]
 pub struct SoulError {
+    // Boxed so `Result<T, SoulError>` stays one pointer wide on the happy path.
+    inner: Box<Repr>,
+}
+
+#[derive(Clone)]
+struct Repr {
     code: ErrorCode,
     message: Cow<'static, str>,
     fields: BTreeMap<String, String>,
@@ -63,13 +69,15 @@ impl SoulError {
     /// The message must be safe for any caller: no secrets, paths or internal names.
     pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
         Self {
-            code,
-            message: message.into(),
-            fields: BTreeMap::new(),
-            retry_after_ms: None,
-            correlation_id: None,
-            notes: Vec::new(),
-            source: None,
+            inner: Box::new(Repr {
+                code,
+                message: message.into(),
+                fields: BTreeMap::new(),
+                retry_after_ms: None,
+                correlation_id: None,
+                notes: Vec::new(),
+                source: None,
+            }),
         }
     }
 
@@ -80,31 +88,31 @@ impl SoulError {
 
     /// Adds a public, structured detail (e.g. `pointer` → `/city`).
     pub fn with_field(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.fields.insert(key.into(), value.into());
+        self.inner.fields.insert(key.into(), value.into());
         self
     }
 
     /// Attaches the underlying error; it appears only in the audit view.
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
-        self.source = Some(Arc::new(source));
+        self.inner.source = Some(Arc::new(source));
         self
     }
 
     /// Adds an internal note for the audit view (never shown to callers).
     pub fn with_note(mut self, note: impl Into<String>) -> Self {
-        self.notes.push(note.into());
+        self.inner.notes.push(note.into());
         self
     }
 
     /// Sets the retry-after hint.
     pub fn retry_after(mut self, after: Duration) -> Self {
-        self.retry_after_ms = Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
+        self.inner.retry_after_ms = Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
         self
     }
 
     /// Sets the correlation id (usually the call id or trace id).
     pub fn with_correlation_id(mut self, id: impl Into<String>) -> Self {
-        self.correlation_id = Some(id.into());
+        self.inner.correlation_id = Some(id.into());
         self
     }
 
@@ -115,45 +123,46 @@ impl SoulError {
 
     /// The stable code.
     pub fn code(&self) -> ErrorCode {
-        self.code
+        self.inner.code
     }
 
     /// The safe public message.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 
     /// A public field, if set.
     pub fn field(&self, key: &str) -> Option<&str> {
-        self.fields.get(key).map(String::as_str)
+        self.inner.fields.get(key).map(String::as_str)
     }
 
     /// The retry-after hint in milliseconds, if any.
     pub fn retry_after_ms(&self) -> Option<u64> {
-        self.retry_after_ms
+        self.inner.retry_after_ms
     }
 
     /// The correlation id, if any.
     pub fn correlation_id(&self) -> Option<&str> {
-        self.correlation_id.as_deref()
+        self.inner.correlation_id.as_deref()
     }
 
     /// The view a caller may see.
     pub fn public(&self) -> PublicError {
         PublicError {
-            code: self.code,
-            message: self.message.to_string(),
-            fields: self.fields.clone(),
-            retry: self.code.retry(),
-            retry_after_ms: self.retry_after_ms,
-            correlation_id: self.correlation_id.clone(),
+            code: self.inner.code,
+            message: self.inner.message.to_string(),
+            fields: self.inner.fields.clone(),
+            retry: self.inner.code.retry(),
+            retry_after_ms: self.inner.retry_after_ms,
+            correlation_id: self.inner.correlation_id.clone(),
         }
     }
 
     /// The view for logs and evidence, with the cause chain.
     pub fn audit(&self) -> AuditError {
-        let mut causes = self.notes.clone();
-        let mut next: Option<&(dyn StdError + 'static)> = self.source.as_deref().map(|e| e as _);
+        let mut causes = self.inner.notes.clone();
+        let mut next: Option<&(dyn StdError + 'static)> =
+            self.inner.source.as_deref().map(|e| e as _);
         while let Some(err) = next {
             causes.push(err.to_string());
             next = err.source();
@@ -167,20 +176,22 @@ impl SoulError {
     /// Rebuilds an error from a public view received from a remote peer.
     pub fn from_public(p: PublicError) -> Self {
         Self {
-            code: p.code,
-            message: p.message.into(),
-            fields: p.fields,
-            retry_after_ms: p.retry_after_ms,
-            correlation_id: p.correlation_id,
-            notes: Vec::new(),
-            source: None,
+            inner: Box::new(Repr {
+                code: p.code,
+                message: p.message.into(),
+                fields: p.fields,
+                retry_after_ms: p.retry_after_ms,
+                correlation_id: p.correlation_id,
+                notes: Vec::new(),
+                source: None,
+            }),
         }
     }
 }
 
 impl fmt::Display for SoulError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.inner.code, self.inner.message)
     }
 }
 
@@ -189,9 +200,9 @@ impl fmt::Debug for SoulError {
         // Debug is for developers and logs: show the audit view.
         let audit = self.audit();
         f.debug_struct("SoulError")
-            .field("code", &self.code)
-            .field("message", &self.message)
-            .field("fields", &self.fields)
+            .field("code", &self.inner.code)
+            .field("message", &self.inner.message)
+            .field("fields", &self.inner.fields)
             .field("causes", &audit.causes)
             .finish()
     }
@@ -199,7 +210,7 @@ impl fmt::Debug for SoulError {
 
 impl StdError for SoulError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source.as_deref().map(|e| e as _)
+        self.inner.source.as_deref().map(|e| e as _)
     }
 }
 

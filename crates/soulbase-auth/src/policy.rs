@@ -1,0 +1,248 @@
+//! The static, in-process policy from `policy.rules`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_types::ToolId;
+
+use crate::{Authorizer, AuthzRequest, Decision};
+
+#[derive(Debug)]
+enum ToolPattern {
+    Any,
+    Prefix(String),
+    Exact(String),
+}
+
+impl ToolPattern {
+    fn parse(p: &str) -> Self {
+        if p == "*" {
+            ToolPattern::Any
+        } else if let Some(prefix) = p.strip_suffix('*') {
+            ToolPattern::Prefix(prefix.to_owned())
+        } else {
+            ToolPattern::Exact(p.to_owned())
+        }
+    }
+
+    fn matches(&self, tool: &ToolId) -> bool {
+        match self {
+            ToolPattern::Any => true,
+            ToolPattern::Prefix(p) => tool.as_str().starts_with(p.as_str()),
+            ToolPattern::Exact(e) => tool.as_str() == e,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Rule {
+    deny: bool,
+    tenant: Option<String>,
+    actors: Option<HashSet<String>>,
+    tools: Vec<ToolPattern>,
+    actions: HashSet<String>,
+}
+
+impl Rule {
+    fn compile(r: &PolicyRule) -> Self {
+        Rule {
+            deny: r.effect == PolicyEffect::Deny,
+            tenant: (r.tenant != "*").then(|| r.tenant.clone()),
+            actors: (!r.actors.iter().any(|a| a == "*"))
+                .then(|| r.actors.iter().cloned().collect()),
+            tools: r.tools.iter().map(|t| ToolPattern::parse(t)).collect(),
+            actions: r.actions.iter().cloned().collect(),
+        }
+    }
+
+    fn matches(&self, req: &AuthzRequest<'_>) -> bool {
+        self.tenant
+            .as_deref()
+            .is_none_or(|t| t == req.subject.tenant.as_str())
+            && self
+                .actors
+                .as_ref()
+                .is_none_or(|a| a.contains(req.subject.actor.as_str()))
+            && (self.actions.contains(req.action) || self.actions.contains("*"))
+            && self.tools.iter().any(|p| p.matches(req.tool))
+    }
+}
+
+struct Compiled {
+    rules: Vec<Rule>,
+    hash: String,
+}
+
+impl Compiled {
+    fn new(config: &PolicyConfig) -> Self {
+        let bytes = serde_json::to_vec(config).unwrap_or_default();
+        Compiled {
+            rules: config.rules.iter().map(Rule::compile).collect(),
+            hash: format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+        }
+    }
+}
+
+/// Deny-by-default rules from configuration: allowed only when some allow rule matches
+/// and no deny rule does. Swappable at runtime without blocking readers.
+pub struct StaticPolicy {
+    compiled: ArcSwap<Compiled>,
+}
+
+impl StaticPolicy {
+    /// Compiles `config`.
+    pub fn new(config: &PolicyConfig) -> Self {
+        Self {
+            compiled: ArcSwap::from_pointee(Compiled::new(config)),
+        }
+    }
+
+    /// Replaces the rules (hot reload); calls already past authorization are unaffected.
+    pub fn update(&self, config: &PolicyConfig) {
+        self.compiled.store(Arc::new(Compiled::new(config)));
+    }
+
+    /// The hash of the rules in force.
+    pub fn hash(&self) -> String {
+        self.compiled.load().hash.clone()
+    }
+
+    /// The decision, synchronously.
+    pub fn decide(&self, req: &AuthzRequest<'_>) -> Result<Decision, SoulError> {
+        if let Some(owner) = req.tool_tenant
+            && owner != &req.subject.tenant
+        {
+            // Structural isolation: no rule can grant another tenant's tool.
+            return Err(SoulError::of(ErrorCode::ToolNotFound));
+        }
+        let compiled = self.compiled.load();
+        let mut allowed = false;
+        for rule in compiled.rules.iter().filter(|r| r.matches(req)) {
+            if rule.deny {
+                return Err(SoulError::of(ErrorCode::PolicyDenyTool));
+            }
+            allowed = true;
+        }
+        if allowed {
+            Ok(Decision {
+                policy_hash: compiled.hash.clone(),
+            })
+        } else {
+            Err(SoulError::of(ErrorCode::PolicyDenyTool).with_note("no allow rule matched"))
+        }
+    }
+}
+
+#[async_trait]
+impl Authorizer for StaticPolicy {
+    async fn authorize(&self, req: AuthzRequest<'_>) -> Result<Decision, SoulError> {
+        self.decide(&req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soulbase_types::{ActorId, Subject, TenantId};
+
+    use super::*;
+    use crate::ACTION_INVOKE;
+
+    fn rule(effect: PolicyEffect, tenant: &str, actors: &[&str], tools: &[&str]) -> PolicyRule {
+        PolicyRule {
+            effect,
+            tenant: tenant.into(),
+            actors: actors.iter().map(|s| s.to_string()).collect(),
+            tools: tools.iter().map(|s| s.to_string()).collect(),
+            actions: vec![ACTION_INVOKE.into()],
+        }
+    }
+
+    fn ask(p: &StaticPolicy, tenant: &str, actor: &str, tool: &str) -> Result<Decision, SoulError> {
+        let subject = Subject::new(TenantId::new(tenant).unwrap(), ActorId::new(actor).unwrap());
+        let tool = ToolId::new(tool).unwrap();
+        p.decide(&AuthzRequest {
+            subject: &subject,
+            tool: &tool,
+            tool_tenant: None,
+            action: ACTION_INVOKE,
+        })
+    }
+
+    #[test]
+    fn empty_policy_denies() {
+        let p = StaticPolicy::new(&PolicyConfig::default());
+        assert_eq!(
+            ask(&p, "t", "a", "a.b.c").unwrap_err().code(),
+            ErrorCode::PolicyDenyTool
+        );
+    }
+
+    #[test]
+    fn allow_matches_by_tenant_actor_and_pattern() {
+        let p = StaticPolicy::new(&PolicyConfig {
+            rules: vec![rule(
+                PolicyEffect::Allow,
+                "acme",
+                &["alice"],
+                &["fs.files.*"],
+            )],
+        });
+        assert!(ask(&p, "acme", "alice", "fs.files.read").is_ok());
+        assert!(ask(&p, "acme", "bob", "fs.files.read").is_err());
+        assert!(ask(&p, "other", "alice", "fs.files.read").is_err());
+        assert!(
+            ask(&p, "acme", "alice", "fs.filesx.read").is_err(),
+            "prefix is per segment"
+        );
+    }
+
+    #[test]
+    fn deny_wins() {
+        let p = StaticPolicy::new(&PolicyConfig {
+            rules: vec![
+                rule(PolicyEffect::Allow, "*", &["*"], &["*"]),
+                rule(PolicyEffect::Deny, "*", &["*"], &["sys.proc.*"]),
+            ],
+        });
+        assert!(ask(&p, "t", "a", "fs.files.read").is_ok());
+        assert_eq!(
+            ask(&p, "t", "a", "sys.proc.exec").unwrap_err().code(),
+            ErrorCode::PolicyDenyTool
+        );
+    }
+
+    #[test]
+    fn other_tenants_tool_is_never_granted() {
+        let p = StaticPolicy::new(&PolicyConfig {
+            rules: vec![rule(PolicyEffect::Allow, "*", &["*"], &["*"])],
+        });
+        let subject = Subject::new(TenantId::new("a").unwrap(), ActorId::new("x").unwrap());
+        let owner = TenantId::new("b").unwrap();
+        let tool = ToolId::new("b.p.t").unwrap();
+        let err = p
+            .decide(&AuthzRequest {
+                subject: &subject,
+                tool: &tool,
+                tool_tenant: Some(&owner),
+                action: ACTION_INVOKE,
+            })
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ToolNotFound);
+    }
+
+    #[test]
+    fn update_swaps_rules_and_hash() {
+        let p = StaticPolicy::new(&PolicyConfig::default());
+        let before = p.hash();
+        p.update(&PolicyConfig {
+            rules: vec![rule(PolicyEffect::Allow, "*", &["*"], &["*"])],
+        });
+        assert_ne!(p.hash(), before);
+        assert_eq!(ask(&p, "t", "a", "a.b.c").unwrap().policy_hash, p.hash());
+    }
+}

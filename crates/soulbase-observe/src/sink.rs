@@ -1,0 +1,122 @@
+//! The evidence seam and the in-memory sinks.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use soulbase_errors::{ErrorCode, SoulError};
+use tokio::sync::mpsc;
+
+use crate::EvidenceRecord;
+
+/// Where the pipeline writes evidence.
+///
+/// `record` returns once the record is as durable as the sink promises (a durable
+/// store in `sync` mode: on disk). An error before execution makes the pipeline refuse
+/// the call (`EVIDENCE.UNAVAILABLE`): nothing runs without its Begin.
+#[async_trait]
+pub trait EvidenceSink: Send + Sync + 'static {
+    /// Persists one record.
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError>;
+}
+
+/// Keeps every record in memory, in order. For linking without storage, and for tests.
+#[derive(Clone, Default)]
+pub struct MemorySink {
+    records: Arc<Mutex<Vec<EvidenceRecord>>>,
+}
+
+impl MemorySink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of everything recorded so far.
+    pub fn records(&self) -> Vec<EvidenceRecord> {
+        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl EvidenceSink for MemorySink {
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        self.records
+            .lock()
+            .map_err(|_| {
+                SoulError::of(ErrorCode::EvidenceUnavailable).with_note("memory sink poisoned")
+            })?
+            .push(record);
+        Ok(())
+    }
+}
+
+/// Sends records down a bounded channel to a consumer (a batching writer, a test).
+///
+/// When the channel is full the sink waits (backpressure); when the consumer is gone
+/// it fails with `EVIDENCE.UNAVAILABLE`, so calls stop rather than run unrecorded.
+#[derive(Clone)]
+pub struct ChannelSink {
+    tx: mpsc::Sender<EvidenceRecord>,
+}
+
+impl ChannelSink {
+    /// A sink and the receiving end, with room for `capacity` records in flight.
+    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<EvidenceRecord>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (Self { tx }, rx)
+    }
+}
+
+#[async_trait]
+impl EvidenceSink for ChannelSink {
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        self.tx.send(record).await.map_err(|_| {
+            SoulError::of(ErrorCode::EvidenceUnavailable).with_note("evidence consumer is gone")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId};
+
+    use super::*;
+    use crate::{Denial, EvidenceEvent};
+
+    fn denial() -> EvidenceRecord {
+        Envelope::new(
+            TenantId::new("t").unwrap(),
+            ActorId::new("a").unwrap(),
+            Origin::Api,
+            EvidenceEvent::Denied(Denial {
+                call_id: CallId::generate(),
+                tool: "a.b.c".into(),
+                code: ErrorCode::PolicyDenyTool,
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn memory_sink_keeps_order() {
+        let sink = MemorySink::new();
+        let (a, b) = (denial(), denial());
+        sink.record(a.clone()).await.unwrap();
+        sink.record(b.clone()).await.unwrap();
+        assert_eq!(sink.records(), vec![a, b]);
+    }
+
+    #[tokio::test]
+    async fn channel_sink_fails_closed_when_consumer_is_gone() {
+        let (sink, rx) = ChannelSink::new(4);
+        drop(rx);
+        let err = sink.record(denial()).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::EvidenceUnavailable);
+    }
+
+    #[test]
+    fn records_serialize_with_event_tag() {
+        let v = serde_json::to_value(denial()).unwrap();
+        assert_eq!(v["payload"]["event"], "denied");
+        assert_eq!(v["payload"]["code"], "POLICY.DENY_TOOL");
+    }
+}

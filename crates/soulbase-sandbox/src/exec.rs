@@ -1,0 +1,233 @@
+//! The execution seam: a planned call, its guard, and the local dispatcher.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::SideEffectRecord;
+use soulbase_types::{CallId, TenantId, ToolId};
+
+use crate::builtin::BuiltinExecutor;
+use crate::{Capability, Profile, ProviderBinding, ProviderKind, is_valid_host};
+
+/// One call, planned and ready for the sandbox.
+#[derive(Debug)]
+pub struct ExecRequest<'a> {
+    /// The call.
+    pub call_id: &'a CallId,
+    /// The caller's tenant (paths and hosts are per tenant).
+    pub tenant: &'a TenantId,
+    /// The tool.
+    pub tool: &'a ToolId,
+    /// How the tool executes.
+    pub provider: &'a ProviderBinding,
+    /// The validated arguments.
+    pub args: Value,
+    /// What the call may do.
+    pub profile: &'a Profile,
+    /// The wall-clock budget (the pipeline also enforces it).
+    pub timeout: Duration,
+    /// The largest output accepted, in bytes.
+    pub max_bytes_out: Option<u64>,
+}
+
+/// What an execution produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecOutput {
+    /// The raw output (validated against the output schema by the pipeline).
+    pub output: Value,
+    /// Side effects the executor observed or performed.
+    pub side_effects: Vec<SideEffectRecord>,
+    /// CPU time, when the executor can measure it.
+    pub cpu_ms: Option<u64>,
+}
+
+impl ExecOutput {
+    /// An output with no side effects recorded.
+    pub fn value(output: Value) -> Self {
+        Self {
+            output,
+            side_effects: Vec::new(),
+            cpu_ms: None,
+        }
+    }
+}
+
+/// The sandbox seam: side effects happen only through it (SB-08 invariant 3).
+#[async_trait]
+pub trait Sandbox: Send + Sync + 'static {
+    /// Rejects, before anything runs, a call whose plan lies outside its profile
+    /// (`SANDBOX.CAPABILITY_BLOCKED`) or whose provider is unavailable here.
+    fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError>;
+    /// Runs the call.
+    async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError>;
+}
+
+/// Does `pattern` (exact host or `*.label` wildcard) cover `host`? Compared by labels,
+/// never by string suffix: `*.example.com` covers `a.example.com`, not `evilexample.com`
+/// nor `example.com` itself.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    let pattern = pattern.to_ascii_lowercase();
+    let host = host.to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(first, rest)| !first.is_empty() && rest == suffix),
+        None => pattern == host,
+    }
+}
+
+/// The host part of an URL authority: `[::1]:8080` → `::1`, `a.b:443` → `a.b`.
+fn authority_host(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or_default();
+    }
+    match authority.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => authority,
+    }
+}
+
+fn blocked(what: String) -> SoulError {
+    SoulError::of(ErrorCode::SandboxCapabilityBlocked).with_note(what)
+}
+
+/// Checks a provider binding against a profile: the operations its provider implies
+/// must be granted (an HTTP endpoint's host by `net`, a process's command by `proc`).
+pub fn guard_provider(provider: &ProviderBinding, profile: &Profile) -> Result<(), SoulError> {
+    match provider {
+        ProviderBinding::Builtin { .. } | ProviderBinding::Wasm { .. } => Ok(()),
+        ProviderBinding::Http { endpoint, .. } => {
+            let host = endpoint
+                .split_once("://")
+                .map(|(_, rest)| rest)
+                .unwrap_or(endpoint)
+                .split(['/', '?', '#'])
+                .next()
+                .unwrap_or_default();
+            let host = authority_host(host);
+            if !is_valid_host(host) {
+                return Err(blocked(format!("endpoint host {host:?} is not valid")));
+            }
+            let granted = profile.capabilities().iter().any(|c| match c {
+                Capability::Net { hosts, .. } => hosts.iter().any(|p| host_matches(p, host)),
+                _ => false,
+            });
+            if granted {
+                Ok(())
+            } else {
+                Err(blocked(format!("net access to {host} is not granted")))
+            }
+        }
+        ProviderBinding::Process { command, .. } => {
+            let granted = profile.capabilities().iter().any(|c| match c {
+                Capability::Proc { commands } => commands.iter().any(|c| c == command),
+                _ => false,
+            });
+            if granted {
+                Ok(())
+            } else {
+                Err(blocked(format!("running {command} is not granted")))
+            }
+        }
+    }
+}
+
+/// The in-process sandbox: guards each call and dispatches it to the executor for its
+/// provider kind. Executors not configured here refuse with `PROVIDER.UNAVAILABLE`.
+#[derive(Clone, Default)]
+pub struct LocalSandbox {
+    builtin: Arc<BuiltinExecutor>,
+}
+
+impl LocalSandbox {
+    /// A sandbox running builtin tools from `builtin`.
+    pub fn new(builtin: BuiltinExecutor) -> Self {
+        Self {
+            builtin: Arc::new(builtin),
+        }
+    }
+
+    /// The builtin executor.
+    pub fn builtin(&self) -> &BuiltinExecutor {
+        &self.builtin
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError> {
+        guard_provider(req.provider, req.profile)?;
+        match req.provider.kind() {
+            ProviderKind::Builtin => self.builtin.guard(req),
+            other => Err(SoulError::of(ErrorCode::ProviderUnavailable)
+                .with_note(format!("no {} executor is configured", other.as_str()))),
+        }
+    }
+
+    async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
+        match req.provider.kind() {
+            ProviderKind::Builtin => self.builtin.execute(req).await,
+            other => Err(SoulError::of(ErrorCode::ProviderUnavailable)
+                .with_note(format!("no {} executor is configured", other.as_str()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authority_parsing() {
+        assert_eq!(authority_host("[::1]:8080"), "::1");
+        assert_eq!(authority_host("a.example.com:443"), "a.example.com");
+        assert_eq!(authority_host("a.example.com"), "a.example.com");
+    }
+
+    #[test]
+    fn host_wildcards_are_label_based() {
+        assert!(host_matches("example.com", "example.com"));
+        assert!(host_matches("example.com", "EXAMPLE.com"));
+        assert!(!host_matches("example.com", "evilexample.com"));
+        assert!(host_matches("*.example.com", "api.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("*.example.com", "evilexample.com"));
+        assert!(!host_matches("*.example.com", "a.b.example.com"));
+    }
+
+    fn http(endpoint: &str) -> ProviderBinding {
+        ProviderBinding::Http {
+            endpoint: endpoint.into(),
+            path: None,
+            headers: Default::default(),
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn provider_guard_requires_the_matching_grant() {
+        let net = Profile::new(vec![Capability::Net {
+            hosts: vec!["api.example.com".into()],
+            schemes: vec![],
+            ports: vec![],
+            methods: vec![],
+        }]);
+        assert!(guard_provider(&http("https://api.example.com:8443"), &net).is_ok());
+        let err = guard_provider(&http("https://evilapi.example.com"), &net).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::SandboxCapabilityBlocked);
+        let none = Profile::new(vec![]);
+        assert!(guard_provider(&http("https://api.example.com"), &none).is_err());
+        let proc = ProviderBinding::Process {
+            command: "/usr/bin/jq".into(),
+            args: vec![],
+        };
+        assert!(guard_provider(&proc, &none).is_err());
+        let granted = Profile::new(vec![Capability::Proc {
+            commands: vec!["/usr/bin/jq".into()],
+        }]);
+        assert!(guard_provider(&proc, &granted).is_ok());
+    }
+}
