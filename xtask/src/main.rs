@@ -116,7 +116,14 @@ fn test(extra: &[String]) -> Result<()> {
 fn bench(extra: &[String]) -> Result<()> {
     let services = services::Services::provision()?;
     let mut cmd = cargo();
-    cmd.args(["bench", "--workspace", "--locked"]).args(extra);
+    cmd.args(["bench", "--locked"]);
+    if !extra
+        .iter()
+        .any(|a| a == "-p" || a == "--package" || a.starts_with("--package="))
+    {
+        cmd.arg("--workspace");
+    }
+    cmd.args(extra);
     services.apply(&mut cmd);
     run_cmd("cargo bench", &mut cmd)
 }

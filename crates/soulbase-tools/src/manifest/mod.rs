@@ -1,0 +1,338 @@
+//! Tool manifests (R1): the declaration every tool ships, its validation at
+//! registration, schema compilation and SemVer upgrade rules.
+//!
+//! A [`ToolManifest`] is plain data, loaded from YAML or JSON with unknown fields
+//! refused. [`compile`] checks every rule at once, reporting each problem with its
+//! field path, and compiles both schemas exactly once into a [`CompiledTool`].
+//! [`check_upgrade`] decides whether a new version may replace an old one.
+
+mod compiled;
+pub(crate) mod problem;
+mod schema;
+mod upgrade;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use semver::Version;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use soulbase_sandbox::{Capability, ProviderBinding};
+use soulbase_types::ToolId;
+
+pub use compiled::CompiledTool;
+pub use problem::{ManifestError, Problem};
+pub use upgrade::check_upgrade;
+pub use validate::compile;
+
+/// The declaration of one tool (SB-08 §3.2).
+///
+/// Field names are the wire names. Unknown fields are refused so that a typo (say
+/// `side_efect`) is an error instead of a silently weaker manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolManifest {
+    /// `<group>.<pkg>.<name>`; its resource URN is `soul:tool:<id>`.
+    pub id: ToolId,
+    /// The short name. Defaults to the id's last segment and, if given, must equal
+    /// it: a tool has one identity, and the name models see is derived from the id.
+    #[serde(default)]
+    pub name: String,
+    /// The tool's SemVer version (a string on the wire, e.g. `"1.2.0"`).
+    pub version: Version,
+    /// A human-friendly title for UIs; defaults to `name` where one is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// What the tool does, written for the model that will choose it. Required.
+    pub description: String,
+    /// Free-form labels used for discovery queries (matched case-insensitively).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// JSON Schema of the arguments; must be an object schema (`type: object`).
+    /// JSON Schema 2020-12 unless it declares another `$schema`.
+    pub input_schema: Value,
+    /// JSON Schema of the result, checked after every execution.
+    pub output_schema: Value,
+    /// Permissions the tool needs, e.g. `{resource: "soul:fs:/data", action: "read"}`.
+    #[serde(default)]
+    pub scopes: Vec<Scope>,
+    /// Sandbox capabilities, the least the tool needs to run.
+    #[serde(default)]
+    pub capabilities: Vec<Capability>,
+    /// The strongest side effect the tool has.
+    pub side_effect: SideEffect,
+    /// The risk class; defaults to `low`.
+    #[serde(default)]
+    pub safety_class: SafetyClass,
+    /// Whether calls need explicit consent; defaults to not required.
+    #[serde(default)]
+    pub consent: ConsentPolicy,
+    /// Execution limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Whether calls may run concurrently; defaults to `parallel`.
+    #[serde(default)]
+    pub concurrency: Concurrency,
+    /// Whether calls carry an idempotency key; defaults to `none`.
+    #[serde(default)]
+    pub idempotency: Idempotency,
+    /// Compatibility matrix: provider, model or platform → requirement
+    /// (e.g. `openai: ">=2024-08"`). Informational for routing.
+    #[serde(default)]
+    pub provider_compat: BTreeMap<String, String>,
+    /// Deprecation notes with migration advice.
+    #[serde(default)]
+    pub deprecations: Vec<Deprecation>,
+    /// How the tool executes; defaults to `builtin` with the tool id as handler.
+    #[serde(default)]
+    pub provider: ProviderBinding,
+    /// Obligations applied to the output before it is returned.
+    #[serde(default)]
+    pub obligations: Vec<Obligation>,
+}
+
+impl ToolManifest {
+    /// Parses a manifest from YAML. Errors carry the parser's line/column and field.
+    ///
+    /// Only parses: call [`compile`] to validate. An omitted `name` is filled in.
+    pub fn from_yaml_str(yaml: &str) -> Result<ToolManifest, ManifestError> {
+        let mut m: ToolManifest = serde_saphyr::from_str(yaml).map_err(|e| {
+            // The first line has "line L column C: what"; the rest is a source
+            // snippet that tools can re-render from the input if they want.
+            let full = e.to_string();
+            let first = full
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            ManifestError::single("", format!("invalid YAML manifest: {first}"))
+        })?;
+        m.fill_defaults();
+        Ok(m)
+    }
+
+    /// Parses a manifest from JSON. Errors carry the line/column and field.
+    ///
+    /// Only parses: call [`compile`] to validate. An omitted `name` is filled in.
+    pub fn from_json_str(json: &str) -> Result<ToolManifest, ManifestError> {
+        let mut m: ToolManifest = serde_json::from_str(json)
+            .map_err(|e| ManifestError::single("", format!("invalid JSON manifest: {e}")))?;
+        m.fill_defaults();
+        Ok(m)
+    }
+
+    /// Fills defaults that depend on other fields (`name` from the id).
+    pub(crate) fn fill_defaults(&mut self) {
+        if self.name.is_empty() {
+            self.name = self.id.name().to_owned();
+        }
+    }
+
+    /// The display name, falling back to `name`.
+    pub fn title(&self) -> &str {
+        self.display_name.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether a call needs consent: the manifest says so (validation guarantees it
+    /// does for `high` safety and `write`/`process` side effects).
+    pub fn consent_required(&self) -> bool {
+        self.consent.required
+    }
+}
+
+/// A permission the tool needs: `resource` (e.g. `soul:fs:/data`) and `action`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scope {
+    /// The resource URN.
+    pub resource: String,
+    /// The action on it, e.g. `read`.
+    pub action: String,
+}
+
+/// The strongest side effect a tool has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SideEffect {
+    /// Pure computation.
+    None,
+    /// Reads files (needs an `fs` capability with `read`).
+    Read,
+    /// Writes files (needs `fs` with `write`; consent required).
+    Write,
+    /// Talks to the network (needs `net`).
+    Network,
+    /// Touches the file system in some way (needs `fs`).
+    Filesystem,
+    /// Drives a browser (needs `browser`).
+    Browser,
+    /// Starts processes (needs `proc`; consent required).
+    Process,
+}
+
+impl SideEffect {
+    /// The lowercase wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideEffect::None => "none",
+            SideEffect::Read => "read",
+            SideEffect::Write => "write",
+            SideEffect::Network => "network",
+            SideEffect::Filesystem => "filesystem",
+            SideEffect::Browser => "browser",
+            SideEffect::Process => "process",
+        }
+    }
+}
+
+impl fmt::Display for SideEffect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The risk class of a tool.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SafetyClass {
+    /// The default.
+    #[default]
+    Low,
+    /// Needs more care (policy may add obligations).
+    Medium,
+    /// Dangerous: consent is always required.
+    High,
+}
+
+impl SafetyClass {
+    /// The lowercase wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SafetyClass::Low => "low",
+            SafetyClass::Medium => "medium",
+            SafetyClass::High => "high",
+        }
+    }
+}
+
+impl fmt::Display for SafetyClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether and how explicit consent is needed for a call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsentPolicy {
+    /// Whether a valid consent token must accompany each call.
+    #[serde(default)]
+    pub required: bool,
+    /// How long a consent stays valid, in milliseconds (none: the token decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// What the consent must cover (e.g. `tool` or `session`); free-form for the
+    /// consent checker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// Execution limits. Every field has a default, so `limits: {}` is valid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock limit of one call, 1..=600000 ms. Default 30000.
+    pub timeout_ms: u64,
+    /// Largest accepted argument document in bytes. Default 1 MiB.
+    pub max_bytes_in: u64,
+    /// Largest accepted output document in bytes. Default 4 MiB.
+    pub max_bytes_out: u64,
+    /// Most files one call may touch. Default 100.
+    pub max_files: u32,
+    /// Deepest directory (or JSON) nesting one call may reach. Default 32.
+    pub max_depth: u32,
+    /// Most calls of this tool running at once (per tenant). Default 16;
+    /// `concurrency: serial` means 1 whatever this says.
+    pub max_concurrency: u32,
+}
+
+/// The longest `limits.timeout_ms` a manifest may ask for: 10 minutes.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 30_000,
+            max_bytes_in: 1 << 20,
+            max_bytes_out: 4 << 20,
+            max_files: 100,
+            max_depth: 32,
+            max_concurrency: 16,
+        }
+    }
+}
+
+/// Whether calls of a tool may overlap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Concurrency {
+    /// One call at a time (per tenant).
+    Serial,
+    /// Calls may overlap up to `limits.max_concurrency`.
+    #[default]
+    Parallel,
+}
+
+/// Whether a tool is idempotent under a caller-supplied key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Idempotency {
+    /// Calls carry an idempotency key; a repeat returns the stored result.
+    Keyed,
+    /// Not idempotent: never retried automatically.
+    #[default]
+    None,
+}
+
+/// A deprecation note.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deprecation {
+    /// Since when (a version or a date), as written by the author.
+    pub since: String,
+    /// What to do instead.
+    pub message: String,
+    /// The tool that replaces this one, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<ToolId>,
+}
+
+/// What an obligation does to the value at its pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObligationKind {
+    /// Replace the value's characters with a mask (keeps the shape).
+    Mask,
+    /// Remove the value (or replace it with `value`).
+    Redact,
+    /// Add a watermark (`value` is its text).
+    Watermark,
+}
+
+/// An obligation applied to the output before it is returned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Obligation {
+    /// What to do.
+    pub kind: ObligationKind,
+    /// A JSON pointer into the output (`""` is the whole output). A segment `*`
+    /// stands for every element of an array or every member of an object.
+    pub pointer: String,
+    /// Kind-specific argument: the mask text, the redaction replacement, the
+    /// watermark text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}

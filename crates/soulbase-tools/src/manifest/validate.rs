@@ -1,0 +1,329 @@
+//! Registration-time validation of a manifest.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use soulbase_sandbox::{CapabilityDomain, FsAccess, ProviderBinding};
+
+use super::compiled::IndexTerms;
+use super::schema::{canonical_json, compile_schema};
+use super::{
+    CompiledTool, MAX_TIMEOUT_MS, ManifestError, Problem, SafetyClass, SideEffect, ToolManifest,
+};
+use crate::discovery::ToolSpec;
+
+/// Validates `manifest` and compiles its schemas, reporting every problem at once.
+///
+/// Rules, each reported with its field path:
+/// - `name` equals the id's last segment (an empty `name` is filled in); a
+///   non-empty `description`; a non-empty `display_name` if given; tags non-empty,
+///   at most 64 characters and unique (case-insensitively);
+/// - scopes have a non-empty `resource` and `action`;
+/// - both schemas compile (2020-12 unless `$schema` says otherwise; offline; no
+///   remote or non-local `$ref`), and `input_schema` is an object schema
+///   (`type: object`);
+/// - every capability passes its syntactic check (`capabilities[i].…`);
+/// - capabilities cover the side effect: `read` needs `fs` with `read`, `write`
+///   needs `fs` with `write`, `filesystem` needs some `fs`, `network` needs `net`,
+///   `process` needs `proc`, `browser` needs `browser`; `none` may declare only
+///   `tmp` (anything else contradicts "no side effect");
+/// - `safety_class: high` or a `write`/`process` side effect ⇒ `consent.required`;
+///   a given `consent.ttl_ms` is positive;
+/// - limits are positive and `timeout_ms` ≤ [`MAX_TIMEOUT_MS`]; an HTTP provider's
+///   own `timeout_ms` does not exceed `limits.timeout_ms`;
+/// - the provider binding passes its syntactic check (`provider.…`);
+/// - deprecations have a `since` and a `message` and do not name the tool itself
+///   as replacement; obligations have a valid JSON pointer;
+/// - `provider_compat` keys are non-empty.
+pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError> {
+    manifest.fill_defaults();
+    let m = &manifest;
+    let mut out = Vec::new();
+
+    check_identity(m, &mut out);
+
+    for (i, s) in m.scopes.iter().enumerate() {
+        if s.resource.trim().is_empty() {
+            out.push(Problem::new(
+                format!("scopes[{i}].resource"),
+                "must not be empty",
+            ));
+        }
+        if s.action.trim().is_empty() {
+            out.push(Problem::new(
+                format!("scopes[{i}].action"),
+                "must not be empty",
+            ));
+        }
+    }
+
+    let input = compile_schema("input_schema", &m.input_schema, &mut out);
+    if m.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        out.push(Problem::new(
+            "input_schema",
+            "must be an object schema (`type: object`): tool arguments are a JSON object",
+        ));
+    }
+    let output = compile_schema("output_schema", &m.output_schema, &mut out);
+
+    for (i, c) in m.capabilities.iter().enumerate() {
+        for (path, problem) in c.validate() {
+            out.push(Problem::new(
+                join(&format!("capabilities[{i}]"), &path),
+                problem,
+            ));
+        }
+    }
+    check_coverage(m, &mut out);
+    check_consent(m, &mut out);
+    check_limits(m, &mut out);
+
+    for (path, problem) in m.provider.validate() {
+        out.push(Problem::new(join("provider", &path), problem));
+    }
+    if let ProviderBinding::Http {
+        timeout_ms: Some(t),
+        ..
+    } = &m.provider
+        && *t > m.limits.timeout_ms
+    {
+        out.push(Problem::new(
+            "provider.timeout_ms",
+            format!(
+                "must not exceed limits.timeout_ms ({})",
+                m.limits.timeout_ms
+            ),
+        ));
+    }
+
+    for (key, _) in m
+        .provider_compat
+        .iter()
+        .filter(|(k, _)| k.trim().is_empty())
+    {
+        out.push(Problem::new(
+            format!("provider_compat.{key}"),
+            "key must not be empty",
+        ));
+    }
+    for (i, d) in m.deprecations.iter().enumerate() {
+        if d.since.trim().is_empty() {
+            out.push(Problem::new(
+                format!("deprecations[{i}].since"),
+                "must not be empty",
+            ));
+        }
+        if d.message.trim().is_empty() {
+            out.push(Problem::new(
+                format!("deprecations[{i}].message"),
+                "must not be empty",
+            ));
+        }
+        if d.replacement.as_ref() == Some(&m.id) {
+            out.push(Problem::new(
+                format!("deprecations[{i}].replacement"),
+                "must not be the tool itself",
+            ));
+        }
+    }
+    for (i, o) in m.obligations.iter().enumerate() {
+        if let Err(problem) = check_pointer(&o.pointer) {
+            out.push(Problem::new(format!("obligations[{i}].pointer"), problem));
+        }
+    }
+
+    match (input, output) {
+        (Some(input), Some(output)) if out.is_empty() => {
+            let digest = manifest_digest(&manifest);
+            let haystack = format!(
+                "{}\n{}\n{}",
+                manifest.name,
+                manifest.display_name.as_deref().unwrap_or_default(),
+                manifest.description
+            )
+            .to_lowercase()
+            .into_boxed_str();
+            let spec = ToolSpec {
+                name: manifest.id.clone(),
+                description: manifest.description.clone(),
+                input_schema: Arc::new(manifest.input_schema.clone()),
+            };
+            let terms = IndexTerms::of(&manifest);
+            Ok(CompiledTool {
+                terms,
+                manifest: Arc::new(manifest),
+                input: Arc::new(input),
+                output: Arc::new(output),
+                digest,
+                spec,
+                haystack,
+            })
+        }
+        _ => Err(ManifestError { problems: out }),
+    }
+}
+
+/// SHA-256 hex of the canonical JSON of `m`.
+pub(crate) fn manifest_digest(m: &ToolManifest) -> String {
+    let value = serde_json::to_value(m).unwrap_or(Value::Null);
+    hex::encode(Sha256::digest(canonical_json(&value).as_bytes()))
+}
+
+fn join(prefix: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}.{rel}")
+    }
+}
+
+fn check_identity(m: &ToolManifest, out: &mut Vec<Problem>) {
+    if m.name != m.id.name() {
+        out.push(Problem::new(
+            "name",
+            format!(
+                "must equal the id's last segment {:?} (or be omitted)",
+                m.id.name()
+            ),
+        ));
+    }
+    if m.description.trim().is_empty() {
+        out.push(Problem::new(
+            "description",
+            "must not be empty: models choose tools by their description",
+        ));
+    }
+    if let Some(d) = &m.display_name
+        && d.trim().is_empty()
+    {
+        out.push(Problem::new("display_name", "must not be empty when given"));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, t) in m.tags.iter().enumerate() {
+        if t.trim().is_empty() || t.chars().count() > 64 {
+            out.push(Problem::new(
+                format!("tags[{i}]"),
+                "must be 1 to 64 characters",
+            ));
+        } else if !seen.insert(t.to_lowercase()) {
+            out.push(Problem::new(
+                format!("tags[{i}]"),
+                format!("duplicate tag {t:?}"),
+            ));
+        }
+    }
+}
+
+fn check_coverage(m: &ToolManifest, out: &mut Vec<Problem>) {
+    let has = |d: CapabilityDomain| m.capabilities.iter().any(|c| c.domain() == d);
+    let fs = |a: FsAccess| m.capabilities.iter().any(|c| c.grants_fs(a));
+    let missing = match m.side_effect {
+        SideEffect::None => {
+            for (i, c) in m.capabilities.iter().enumerate() {
+                if c.domain() != CapabilityDomain::Tmp {
+                    out.push(Problem::new(
+                        format!("capabilities[{i}]"),
+                        format!(
+                            "side_effect is none, so the tool may not declare a {} capability \
+                             (declare the side effect it has instead)",
+                            c.domain()
+                        ),
+                    ));
+                }
+            }
+            None
+        }
+        SideEffect::Read if !fs(FsAccess::Read) => Some("an fs capability with read access"),
+        SideEffect::Write if !fs(FsAccess::Write) => Some("an fs capability with write access"),
+        SideEffect::Filesystem if !has(CapabilityDomain::Fs) => Some("an fs capability"),
+        SideEffect::Network if !has(CapabilityDomain::Net) => Some("a net capability"),
+        SideEffect::Process if !has(CapabilityDomain::Proc) => Some("a proc capability"),
+        SideEffect::Browser if !has(CapabilityDomain::Browser) => Some("a browser capability"),
+        _ => None,
+    };
+    if let Some(what) = missing {
+        out.push(Problem::new(
+            "capabilities",
+            format!(
+                "side_effect {} needs {what}; capabilities must cover the side effect",
+                m.side_effect
+            ),
+        ));
+    }
+}
+
+fn check_consent(m: &ToolManifest, out: &mut Vec<Problem>) {
+    let why = if m.safety_class == SafetyClass::High {
+        Some("safety_class is high")
+    } else if matches!(m.side_effect, SideEffect::Write | SideEffect::Process) {
+        Some(if m.side_effect == SideEffect::Write {
+            "side_effect is write"
+        } else {
+            "side_effect is process"
+        })
+    } else {
+        None
+    };
+    if let Some(why) = why
+        && !m.consent.required
+    {
+        out.push(Problem::new(
+            "consent.required",
+            format!("must be true because {why}"),
+        ));
+    }
+    if m.consent.ttl_ms == Some(0) {
+        out.push(Problem::new("consent.ttl_ms", "must be greater than 0"));
+    }
+    if let Some(s) = &m.consent.scope
+        && s.trim().is_empty()
+    {
+        out.push(Problem::new(
+            "consent.scope",
+            "must not be empty when given",
+        ));
+    }
+}
+
+fn check_limits(m: &ToolManifest, out: &mut Vec<Problem>) {
+    let l = &m.limits;
+    if l.timeout_ms == 0 || l.timeout_ms > MAX_TIMEOUT_MS {
+        out.push(Problem::new(
+            "limits.timeout_ms",
+            format!("must be between 1 and {MAX_TIMEOUT_MS}"),
+        ));
+    }
+    for (name, v) in [
+        ("max_bytes_in", l.max_bytes_in),
+        ("max_bytes_out", l.max_bytes_out),
+        ("max_files", u64::from(l.max_files)),
+        ("max_depth", u64::from(l.max_depth)),
+        ("max_concurrency", u64::from(l.max_concurrency)),
+    ] {
+        if v == 0 {
+            out.push(Problem::new(
+                format!("limits.{name}"),
+                "must be greater than 0",
+            ));
+        }
+    }
+}
+
+/// A JSON pointer: empty, or `/`-separated segments with only `~0`/`~1` escapes.
+fn check_pointer(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Ok(());
+    }
+    if !p.starts_with('/') {
+        return Err("must be a JSON pointer: empty or starting with `/`".into());
+    }
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
+            return Err("has a `~` not followed by 0 or 1".into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! What a call carries in, and what it gets back.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use soulbase_errors::{ErrorCode, PublicError, SoulError};
+use soulbase_qos::BudgetSnapshot;
+use soulbase_types::{CallId, EnvelopeId, Origin, Subject, ToolId, TraceContext};
+
+use crate::manifest::Obligation;
+
+/// One tool call (R4): who, from where, which tool, with what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The call id (a model's `tool_call.id`, or minted).
+    pub call_id: CallId,
+    /// The authenticated caller.
+    pub subject: Subject,
+    /// Where the call came from.
+    pub origin: Origin,
+    /// The tool.
+    pub tool: ToolId,
+    /// The arguments, checked against the input schema.
+    pub args: Value,
+    /// Required for `idempotency: keyed` tools; replays return the stored result.
+    pub idempotency_key: Option<String>,
+    /// A consent token, for tools that require consent.
+    pub consent: Option<String>,
+    /// The caller's trace context.
+    pub trace: Option<TraceContext>,
+    /// The skill making the call, for cross-skill checks and audit.
+    pub calling_skill: Option<String>,
+}
+
+impl ToolCall {
+    /// An API call with a fresh call id and nothing optional set.
+    pub fn new(subject: Subject, tool: ToolId, args: Value) -> Self {
+        Self {
+            call_id: CallId::generate(),
+            subject,
+            origin: Origin::Api,
+            tool,
+            args,
+            idempotency_key: None,
+            consent: None,
+            trace: None,
+            calling_skill: None,
+        }
+    }
+
+    /// Sets the call id.
+    pub fn with_call_id(mut self, id: CallId) -> Self {
+        self.call_id = id;
+        self
+    }
+
+    /// Sets the origin.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// Sets the idempotency key.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sets the consent token.
+    pub fn with_consent(mut self, token: impl Into<String>) -> Self {
+        self.consent = Some(token.into());
+        self
+    }
+
+    /// Sets the trace context.
+    pub fn with_trace(mut self, trace: TraceContext) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+}
+
+/// The outcome class of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStatus {
+    /// Executed and returned a conforming output.
+    Ok,
+    /// Refused by governance before execution (authorization, consent, quota, sandbox guard).
+    Denied,
+    /// Anything else: bad input, unknown tool, execution failure, timeout.
+    Error,
+}
+
+/// Codes that mean "governance said no" rather than "something failed".
+pub(crate) fn is_denial(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::AuthUnauthenticated
+            | ErrorCode::AuthForbidden
+            | ErrorCode::PolicyDenyTool
+            | ErrorCode::ConsentRequired
+            | ErrorCode::SubscriptionRequired
+            | ErrorCode::SkillNotImported
+            | ErrorCode::ToolDisabled
+            | ErrorCode::QuotaBudgetExceeded
+            | ErrorCode::QuotaRateLimited
+            | ErrorCode::SandboxCapabilityBlocked
+    )
+}
+
+/// The normalized result of a call (R4): `{status, error_code, output, evidence_ref}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallResult {
+    /// The call.
+    pub call_id: CallId,
+    /// Ok, denied or error.
+    pub status: CallStatus,
+    /// The stable code, when not ok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<ErrorCode>,
+    /// The public view of the error, when not ok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<PublicError>,
+    /// The output (after obligations), when ok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// The Begin envelope of the call's evidence, when it reached execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_ref: Option<EnvelopeId>,
+    /// True when this is a stored result returned for a repeated idempotency key.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+impl CallResult {
+    pub(crate) fn ok(call_id: CallId, output: Value, evidence_ref: Option<EnvelopeId>) -> Self {
+        Self {
+            call_id,
+            status: CallStatus::Ok,
+            error_code: None,
+            error: None,
+            output: Some(output),
+            evidence_ref,
+            replayed: false,
+        }
+    }
+
+    pub(crate) fn failed(
+        call_id: CallId,
+        err: &SoulError,
+        evidence_ref: Option<EnvelopeId>,
+    ) -> Self {
+        let public = err.public();
+        Self {
+            call_id: call_id.clone(),
+            status: if is_denial(err.code()) {
+                CallStatus::Denied
+            } else {
+                CallStatus::Error
+            },
+            error_code: Some(err.code()),
+            error: Some(PublicError {
+                correlation_id: public
+                    .correlation_id
+                    .clone()
+                    .or_else(|| Some(call_id.to_string())),
+                ..public
+            }),
+            output: None,
+            evidence_ref,
+            replayed: false,
+        }
+    }
+
+    /// The error as a [`SoulError`] (public view only), when not ok.
+    pub fn error(&self) -> Option<SoulError> {
+        self.error.clone().map(SoulError::from_public)
+    }
+
+    /// Whether the call succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.status == CallStatus::Ok
+    }
+}
+
+/// What a dry run found: the call would be allowed, under this profile and budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreflightReport {
+    /// The tool.
+    pub tool: ToolId,
+    /// The registered version that would run.
+    pub version: String,
+    /// Hash of the profile the call would run under.
+    pub profile_hash: String,
+    /// Hash of the policy that allowed it.
+    pub policy_hash: String,
+    /// The budget snapshot (nothing consumed).
+    pub budget: BudgetSnapshot,
+    /// Whether the tool requires consent (and the call's token was valid).
+    pub consent_required: bool,
+    /// Obligations that will be applied to the output.
+    pub obligations: Vec<Obligation>,
+}

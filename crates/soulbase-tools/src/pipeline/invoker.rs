@@ -1,0 +1,619 @@
+//! The orchestrator.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use futures_util::FutureExt;
+use serde_json::Value;
+use soulbase_auth::{ACTION_INVOKE, Authorizer, AuthzRequest, ConsentRequest, ConsentVerifier};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::{
+    BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceSink,
+    digest_bytes,
+};
+use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
+use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, Sandbox};
+use soulbase_types::{CallId, Envelope, EnvelopeId, TenantId, ToolId, UnixMillis};
+
+use super::concurrency::ConcurrencyLimiter;
+use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
+use super::obligations::apply_obligations;
+use super::{CallResult, PreflightReport, ToolCall};
+use crate::manifest::{CompiledTool, Concurrency, Idempotency};
+use crate::registry::{Registry, ResolvedTool, ToolOwner};
+
+/// Finds the enabled tool a tenant may see: `TOOL.NOT_FOUND` when invisible,
+/// `TOOL.DISABLED` when visible but not enabled. The registry implements it.
+pub trait ToolResolver: Send + Sync + 'static {
+    /// Resolves `id` for `tenant`.
+    fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError>;
+}
+
+impl ToolResolver for Registry {
+    fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError> {
+        Registry::resolve(self, tenant, id)
+    }
+}
+
+struct Seams {
+    tools: Arc<dyn ToolResolver>,
+    authorizer: Arc<dyn Authorizer>,
+    quota: Arc<dyn QuotaGate>,
+    consent: Arc<dyn ConsentVerifier>,
+    profiles: Arc<dyn ProfileBuilder>,
+    sandbox: Arc<dyn Sandbox>,
+    evidence: Arc<dyn EvidenceSink>,
+    idempotency: Arc<dyn IdempotencyStore>,
+    config_hash: ArcSwap<String>,
+    limiter: ConcurrencyLimiter,
+}
+
+/// Runs tool calls through the governed path. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Invoker {
+    seams: Arc<Seams>,
+}
+
+/// Assembles an [`Invoker`] from its seams.
+pub struct InvokerBuilder {
+    tools: Arc<dyn ToolResolver>,
+    authorizer: Arc<dyn Authorizer>,
+    quota: Arc<dyn QuotaGate>,
+    consent: Arc<dyn ConsentVerifier>,
+    profiles: Arc<dyn ProfileBuilder>,
+    sandbox: Arc<dyn Sandbox>,
+    evidence: Arc<dyn EvidenceSink>,
+    idempotency: Arc<dyn IdempotencyStore>,
+    config_hash: String,
+}
+
+impl InvokerBuilder {
+    /// Every seam is required; there are no permissive defaults.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tools: Arc<dyn ToolResolver>,
+        authorizer: Arc<dyn Authorizer>,
+        quota: Arc<dyn QuotaGate>,
+        consent: Arc<dyn ConsentVerifier>,
+        profiles: Arc<dyn ProfileBuilder>,
+        sandbox: Arc<dyn Sandbox>,
+        evidence: Arc<dyn EvidenceSink>,
+        idempotency: Arc<dyn IdempotencyStore>,
+    ) -> Self {
+        Self {
+            tools,
+            authorizer,
+            quota,
+            consent,
+            profiles,
+            sandbox,
+            evidence,
+            idempotency,
+            config_hash: String::new(),
+        }
+    }
+
+    /// The hash of the configuration in force, recorded in every Begin.
+    pub fn config_hash(mut self, hash: impl Into<String>) -> Self {
+        self.config_hash = hash.into();
+        self
+    }
+
+    /// Builds the invoker.
+    pub fn build(self) -> Invoker {
+        Invoker {
+            seams: Arc::new(Seams {
+                tools: self.tools,
+                authorizer: self.authorizer,
+                quota: self.quota,
+                consent: self.consent,
+                profiles: self.profiles,
+                sandbox: self.sandbox,
+                evidence: self.evidence,
+                idempotency: self.idempotency,
+                config_hash: ArcSwap::from_pointee(self.config_hash),
+                limiter: ConcurrencyLimiter::default(),
+            }),
+        }
+    }
+}
+
+/// What preflight established, carried into execution.
+struct Cleared {
+    resolved: ResolvedTool,
+    args_bytes: Vec<u8>,
+    args_digest: String,
+    policy_hash: String,
+}
+
+/// Makes sure a call that began gets an End even if its future is dropped.
+struct EndGuard {
+    sink: Arc<dyn EvidenceSink>,
+    header: Option<(Envelope<()>, CallId, EnvelopeId, Instant)>,
+}
+
+impl EndGuard {
+    fn disarm(&mut self) {
+        self.header = None;
+    }
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        let Some((header, call_id, begin_id, started)) = self.header.take() else {
+            return;
+        };
+        let end = EvidenceEnd {
+            call_id,
+            begin_id,
+            status: EndStatus::Cancelled,
+            error_code: None,
+            output_digest: None,
+            side_effects: Vec::new(),
+            usage: BudgetUsage {
+                calls: 1,
+                ..BudgetUsage::default()
+            },
+            duration_us: micros(started.elapsed()),
+        };
+        let record = stamp(&header, EvidenceEvent::End(end));
+        let sink = self.sink.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = sink.record(record).await {
+                        tracing::error!(error = ?e, "could not record the End of a cancelled call");
+                    }
+                });
+            }
+            Err(_) => tracing::error!(
+                "a call was cancelled outside a runtime; its End could not be recorded"
+            ),
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A new envelope with `header`'s tenant, actor, origin and trace.
+fn stamp<T>(header: &Envelope<()>, payload: T) -> Envelope<T> {
+    Envelope {
+        id: EnvelopeId::generate(),
+        tenant: header.tenant.clone(),
+        actor: header.actor.clone(),
+        origin: header.origin,
+        trace: header.trace,
+        at: UnixMillis::now(),
+        payload,
+    }
+}
+
+impl Invoker {
+    /// Replaces the recorded configuration hash (after a config reload).
+    pub fn set_config_hash(&self, hash: impl Into<String>) {
+        self.seams.config_hash.store(Arc::new(hash.into()));
+    }
+
+    fn header(call: &ToolCall) -> Envelope<()> {
+        Envelope {
+            id: EnvelopeId::generate(),
+            tenant: call.subject.tenant.clone(),
+            actor: call.subject.actor.clone(),
+            origin: call.origin,
+            trace: call.trace,
+            at: UnixMillis::now(),
+            payload: (),
+        }
+    }
+
+    /// Resolve, input schema, authorization: the checks every path shares.
+    async fn clear(&self, call: &ToolCall) -> Result<Cleared, SoulError> {
+        let s = &self.seams;
+        let resolved = s.tools.resolve(&call.subject.tenant, &call.tool)?;
+        let tool = &resolved.tool;
+        let manifest = &tool.manifest;
+        tool.validate_input(&call.args)?;
+        let args_bytes = serde_json::to_vec(&call.args).map_err(SoulError::internal)?;
+        if args_bytes.len() as u64 > manifest.limits.max_bytes_in {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                "the arguments exceed max_bytes_in",
+            )
+            .with_field("field", "args")
+            .with_field("max_bytes_in", manifest.limits.max_bytes_in.to_string()));
+        }
+        if manifest.idempotency == Idempotency::Keyed
+            && call.idempotency_key.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                "this tool is idempotent by key: the call must carry an idempotency_key",
+            )
+            .with_field("field", "idempotency_key"));
+        }
+        let decision = s
+            .authorizer
+            .authorize(AuthzRequest {
+                subject: &call.subject,
+                tool: &call.tool,
+                tool_tenant: match &resolved.owner {
+                    ToolOwner::Tenant(t) => Some(t),
+                    ToolOwner::Global => None,
+                },
+                action: ACTION_INVOKE,
+            })
+            .await?;
+        let args_digest = digest_bytes(&args_bytes);
+        Ok(Cleared {
+            resolved,
+            args_bytes,
+            args_digest,
+            policy_hash: decision.policy_hash,
+        })
+    }
+
+    async fn check_consent(&self, call: &ToolCall, cleared: &Cleared) -> Result<(), SoulError> {
+        let manifest = &cleared.resolved.tool.manifest;
+        if !manifest.consent.required {
+            return Ok(());
+        }
+        self.seams
+            .consent
+            .verify(ConsentRequest {
+                subject: &call.subject,
+                tool: &call.tool,
+                scope: manifest.consent.scope.as_deref(),
+                args_digest: &cleared.args_digest,
+                token: call.consent.as_deref(),
+                now: UnixMillis::now(),
+            })
+            .await
+    }
+
+    fn exec_request<'a>(
+        call: &'a ToolCall,
+        tool: &'a CompiledTool,
+        profile: &'a Profile,
+        args: Value,
+    ) -> ExecRequest<'a> {
+        ExecRequest {
+            call_id: &call.call_id,
+            tenant: &call.subject.tenant,
+            tool: &call.tool,
+            provider: &tool.manifest.provider,
+            args,
+            profile,
+            timeout: Duration::from_millis(tool.manifest.limits.timeout_ms),
+            max_bytes_out: Some(tool.manifest.limits.max_bytes_out),
+        }
+    }
+
+    /// A dry run: every preflight check, nothing consumed, nothing executed or recorded.
+    pub async fn preflight(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
+        let s = &self.seams;
+        let cleared = self.clear(call).await?;
+        let tool = &cleared.resolved.tool;
+        let budget = s
+            .quota
+            .check(QuotaRequest {
+                tenant: &call.subject.tenant,
+                actor: &call.subject.actor,
+                tool: &call.tool,
+            })
+            .await?;
+        self.check_consent(call, &cleared).await?;
+        let profile = s.profiles.build(
+            &call.subject.tenant,
+            &tool.digest,
+            &tool.manifest.capabilities,
+        )?;
+        s.sandbox
+            .guard(&Self::exec_request(call, tool, &profile, Value::Null))?;
+        Ok(PreflightReport {
+            tool: call.tool.clone(),
+            version: tool.manifest.version.to_string(),
+            profile_hash: profile.hash().to_owned(),
+            policy_hash: cleared.policy_hash,
+            budget,
+            consent_required: tool.manifest.consent.required,
+            obligations: tool.manifest.obligations.clone(),
+        })
+    }
+
+    /// Runs one call through the whole pipeline. Never panics; every failure is a
+    /// result with a stable code.
+    pub async fn invoke(&self, call: ToolCall) -> CallResult {
+        let header = Self::header(&call);
+        let cleared = match self.clear(&call).await {
+            Ok(c) => c,
+            Err(e) => return self.denied(&header, &call, e).await,
+        };
+        let key = match (
+            &cleared.resolved.tool.manifest.idempotency,
+            &call.idempotency_key,
+        ) {
+            (Idempotency::Keyed, Some(k)) => Some(IdempotencyKey {
+                tenant: call.subject.tenant.clone(),
+                tool: call.tool.clone(),
+                key: k.clone(),
+            }),
+            _ => None,
+        };
+        if let Some(key) = &key {
+            let wait = Duration::from_millis(
+                cleared
+                    .resolved
+                    .tool
+                    .manifest
+                    .limits
+                    .timeout_ms
+                    .saturating_add(1_000),
+            );
+            match self
+                .seams
+                .idempotency
+                .claim(key, &cleared.args_digest, wait)
+                .await
+            {
+                Ok(Claim::Owner) => {}
+                Ok(Claim::Completed(stored)) => {
+                    return CallResult {
+                        call_id: call.call_id.clone(),
+                        replayed: true,
+                        ..stored.result.clone()
+                    };
+                }
+                Err(e) => return self.denied(&header, &call, e).await,
+            }
+        }
+        let args_digest = cleared.args_digest.clone();
+        let result = self.execute_cleared(&header, &call, cleared).await;
+        if let Some(key) = &key {
+            let stored = match &result {
+                // Refused before execution: nothing happened, the key may be used again.
+                Err(_) => self.seams.idempotency.release(key).await,
+                Ok(result) => {
+                    self.seams
+                        .idempotency
+                        .complete(
+                            key,
+                            StoredOutcome {
+                                args_digest,
+                                result: result.clone(),
+                            },
+                        )
+                        .await
+                }
+            };
+            if let Err(e) = stored {
+                tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
+            }
+        }
+        match result {
+            Ok(r) => r,
+            Err(e) => self.denied(&header, &call, e).await,
+        }
+    }
+
+    /// Quota → consent → profile → guard → Begin → execute → End.
+    /// `Err` means refused before execution (no evidence besides a denial).
+    async fn execute_cleared(
+        &self,
+        header: &Envelope<()>,
+        call: &ToolCall,
+        cleared: Cleared,
+    ) -> Result<CallResult, SoulError> {
+        let s = &self.seams;
+        let tool = cleared.resolved.tool.clone();
+        let manifest = &tool.manifest;
+        let reservation = s
+            .quota
+            .reserve(QuotaRequest {
+                tenant: &call.subject.tenant,
+                actor: &call.subject.actor,
+                tool: &call.tool,
+            })
+            .await?;
+        let before_exec = async {
+            self.check_consent(call, &cleared).await?;
+            let profile =
+                s.profiles
+                    .build(&call.subject.tenant, &tool.digest, &manifest.capabilities)?;
+            s.sandbox
+                .guard(&Self::exec_request(call, &tool, &profile, Value::Null))?;
+            let permits = match manifest.concurrency {
+                Concurrency::Serial => 1,
+                Concurrency::Parallel => manifest.limits.max_concurrency,
+            };
+            let permit = if permits > 0 {
+                let wait = Duration::from_millis(manifest.limits.timeout_ms);
+                Some(
+                    s.limiter
+                        .acquire(&call.subject.tenant, &call.tool, permits, wait)
+                        .await?,
+                )
+            } else {
+                None
+            };
+            let begin = stamp(
+                header,
+                EvidenceEvent::Begin(EvidenceBegin {
+                    call_id: call.call_id.clone(),
+                    tool_id: call.tool.clone(),
+                    tool_version: manifest.version.to_string(),
+                    manifest_digest: tool.digest.clone(),
+                    profile_hash: profile.hash().to_owned(),
+                    policy_hash: cleared.policy_hash.clone(),
+                    config_hash: s.config_hash.load().as_ref().clone(),
+                    args_digest: cleared.args_digest.clone(),
+                    idempotency_key: call.idempotency_key.clone(),
+                    calling_skill: call.calling_skill.clone(),
+                }),
+            );
+            let begin_id = begin.id.clone();
+            s.evidence.record(begin).await.map_err(|e| {
+                SoulError::new(
+                    ErrorCode::EvidenceUnavailable,
+                    "evidence cannot be recorded; the call was not executed",
+                )
+                .with_note(e.audit().causes.join("; "))
+            })?;
+            Ok::<_, SoulError>((profile, permit, begin_id))
+        };
+        let (profile, permit, begin_id) = match before_exec.await {
+            Ok(v) => v,
+            Err(e) => {
+                if let Err(r) = s.quota.refund(reservation).await {
+                    tracing::warn!(error = ?r, "quota refund failed");
+                }
+                return Err(e);
+            }
+        };
+        Ok(self
+            .run_and_end(
+                header,
+                call,
+                &tool,
+                &profile,
+                &cleared.args_bytes,
+                begin_id,
+                reservation,
+                permit,
+            )
+            .await)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_and_end(
+        &self,
+        header: &Envelope<()>,
+        call: &ToolCall,
+        tool: &CompiledTool,
+        profile: &Profile,
+        args_bytes: &[u8],
+        begin_id: EnvelopeId,
+        reservation: Reservation,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> CallResult {
+        let s = &self.seams;
+        let manifest = &tool.manifest;
+        let started = Instant::now();
+        let mut guard = EndGuard {
+            sink: s.evidence.clone(),
+            header: Some((
+                header.clone(),
+                call.call_id.clone(),
+                begin_id.clone(),
+                started,
+            )),
+        };
+        let timeout = Duration::from_millis(manifest.limits.timeout_ms);
+        let req = Self::exec_request(call, tool, profile, call.args.clone());
+        let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
+        let outcome: Result<ExecOutput, SoulError> = match tokio::time::timeout(timeout, run).await
+        {
+            Err(_) => Err(SoulError::new(
+                ErrorCode::ProviderTimeout,
+                "the tool did not finish within its timeout",
+            )
+            .with_field("timeout_ms", manifest.limits.timeout_ms.to_string())),
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(
+                    SoulError::new(ErrorCode::ToolExecutionFailed, "the tool failed")
+                        .with_note(format!("handler panicked: {what}")),
+                )
+            }
+            Ok(Ok(r)) => r,
+        };
+        drop(permit);
+        let duration_us = micros(started.elapsed());
+
+        // Output checks belong to the outcome the End records.
+        let checked = outcome.and_then(|out| {
+            let bytes = serde_json::to_vec(&out.output).map_err(SoulError::internal)?;
+            if bytes.len() as u64 > manifest.limits.max_bytes_out {
+                return Err(SoulError::new(
+                    ErrorCode::ToolExecutionFailed,
+                    "the tool's output exceeds max_bytes_out",
+                )
+                .with_field("max_bytes_out", manifest.limits.max_bytes_out.to_string()));
+            }
+            tool.validate_output(&out.output)?;
+            Ok((out, digest_bytes(&bytes), bytes.len() as u64))
+        });
+        let (status, code) = match &checked {
+            Ok(_) => (EndStatus::Ok, None),
+            Err(e) if e.code() == ErrorCode::ProviderTimeout => {
+                (EndStatus::Timeout, Some(e.code()))
+            }
+            Err(e) => (EndStatus::Error, Some(e.code())),
+        };
+        let usage = BudgetUsage {
+            calls: 1,
+            bytes_in: args_bytes.len() as u64,
+            bytes_out: checked.as_ref().map(|c| c.2).unwrap_or(0),
+            cpu_ms: checked.as_ref().ok().and_then(|c| c.0.cpu_ms).unwrap_or(0),
+        };
+        let end = EvidenceEnd {
+            call_id: call.call_id.clone(),
+            begin_id: begin_id.clone(),
+            status,
+            error_code: code,
+            output_digest: checked.as_ref().ok().map(|c| c.1.clone()),
+            side_effects: checked
+                .as_ref()
+                .map(|c| c.0.side_effects.clone())
+                .unwrap_or_default(),
+            usage,
+            duration_us,
+        };
+        let recorded = s
+            .evidence
+            .record(stamp(header, EvidenceEvent::End(end)))
+            .await;
+        guard.disarm();
+        if let Err(e) = recorded {
+            // The durable sinks spool rather than fail; if one fails anyway, say so loudly.
+            tracing::error!(error = ?e, call_id = %call.call_id, "could not record the End of a call");
+        }
+        if let Err(e) = s.quota.settle(reservation, usage).await {
+            tracing::warn!(error = ?e, "quota settle failed");
+        }
+        match checked {
+            Ok((out, _, _)) => {
+                let mut output = out.output;
+                apply_obligations(&mut output, &manifest.obligations);
+                CallResult::ok(call.call_id.clone(), output, Some(begin_id))
+            }
+            Err(e) => {
+                tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
+                CallResult::failed(call.call_id.clone(), &e, Some(begin_id))
+            }
+        }
+    }
+
+    /// A call refused before execution: a denial event, no Begin/End.
+    async fn denied(&self, header: &Envelope<()>, call: &ToolCall, err: SoulError) -> CallResult {
+        let denial = stamp(
+            header,
+            EvidenceEvent::Denied(Denial {
+                call_id: call.call_id.clone(),
+                tool: call.tool.to_string(),
+                code: err.code(),
+            }),
+        );
+        if let Err(e) = self.seams.evidence.record(denial).await {
+            tracing::warn!(error = ?e, "could not record a denial");
+        }
+        CallResult::failed(call.call_id.clone(), &err, None)
+    }
+}

@@ -1,0 +1,750 @@
+//! The multi-tenant tool registry (R2).
+//!
+//! - **Lifecycle**: `registered → enabled ⇄ paused`, any of those `→ deprecated`,
+//!   any state → removed (see [`ToolState`]). Illegal moves are
+//!   `REGISTRY.CONFLICT` naming `from` and `to`.
+//! - **Tenancy**: global tools are seen by every tenant; a tenant's own tools
+//!   ([`Registry::register_for`]) are seen only by it and shadow a global tool with
+//!   the same id. A tenant can override a global tool's state for itself
+//!   ([`Registry::set_tenant_override`]) and restrict which global tools it sees
+//!   ([`Registry::set_allow_list`]). A tool a tenant cannot see is
+//!   `TOOL.NOT_FOUND` — never "forbidden", which would confirm it exists.
+//! - **Queries**: [`ToolFilter`] over inverted indexes; results in id order.
+//! - **Concurrency**: readers load an immutable snapshot from an [`ArcSwap`] and
+//!   never block; writers are serialized by a mutex, build the next snapshot by
+//!   structural sharing (persistent `imbl` maps, `Arc` entries: a write copies
+//!   O(log n) tree nodes, not the registry), publish it atomically, then emit
+//!   [`RegistryEvent`]s. A reader holding a [`RegistryView`] keeps a consistent
+//!   picture for as long as it likes.
+//!
+//! Schemas are compiled by [`compile`] *before* the writer lock is
+//! taken, so slow manifests never hold up other writers.
+
+mod snapshot;
+mod types;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use soulbase_errors::{ErrorCode, SoulError, SoulResult};
+use soulbase_types::{TenantId, ToolId};
+use tokio::sync::broadcast;
+
+use self::snapshot::{Criteria, Entry, Snapshot};
+use self::types::effective_state;
+pub use self::types::{
+    AvailableSpec, LoadFailure, LoadOptions, LoadReport, OwnerFilter, RegistryEvent, ResolvedTool,
+    TenantOverride, ToolFilter, ToolOwner, ToolState, UpgradePolicy,
+};
+use crate::manifest::problem::problems_error;
+use crate::manifest::{CompiledTool, ToolManifest, check_upgrade, compile};
+
+/// How many events a slow subscriber may fall behind before it sees `Lagged`.
+const EVENT_CAPACITY: usize = 1024;
+
+struct Inner {
+    current: ArcSwap<Snapshot>,
+    writer: Mutex<()>,
+    events: broadcast::Sender<RegistryEvent>,
+}
+
+/// The tool registry. Cheap to clone: clones share the same registry.
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let snap = self.inner.current.load();
+        f.debug_struct("Registry")
+            .field("version", &snap.version)
+            .field("global_tools", &snap.global.len())
+            .field("tenants", &snap.tenants.len())
+            .finish()
+    }
+}
+
+fn not_found(id: &ToolId) -> SoulError {
+    SoulError::new(ErrorCode::ToolNotFound, format!("tool {id} not found"))
+        .with_field("tool_id", id.as_str())
+}
+
+fn conflict(message: String, id: &ToolId) -> SoulError {
+    SoulError::new(ErrorCode::RegistryConflict, message).with_field("tool_id", id.as_str())
+}
+
+fn illegal(id: &ToolId, from: ToolState, to: ToolState) -> SoulError {
+    conflict(format!("tool {id} cannot move from {from} to {to}"), id)
+        .with_field("from", from.as_str())
+        .with_field("to", to.as_str())
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        Self {
+            inner: Arc::new(Inner {
+                current: ArcSwap::from_pointee(Snapshot::default()),
+                writer: Mutex::new(()),
+                events,
+            }),
+        }
+    }
+
+    /// A consistent, immutable view of the registry as of now (lock-free).
+    pub fn view(&self) -> RegistryView {
+        RegistryView {
+            snap: self.inner.current.load_full(),
+        }
+    }
+
+    /// The snapshot counter: increases by one with every published change.
+    pub fn snapshot_version(&self) -> u64 {
+        self.inner.current.load().version
+    }
+
+    /// Subscribes to changes published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs one serialized write: `f` edits a copy of the current snapshot and lists
+    /// events; if it succeeds and changed anything, the copy is published, then the
+    /// events are sent (under the lock, so subscribers see them in commit order).
+    fn write<R>(
+        &self,
+        f: impl FnOnce(&mut Snapshot, &mut Vec<RegistryEvent>) -> SoulResult<R>,
+    ) -> SoulResult<R> {
+        // A panic in another writer leaves no half-published state (it never
+        // reached `store`), so a poisoned lock is safe to reuse.
+        let _guard = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let current = self.inner.current.load_full();
+        let mut next = Snapshot::clone(&current);
+        let mut events = Vec::new();
+        let result = f(&mut next, &mut events)?;
+        if !events.is_empty() {
+            next.version = current.version + 1;
+            self.inner.current.store(Arc::new(next));
+            for e in events {
+                // No subscribers is fine.
+                let _ = self.inner.events.send(e);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Validates, compiles and registers a new global tool (state `registered`).
+    ///
+    /// `MANIFEST.INVALID` listing every problem; `REGISTRY.CONFLICT` if the id is
+    /// already registered globally (use [`Registry::update`] for a new version).
+    pub fn register(&self, manifest: ToolManifest) -> SoulResult<Arc<CompiledTool>> {
+        self.register_in(&ToolOwner::Global, manifest)
+    }
+
+    /// Registers a tool owned by `tenant`: only that tenant sees it, and it shadows
+    /// a global tool with the same id for that tenant.
+    pub fn register_for(
+        &self,
+        tenant: &TenantId,
+        manifest: ToolManifest,
+    ) -> SoulResult<Arc<CompiledTool>> {
+        self.register_in(&ToolOwner::tenant(tenant.clone()), manifest)
+    }
+
+    /// Registers a tool for `owner`.
+    pub fn register_in(
+        &self,
+        owner: &ToolOwner,
+        manifest: ToolManifest,
+    ) -> SoulResult<Arc<CompiledTool>> {
+        let compiled = Arc::new(compile(manifest)?);
+        self.register_compiled(owner, compiled.clone())?;
+        Ok(compiled)
+    }
+
+    /// Registers an already compiled tool for `owner` (state `registered`).
+    pub fn register_compiled(&self, owner: &ToolOwner, tool: Arc<CompiledTool>) -> SoulResult<()> {
+        let tenant = owner.tenant_id();
+        self.write(|snap, events| {
+            let id = tool.manifest.id.clone();
+            if snap.table(tenant).is_some_and(|t| t.contains(&id)) {
+                return Err(conflict(
+                    format!("tool {id} is already registered; use update for a new version"),
+                    &id,
+                ));
+            }
+            events.push(RegistryEvent::Registered {
+                tenant: tenant.cloned(),
+                id: id.clone(),
+                version: tool.manifest.version.clone(),
+            });
+            snap.table_mut(tenant)
+                .put(Entry::new(Arc::new(id), tool, ToolState::Registered));
+            Ok(())
+        })
+    }
+
+    /// Replaces a registered tool with a new version, keeping its state.
+    ///
+    /// The new manifest is validated like a registration, then
+    /// [`check_upgrade`] runs against the registered version: a violation is
+    /// `REGISTRY.CONFLICT` with field `problems`. `TOOL.NOT_FOUND` if `owner` has
+    /// no such tool.
+    pub fn update(
+        &self,
+        owner: &ToolOwner,
+        manifest: ToolManifest,
+    ) -> SoulResult<Arc<CompiledTool>> {
+        let compiled = Arc::new(compile(manifest)?);
+        let tenant = owner.tenant_id();
+        let tool = compiled.clone();
+        self.write(|snap, events| {
+            let id = tool.manifest.id.clone();
+            let Some(prev) = snap.table(tenant).and_then(|t| t.get(&id)).cloned() else {
+                return Err(not_found(&id));
+            };
+            let problems = check_upgrade(&prev.tool.manifest, &tool.manifest);
+            if !problems.is_empty() {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                return Err(problems_error(
+                    ErrorCode::RegistryConflict,
+                    format!("tool {id} cannot be updated: {}", list.join("; ")),
+                    &problems,
+                )
+                .with_field("tool_id", id.as_str()));
+            }
+            events.push(RegistryEvent::Updated {
+                tenant: tenant.cloned(),
+                id,
+                from: prev.tool.manifest.version.clone(),
+                to: tool.manifest.version.clone(),
+            });
+            snap.table_mut(tenant).put(prev.with_tool(tool));
+            Ok(())
+        })?;
+        Ok(compiled)
+    }
+
+    /// Loads a batch of manifests for `owner` in one snapshot, e.g. from a skills
+    /// directory.
+    ///
+    /// A manifest that fails validation (or, with [`UpgradePolicy::Enforce`], the
+    /// upgrade rules) is reported in [`LoadReport::failed`] and skipped; the rest
+    /// apply. An id defined more than once in the batch: the later definition
+    /// wins and a warning is logged. An id already registered with the same
+    /// digest is left alone; with a different digest it is replaced (state kept).
+    pub fn load(
+        &self,
+        owner: &ToolOwner,
+        manifests: Vec<ToolManifest>,
+        options: LoadOptions,
+    ) -> LoadReport {
+        let mut report = LoadReport::default();
+        let mut latest: BTreeMap<ToolId, (usize, Arc<CompiledTool>)> = BTreeMap::new();
+        for (index, m) in manifests.into_iter().enumerate() {
+            let id = m.id.clone();
+            match compile(m) {
+                Ok(c) => {
+                    if let Some((earlier, _)) = latest.insert(id.clone(), (index, Arc::new(c))) {
+                        tracing::warn!(
+                            tool_id = %id,
+                            earlier,
+                            later = index,
+                            "tool defined more than once in one load; the later definition wins"
+                        );
+                        report.duplicates.push(id);
+                    }
+                }
+                Err(e) => report.failed.push(LoadFailure {
+                    index,
+                    id: Some(id),
+                    error: e.into(),
+                }),
+            }
+        }
+        let mut ordered: Vec<(usize, Arc<CompiledTool>)> = latest.into_values().collect();
+        ordered.sort_by_key(|(i, _)| *i);
+
+        let tenant = owner.tenant_id();
+        let applied = self.write(|snap, events| {
+            let mut done = LoadReport::default();
+            for (index, tool) in ordered {
+                let id = tool.manifest.id.clone();
+                let prev = snap.table(tenant).and_then(|t| t.get(&id)).cloned();
+                match prev {
+                    Some(prev) if prev.tool.digest == tool.digest => done.unchanged.push(id),
+                    Some(prev) => {
+                        if options.upgrade == UpgradePolicy::Enforce {
+                            let problems = check_upgrade(&prev.tool.manifest, &tool.manifest);
+                            if !problems.is_empty() {
+                                let list: Vec<String> =
+                                    problems.iter().map(ToString::to_string).collect();
+                                done.failed.push(LoadFailure {
+                                    index,
+                                    id: Some(id.clone()),
+                                    error: problems_error(
+                                        ErrorCode::RegistryConflict,
+                                        format!("tool {id} cannot be updated: {}", list.join("; ")),
+                                        &problems,
+                                    )
+                                    .with_field("tool_id", id.as_str()),
+                                });
+                                continue;
+                            }
+                        } else {
+                            tracing::warn!(
+                                tool_id = %id,
+                                from = %prev.tool.manifest.version,
+                                to = %tool.manifest.version,
+                                "tool redefined; the later definition wins"
+                            );
+                        }
+                        events.push(RegistryEvent::Updated {
+                            tenant: tenant.cloned(),
+                            id: id.clone(),
+                            from: prev.tool.manifest.version.clone(),
+                            to: tool.manifest.version.clone(),
+                        });
+                        snap.table_mut(tenant).put(prev.with_tool(tool));
+                        done.updated.push(id);
+                    }
+                    None => {
+                        let state = if options.enable_new {
+                            ToolState::Enabled
+                        } else {
+                            ToolState::Registered
+                        };
+                        events.push(RegistryEvent::Registered {
+                            tenant: tenant.cloned(),
+                            id: id.clone(),
+                            version: tool.manifest.version.clone(),
+                        });
+                        if options.enable_new {
+                            events.push(RegistryEvent::StateChanged {
+                                tenant: tenant.cloned(),
+                                id: id.clone(),
+                                from: ToolState::Registered,
+                                to: ToolState::Enabled,
+                            });
+                        }
+                        snap.table_mut(tenant)
+                            .put(Entry::new(Arc::new(id.clone()), tool, state));
+                        done.registered.push(id);
+                    }
+                }
+            }
+            Ok(done)
+        });
+        // The closure never fails.
+        if let Ok(done) = applied {
+            report.registered = done.registered;
+            report.updated = done.updated;
+            report.unchanged = done.unchanged;
+            report.failed.extend(done.failed);
+            report.failed.sort_by_key(|f| f.index);
+        }
+        report
+    }
+
+    /// Removes a tool of `owner`. `TOOL.NOT_FOUND` if there is none.
+    ///
+    /// A tenant's overrides and allow-list entries for the id are kept: they are
+    /// the tenant's policy about that id and apply again if it is re-registered.
+    pub fn unregister(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        let tenant = owner.tenant_id();
+        self.write(|snap, events| {
+            if !snap.table(tenant).is_some_and(|t| t.contains(id)) {
+                return Err(not_found(id));
+            }
+            if let Some(old) = snap.table_mut(tenant).remove(id) {
+                events.push(RegistryEvent::Unregistered {
+                    tenant: tenant.cloned(),
+                    id: id.clone(),
+                    version: old.tool.manifest.version.clone(),
+                });
+            }
+            if let Some(t) = tenant {
+                snap.prune_tenant(t);
+            }
+            Ok(())
+        })
+    }
+
+    fn transition(&self, owner: &ToolOwner, id: &ToolId, to: ToolState) -> SoulResult<()> {
+        let tenant = owner.tenant_id();
+        self.write(|snap, events| {
+            let Some(entry) = snap.table(tenant).and_then(|t| t.get(id)).cloned() else {
+                return Err(not_found(id));
+            };
+            let from = entry.state;
+            if from == to {
+                return Ok(());
+            }
+            if !from.can_transition_to(to) {
+                return Err(illegal(id, from, to));
+            }
+            events.push(RegistryEvent::StateChanged {
+                tenant: tenant.cloned(),
+                id: id.clone(),
+                from,
+                to,
+            });
+            snap.table_mut(tenant).put(entry.with_state(to));
+            Ok(())
+        })
+    }
+
+    /// `registered|paused → enabled`. `REGISTRY.CONFLICT` from `deprecated`.
+    pub fn enable(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.transition(owner, id, ToolState::Enabled)
+    }
+
+    /// `enabled → paused`. `REGISTRY.CONFLICT` from `registered` or `deprecated`.
+    pub fn pause(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.transition(owner, id, ToolState::Paused)
+    }
+
+    /// Alias of [`Registry::pause`].
+    pub fn disable(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.pause(owner, id)
+    }
+
+    /// `registered|enabled|paused → deprecated` (one way).
+    pub fn deprecate(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.transition(owner, id, ToolState::Deprecated)
+    }
+
+    /// Sets (or with `None` clears) `tenant`'s override of a *global* tool's state.
+    ///
+    /// `TOOL.NOT_FOUND` if there is no such global tool, or the tenant cannot see
+    /// it (its allow-list excludes it, or its own tool shadows it);
+    /// `REGISTRY.CONFLICT` for the reserved global tenant. Emits
+    /// `OverrideChanged` when the override changed, and `StateChanged` for the
+    /// tenant if its effective state changed.
+    pub fn set_tenant_override(
+        &self,
+        tenant: &TenantId,
+        id: &ToolId,
+        ov: Option<TenantOverride>,
+    ) -> SoulResult<()> {
+        if *tenant == TenantId::global() {
+            return Err(conflict(
+                "the global tenant has no overrides; change the tool's own state".into(),
+                id,
+            ));
+        }
+        self.write(|snap, events| {
+            let Some(global) = snap.global.get(id).cloned() else {
+                return Err(not_found(id));
+            };
+            if let Some(d) = snap.tenants.get(tenant)
+                && (!d.allows(id) || d.table.contains(id))
+            {
+                return Err(not_found(id));
+            }
+            let data = snap.tenant_mut(tenant);
+            let before = effective_state(global.state, data.overrides.get(id).copied());
+            let changed = match ov {
+                Some(o) => data.overrides.insert(id.clone(), o) != Some(o),
+                None => data.overrides.remove(id).is_some(),
+            };
+            let after = effective_state(global.state, ov);
+            if changed {
+                events.push(RegistryEvent::OverrideChanged {
+                    tenant: tenant.clone(),
+                    id: id.clone(),
+                    value: ov,
+                });
+            }
+            if before != after {
+                events.push(RegistryEvent::StateChanged {
+                    tenant: Some(tenant.clone()),
+                    id: id.clone(),
+                    from: before,
+                    to: after,
+                });
+            }
+            snap.prune_tenant(tenant);
+            Ok(())
+        })
+    }
+
+    /// Restricts the global tools `tenant` sees to `allow` (`None`: all of them).
+    /// The tenant's own tools are not affected.
+    pub fn set_allow_list(
+        &self,
+        tenant: &TenantId,
+        allow: Option<BTreeSet<ToolId>>,
+    ) -> SoulResult<()> {
+        if *tenant == TenantId::global() {
+            return Err(SoulError::new(
+                ErrorCode::RegistryConflict,
+                "the global tenant has no allow-list",
+            ));
+        }
+        self.write(|snap, events| {
+            let data = snap.tenant_mut(tenant);
+            let new = allow.map(|a| a.into_iter().collect::<imbl::HashSet<ToolId>>());
+            if data.allow != new {
+                data.allow = new;
+                events.push(RegistryEvent::AllowListChanged {
+                    tenant: tenant.clone(),
+                });
+            }
+            snap.prune_tenant(tenant);
+            Ok(())
+        })
+    }
+
+    /// See [`RegistryView::get`].
+    pub fn get(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
+        self.view().get(tenant, id)
+    }
+
+    /// See [`RegistryView::resolve`].
+    pub fn resolve(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
+        self.view().resolve(tenant, id)
+    }
+
+    /// See [`RegistryView::list`].
+    pub fn list(&self, tenant: &TenantId, filter: &ToolFilter) -> Vec<ResolvedTool> {
+        self.view().list(tenant, filter)
+    }
+
+    /// See [`RegistryView::list_enabled`].
+    pub fn list_enabled(&self, tenant: &TenantId) -> Vec<ResolvedTool> {
+        self.view().list_enabled(tenant)
+    }
+
+    /// See [`RegistryView::list_owned`].
+    pub fn list_owned(&self, owner: &ToolOwner, filter: &ToolFilter) -> Vec<ResolvedTool> {
+        self.view().list_owned(owner, filter)
+    }
+
+    /// See [`RegistryView::available_specs`].
+    pub fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec> {
+        self.view().available_specs(tenant)
+    }
+}
+
+/// An immutable snapshot of the registry: every read answers from the same instant.
+#[derive(Clone)]
+pub struct RegistryView {
+    snap: Arc<Snapshot>,
+}
+
+impl std::fmt::Debug for RegistryView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryView")
+            .field("version", &self.snap.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryView {
+    /// The snapshot counter of this view.
+    pub fn version(&self) -> u64 {
+        self.snap.version
+    }
+
+    /// The tool `id` as `tenant` sees it, in whatever state.
+    ///
+    /// The tenant's own tool wins; otherwise the global one, if its allow-list
+    /// lets it through, with the effective state. Anything else is
+    /// `TOOL.NOT_FOUND` — including other tenants' tools.
+    pub fn get(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
+        let data = self.snap.tenants.get(tenant);
+        if let Some(e) = data.and_then(|d| d.table.get(id)) {
+            return Ok(ResolvedTool {
+                tool: e.tool.clone(),
+                state: e.state,
+                owner: ToolOwner::Tenant(tenant.clone()),
+            });
+        }
+        let Some(e) = self.snap.global.get(id) else {
+            return Err(not_found(id));
+        };
+        let state = match data {
+            Some(d) if !d.allows(id) => return Err(not_found(id)),
+            Some(d) => effective_state(e.state, d.overrides.get(id).copied()),
+            None => e.state,
+        };
+        Ok(ResolvedTool {
+            tool: e.tool.clone(),
+            state,
+            owner: ToolOwner::Global,
+        })
+    }
+
+    /// Like [`RegistryView::get`], but the tool must be enabled for `tenant`:
+    /// `TOOL.DISABLED` (with field `state`) if it is visible but registered,
+    /// paused or deprecated.
+    pub fn resolve(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
+        let r = self.get(tenant, id)?;
+        if r.state != ToolState::Enabled {
+            return Err(SoulError::new(
+                ErrorCode::ToolDisabled,
+                format!("tool {id} is {}", r.state),
+            )
+            .with_field("tool_id", id.as_str())
+            .with_field("state", r.state.as_str()));
+        }
+        Ok(r)
+    }
+
+    /// Tools visible to `tenant` that match `filter`, in id order.
+    pub fn list(&self, tenant: &TenantId, filter: &ToolFilter) -> Vec<ResolvedTool> {
+        let c = criteria(filter);
+        let data = self.snap.tenants.get(tenant);
+        // (entry, effective state, owned by the tenant)
+        let mut found: Vec<(&Arc<Entry>, ToolState, bool)> = Vec::new();
+
+        // The tenant's own tools: their state is their own.
+        if filter.owner != Some(OwnerFilter::Global)
+            && let Some(d) = data
+        {
+            found.extend(
+                d.table
+                    .scan(&c, filter.state)
+                    .into_iter()
+                    .map(|e| (e, e.state, true)),
+            );
+        }
+
+        // Global tools: minus shadowed, minus not allowed, with effective state.
+        if filter.owner != Some(OwnerFilter::Tenant) {
+            let global = &self.snap.global;
+            let admit = |e: &Arc<Entry>| -> Option<(ToolState, bool)> {
+                if let Some(d) = data
+                    && (!d.allows(&e.key) || d.table.contains(&e.key))
+                {
+                    return None;
+                }
+                let state = effective_state(
+                    e.state,
+                    data.and_then(|d| d.overrides.get(&*e.key).copied()),
+                );
+                filter
+                    .state
+                    .is_none_or(|s| s == state)
+                    .then_some((state, false))
+            };
+            let overrides = data.map(|d| &d.overrides).filter(|o| !o.is_empty());
+            match (filter.state, overrides) {
+                (Some(s), Some(ov)) => {
+                    // Overrides move tools in and out of `s`: walk the global set
+                    // for `s` minus overridden ids, then the (few) overridden ids.
+                    for e in global.scan(&c, Some(s)) {
+                        if !ov.contains_key(&*e.key)
+                            && let Some((st, own)) = admit(e)
+                        {
+                            found.push((e, st, own));
+                        }
+                    }
+                    for id in ov.keys() {
+                        if let Some(e) = global.get(id)
+                            && c.matches(&e.tool)
+                            && let Some((st, own)) = admit(e)
+                        {
+                            found.push((e, st, own));
+                        }
+                    }
+                }
+                (state, _) => {
+                    for e in global.scan(&c, state) {
+                        if let Some((st, own)) = admit(e) {
+                            found.push((e, st, own));
+                        }
+                    }
+                }
+            }
+        }
+        found.sort_unstable_by(|a, b| a.0.key.as_str().cmp(b.0.key.as_str()));
+        found
+            .into_iter()
+            .map(|(e, state, own)| ResolvedTool {
+                tool: e.tool.clone(),
+                state,
+                owner: if own {
+                    ToolOwner::Tenant(tenant.clone())
+                } else {
+                    ToolOwner::Global
+                },
+            })
+            .collect()
+    }
+
+    /// Tools enabled for `tenant`, in id order.
+    pub fn list_enabled(&self, tenant: &TenantId) -> Vec<ResolvedTool> {
+        self.list(tenant, &ToolFilter::enabled())
+    }
+
+    /// The tools `owner` registered, with their own state (no overrides, no
+    /// allow-list): an operator's view of one scope. `filter.owner` is ignored.
+    pub fn list_owned(&self, owner: &ToolOwner, filter: &ToolFilter) -> Vec<ResolvedTool> {
+        let Some(table) = self.snap.table(owner.tenant_id()) else {
+            return Vec::new();
+        };
+        let mut found = table.scan(&criteria(filter), filter.state);
+        found.sort_unstable_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        found
+            .into_iter()
+            .map(|e| ResolvedTool {
+                tool: e.tool.clone(),
+                state: e.state,
+                owner: owner.clone(),
+            })
+            .collect()
+    }
+
+    /// The tenant's AvailableSpec view: every tool visible to it and enabled for
+    /// it, in id order. Disabled tools vanish from it with the snapshot that
+    /// disables them.
+    pub fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec> {
+        self.list_enabled(tenant)
+            .into_iter()
+            .map(|r| AvailableSpec {
+                tool: r.tool,
+                owner: r.owner,
+            })
+            .collect()
+    }
+
+    /// `tenant`'s override for global tool `id`, if any.
+    pub fn tenant_override(&self, tenant: &TenantId, id: &ToolId) -> Option<TenantOverride> {
+        self.snap.tenants.get(tenant)?.overrides.get(id).copied()
+    }
+
+    /// `tenant`'s allow-list of global tools, if it has one (in id order).
+    pub fn allow_list(&self, tenant: &TenantId) -> Option<Vec<ToolId>> {
+        let allow = self.snap.tenants.get(tenant)?.allow.as_ref()?;
+        let mut ids: Vec<ToolId> = allow.iter().cloned().collect();
+        ids.sort();
+        Some(ids)
+    }
+}
+
+/// The static criteria of a filter, normalized (tag and keyword lower-cased).
+fn criteria(filter: &ToolFilter) -> Criteria {
+    Criteria {
+        group: filter.group.clone(),
+        tag: filter.tag.as_ref().map(|t| t.to_lowercase()),
+        safety: filter.safety_class,
+        side_effect: filter.side_effect,
+        capability: filter.capability,
+        keyword: filter.keyword.as_ref().map(|k| k.to_lowercase()),
+    }
+}

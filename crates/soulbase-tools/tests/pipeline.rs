@@ -1,0 +1,744 @@
+//! The governed invocation pipeline, end to end with the in-process seams.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use soulbase_auth::{ConsentGrant, HmacConsent, StaticPolicy};
+use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule, QuotaLimit};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::{EndStatus, EvidenceEvent, MemorySink};
+use soulbase_qos::LocalQuota;
+use soulbase_sandbox::{BuiltinExecutor, DeclaredProfiles, LocalSandbox, handler_fn};
+use soulbase_tools::discovery::NameMap;
+use soulbase_tools::pipeline::{
+    CallStatus, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall, ToolCallRouter,
+};
+use soulbase_tools::registry::ToolOwner;
+use soulbase_tools::{Registry, ToolManifest};
+use soulbase_types::{ActorId, CallId, Rate, Subject, TenantId, ToolId, UnixMillis};
+
+const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+fn manifest(id: &str, extra: Value) -> ToolManifest {
+    let mut m = json!({
+        "id": id,
+        "version": "1.0.0",
+        "description": format!("test tool {id}"),
+        "input_schema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["text"]
+        },
+        "output_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+        "side_effect": "none"
+    });
+    if let (Value::Object(base), Value::Object(extra)) = (&mut m, extra) {
+        base.extend(extra);
+    }
+    ToolManifest::from_json_str(&m.to_string()).unwrap()
+}
+
+struct Harness {
+    invoker: Invoker,
+    registry: Registry,
+    sink: MemorySink,
+    consent: Arc<HmacConsent>,
+    executions: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+fn acme() -> Subject {
+    Subject::new(
+        TenantId::new("acme").unwrap(),
+        ActorId::new("alice").unwrap(),
+    )
+}
+
+fn id(s: &str) -> ToolId {
+    ToolId::new(s).unwrap()
+}
+
+fn harness() -> Harness {
+    let registry = Registry::new();
+    let global = ToolOwner::Global;
+    let tools = [
+        manifest("demo.echo.say", json!({})),
+        manifest("demo.calc.add", json!({"idempotency": "keyed"})),
+        manifest(
+            "demo.danger.delete",
+            json!({
+                "side_effect": "write",
+                "safety_class": "high",
+                "consent": {"required": true},
+                "capabilities": [{"kind": "fs", "paths": ["/data"], "access": ["write"]}]
+            }),
+        ),
+        manifest("demo.fail.error", json!({})),
+        manifest("demo.fail.panic", json!({})),
+        manifest("demo.slow.sleep", json!({"limits": {"timeout_ms": 50}})),
+        manifest("demo.bad.output", json!({})),
+        manifest("demo.quota.tick", json!({})),
+        manifest("demo.serial.one", json!({"concurrency": "serial"})),
+        manifest("demo.big.output", json!({"limits": {"max_bytes_out": 64}})),
+        manifest(
+            "demo.secret.get",
+            json!({
+                "output_schema": {"type": "object"},
+                "obligations": [{"kind": "redact", "pointer": "/ssn"}]
+            }),
+        ),
+        manifest("demo.denied.tool", json!({})),
+        manifest("demo.state.paused", json!({})),
+        manifest("demo.state.deprecated", json!({})),
+        manifest("demo.state.registered", json!({})),
+    ];
+    for m in tools {
+        let tid = m.id.clone();
+        registry.register(m).unwrap();
+        if tid.as_str() != "demo.state.registered" {
+            registry.enable(&global, &tid).unwrap();
+        }
+    }
+    registry.pause(&global, &id("demo.state.paused")).unwrap();
+    registry
+        .deprecate(&global, &id("demo.state.deprecated"))
+        .unwrap();
+    let other = TenantId::new("other").unwrap();
+    registry
+        .register_for(&other, manifest("other.priv.tool", json!({})))
+        .unwrap();
+    registry
+        .enable(&ToolOwner::tenant(other.clone()), &id("other.priv.tool"))
+        .unwrap();
+
+    let executions = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let max_in_flight = Arc::new(AtomicUsize::new(0));
+    let builtin = BuiltinExecutor::new();
+    builtin.register(
+        "demo.echo.say",
+        handler_fn(|args| async move { Ok(json!({"text": args["text"]})) }),
+    );
+    let ex = executions.clone();
+    builtin.register(
+        "demo.calc.add",
+        handler_fn(move |args| {
+            let ex = ex.clone();
+            async move {
+                ex.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                Ok(json!({"text": format!("{}+{}", args["text"].as_str().unwrap_or(""), args["n"])}))
+            }
+        }),
+    );
+    let ex = executions.clone();
+    builtin.register(
+        "demo.danger.delete",
+        handler_fn(move |_| {
+            let ex = ex.clone();
+            async move {
+                ex.fetch_add(1, Ordering::SeqCst);
+                Ok(json!({"text": "deleted"}))
+            }
+        }),
+    );
+    builtin.register(
+        "demo.fail.error",
+        handler_fn(|_| async {
+            Err(SoulError::new(
+                ErrorCode::ToolExecutionFailed,
+                "disk on fire",
+            ))
+        }),
+    );
+    builtin.register(
+        "demo.fail.panic",
+        handler_fn(|args| async move {
+            if args["text"] == "boom" {
+                panic!("handler exploded");
+            }
+            Ok(json!({}))
+        }),
+    );
+    builtin.register(
+        "demo.slow.sleep",
+        handler_fn(|_| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(json!({}))
+        }),
+    );
+    builtin.register(
+        "demo.bad.output",
+        handler_fn(|_| async { Ok(json!({"text": 5})) }),
+    );
+    builtin.register(
+        "demo.quota.tick",
+        handler_fn(|_| async { Ok(json!({"text": "tick"})) }),
+    );
+    let (inf, max) = (in_flight.clone(), max_in_flight.clone());
+    builtin.register(
+        "demo.serial.one",
+        handler_fn(move |_| {
+            let (inf, max) = (inf.clone(), max.clone());
+            async move {
+                let now = inf.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(now, Ordering::SeqCst);
+                for _ in 0..20 {
+                    tokio::task::yield_now().await;
+                }
+                inf.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!({"text": "done"}))
+            }
+        }),
+    );
+    builtin.register(
+        "demo.big.output",
+        handler_fn(|_| async { Ok(json!({"text": "x".repeat(1000)})) }),
+    );
+    builtin.register(
+        "demo.secret.get",
+        handler_fn(|_| async { Ok(json!({"name": "Ann", "ssn": "123-45-6789"})) }),
+    );
+    for t in [
+        "demo.denied.tool",
+        "demo.state.paused",
+        "demo.state.deprecated",
+        "demo.state.registered",
+        "other.priv.tool",
+    ] {
+        builtin.register(t, handler_fn(|_| async { Ok(json!({})) }));
+    }
+
+    let policy = PolicyConfig {
+        rules: vec![
+            PolicyRule {
+                effect: PolicyEffect::Allow,
+                tenant: "*".into(),
+                actors: vec!["*".into()],
+                tools: vec!["*".into()],
+                actions: vec!["invoke".into()],
+            },
+            PolicyRule {
+                effect: PolicyEffect::Deny,
+                tenant: "*".into(),
+                actors: vec!["*".into()],
+                tools: vec!["demo.denied.tool".into()],
+                actions: vec!["invoke".into()],
+            },
+        ],
+    };
+    let quota = LocalQuota::new(&[QuotaLimit {
+        tenant: "*".into(),
+        tool: "demo.quota.tick".into(),
+        rate: Rate::parse("2/min").unwrap(),
+    }]);
+    let sink = MemorySink::new();
+    let consent = Arc::new(HmacConsent::new(KEY.to_vec()));
+    let invoker = InvokerBuilder::new(
+        Arc::new(registry.clone()),
+        Arc::new(StaticPolicy::new(&policy)),
+        Arc::new(quota),
+        consent.clone(),
+        Arc::new(DeclaredProfiles::new()),
+        Arc::new(LocalSandbox::new(builtin)),
+        Arc::new(sink.clone()),
+        Arc::new(MemoryIdempotency::new()),
+    )
+    .config_hash("cfg-1")
+    .build();
+    Harness {
+        invoker,
+        registry,
+        sink,
+        consent,
+        executions,
+        max_in_flight,
+    }
+}
+
+impl Harness {
+    fn call(&self, tool: &str, args: Value) -> ToolCall {
+        ToolCall::new(acme(), id(tool), args)
+    }
+
+    /// (begins, ends, denials) recorded for a call.
+    fn evidence(&self, call_id: &CallId) -> (Vec<EvidenceEvent>, Vec<EvidenceEvent>, usize) {
+        let mut begins = Vec::new();
+        let mut ends = Vec::new();
+        let mut denials = 0;
+        for r in self.sink.records() {
+            match &r.payload {
+                EvidenceEvent::Begin(b) if &b.call_id == call_id => begins.push(r.payload.clone()),
+                EvidenceEvent::End(e) if &e.call_id == call_id => ends.push(r.payload.clone()),
+                EvidenceEvent::Denied(d) if &d.call_id == call_id => denials += 1,
+                _ => {}
+            }
+        }
+        (begins, ends, denials)
+    }
+
+    fn end_status(&self, call_id: &CallId) -> EndStatus {
+        let (begins, ends, denials) = self.evidence(call_id);
+        assert_eq!(
+            (begins.len(), ends.len(), denials),
+            (1, 1, 0),
+            "exactly one Begin and one End"
+        );
+        match &ends[0] {
+            EvidenceEvent::End(e) => e.status,
+            _ => unreachable!(),
+        }
+    }
+
+    fn assert_denied_only(&self, call_id: &CallId) {
+        let (begins, ends, denials) = self.evidence(call_id);
+        assert_eq!(
+            (begins.len(), ends.len(), denials),
+            (0, 0, 1),
+            "refused calls leave only a denial"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ok_call_returns_output_with_begin_and_end() {
+    let h = harness();
+    let call = h.call("demo.echo.say", json!({"text": "hi"}));
+    let cid = call.call_id.clone();
+    let r = h.invoker.invoke(call).await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert_eq!(r.output, Some(json!({"text": "hi"})));
+    assert_eq!(h.end_status(&cid), EndStatus::Ok);
+    let (begins, _, _) = h.evidence(&cid);
+    let EvidenceEvent::Begin(b) = &begins[0] else {
+        unreachable!()
+    };
+    assert_eq!(Some(&b.call_id), Some(&cid));
+    assert_eq!(b.config_hash, "cfg-1");
+    assert!(b.args_digest.starts_with("sha256:"));
+    assert!(r.evidence_ref.is_some());
+    let raw = serde_json::to_string(&h.sink.records()).unwrap();
+    assert!(
+        !raw.contains("\"hi\""),
+        "evidence never holds raw arguments or outputs"
+    );
+}
+
+/// Table-driven: every refusal path maps to its stable code and leaves only a denial.
+#[tokio::test]
+async fn every_refusal_maps_to_its_code_without_begin_or_end() {
+    let h = harness();
+    let other = Subject::new(
+        TenantId::new("acme").unwrap(),
+        ActorId::new("alice").unwrap(),
+    );
+    let cases: Vec<(&str, ToolCall, ErrorCode, CallStatus)> = vec![
+        (
+            "unknown tool",
+            h.call("demo.nope.none", json!({"text": "x"})),
+            ErrorCode::ToolNotFound,
+            CallStatus::Error,
+        ),
+        (
+            "another tenant's tool",
+            ToolCall::new(other, id("other.priv.tool"), json!({"text": "x"})),
+            ErrorCode::ToolNotFound,
+            CallStatus::Error,
+        ),
+        (
+            "paused",
+            h.call("demo.state.paused", json!({"text": "x"})),
+            ErrorCode::ToolDisabled,
+            CallStatus::Denied,
+        ),
+        (
+            "deprecated",
+            h.call("demo.state.deprecated", json!({"text": "x"})),
+            ErrorCode::ToolDisabled,
+            CallStatus::Denied,
+        ),
+        (
+            "never enabled",
+            h.call("demo.state.registered", json!({"text": "x"})),
+            ErrorCode::ToolDisabled,
+            CallStatus::Denied,
+        ),
+        (
+            "bad arguments",
+            h.call("demo.echo.say", json!({"text": 7})),
+            ErrorCode::SchemaValidationFailed,
+            CallStatus::Error,
+        ),
+        (
+            "policy deny",
+            h.call("demo.denied.tool", json!({"text": "x"})),
+            ErrorCode::PolicyDenyTool,
+            CallStatus::Denied,
+        ),
+        (
+            "missing consent",
+            h.call("demo.danger.delete", json!({"text": "x"})),
+            ErrorCode::ConsentRequired,
+            CallStatus::Denied,
+        ),
+        (
+            "keyed without key",
+            h.call("demo.calc.add", json!({"text": "x"})),
+            ErrorCode::SchemaValidationFailed,
+            CallStatus::Error,
+        ),
+    ];
+    for (name, call, code, status) in cases {
+        let cid = call.call_id.clone();
+        let r = h.invoker.invoke(call).await;
+        assert_eq!(r.error_code, Some(code), "{name}: {r:?}");
+        assert_eq!(r.status, status, "{name}");
+        assert!(r.evidence_ref.is_none(), "{name}");
+        h.assert_denied_only(&cid);
+    }
+    assert_eq!(h.executions.load(Ordering::SeqCst), 0, "nothing executed");
+}
+
+#[tokio::test]
+async fn bad_arguments_name_the_json_pointer() {
+    let h = harness();
+    let r = h
+        .invoker
+        .invoke(h.call("demo.echo.say", json!({"text": "x", "n": "seven"})))
+        .await;
+    let e = r.error.unwrap();
+    assert_eq!(e.code, ErrorCode::SchemaValidationFailed);
+    assert_eq!(e.fields.get("pointer").map(String::as_str), Some("/n"));
+    let r = h
+        .invoker
+        .invoke(h.call("demo.calc.add", json!({"text": "x"})))
+        .await;
+    assert_eq!(
+        r.error.unwrap().fields.get("field").map(String::as_str),
+        Some("idempotency_key")
+    );
+}
+
+#[tokio::test]
+async fn another_tenants_tool_is_invisible_not_forbidden() {
+    let h = harness();
+    let r = h
+        .invoker
+        .invoke(h.call("other.priv.tool", json!({"text": "x"})))
+        .await;
+    assert_eq!(r.error_code, Some(ErrorCode::ToolNotFound));
+    let owner = Subject::new(
+        TenantId::new("other").unwrap(),
+        ActorId::new("bob").unwrap(),
+    );
+    let r = h
+        .invoker
+        .invoke(ToolCall::new(
+            owner,
+            id("other.priv.tool"),
+            json!({"text": "x"}),
+        ))
+        .await;
+    assert_eq!(r.status, CallStatus::Ok, "the owner can call it: {r:?}");
+}
+
+#[tokio::test]
+async fn valid_consent_passes_and_wrong_consent_is_refused() {
+    let h = harness();
+    let grant = |tool: &str, actor: &str, expires: i64| ConsentGrant {
+        tenant: TenantId::new("acme").unwrap(),
+        actor: ActorId::new(actor).unwrap(),
+        tool: Some(id(tool)),
+        scope: None,
+        args_digest: None,
+        expires_at: UnixMillis(expires),
+    };
+    let later = UnixMillis::now().0 + 60_000;
+    let good = h
+        .consent
+        .issue(&grant("demo.danger.delete", "alice", later));
+    let r = h
+        .invoker
+        .invoke(
+            h.call("demo.danger.delete", json!({"text": "x"}))
+                .with_consent(good),
+        )
+        .await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    for bad in [
+        h.consent.issue(&grant("demo.danger.delete", "alice", 1)),
+        h.consent.issue(&grant("demo.echo.say", "alice", later)),
+        h.consent
+            .issue(&grant("demo.danger.delete", "mallory", later)),
+    ] {
+        let r = h
+            .invoker
+            .invoke(
+                h.call("demo.danger.delete", json!({"text": "x"}))
+                    .with_consent(bad),
+            )
+            .await;
+        assert_eq!(r.error_code, Some(ErrorCode::ConsentRequired));
+    }
+    assert_eq!(h.executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn quota_exhausted_is_rate_limited_with_a_hint() {
+    let h = harness();
+    for _ in 0..2 {
+        assert!(
+            h.invoker
+                .invoke(h.call("demo.quota.tick", json!({"text": "x"})))
+                .await
+                .is_ok()
+        );
+    }
+    let call = h.call("demo.quota.tick", json!({"text": "x"}));
+    let cid = call.call_id.clone();
+    let r = h.invoker.invoke(call).await;
+    assert_eq!(r.error_code, Some(ErrorCode::QuotaRateLimited));
+    assert!(r.error.unwrap().retry_after_ms.unwrap() > 0);
+    h.assert_denied_only(&cid);
+}
+
+#[tokio::test]
+async fn handler_error_panic_timeout_and_bad_output_all_get_an_end() {
+    let h = harness();
+    let cases = [
+        (
+            "demo.fail.error",
+            json!({"text": "x"}),
+            ErrorCode::ToolExecutionFailed,
+            EndStatus::Error,
+        ),
+        (
+            "demo.fail.panic",
+            json!({"text": "boom"}),
+            ErrorCode::ToolExecutionFailed,
+            EndStatus::Error,
+        ),
+        (
+            "demo.slow.sleep",
+            json!({"text": "x"}),
+            ErrorCode::ProviderTimeout,
+            EndStatus::Timeout,
+        ),
+        (
+            "demo.bad.output",
+            json!({"text": "x"}),
+            ErrorCode::ToolExecutionFailed,
+            EndStatus::Error,
+        ),
+        (
+            "demo.big.output",
+            json!({"text": "x"}),
+            ErrorCode::ToolExecutionFailed,
+            EndStatus::Error,
+        ),
+    ];
+    for (tool, args, code, end) in cases {
+        let call = h.call(tool, args);
+        let cid = call.call_id.clone();
+        let r = h.invoker.invoke(call).await;
+        assert_eq!(r.status, CallStatus::Error, "{tool}");
+        assert_eq!(r.error_code, Some(code), "{tool}: {r:?}");
+        assert!(
+            r.output.is_none(),
+            "{tool}: raw output never reaches the caller"
+        );
+        assert!(r.evidence_ref.is_some(), "{tool}");
+        assert_eq!(h.end_status(&cid), end, "{tool}");
+    }
+    let r = h
+        .invoker
+        .invoke(h.call("demo.bad.output", json!({"text": "x"})))
+        .await;
+    assert_eq!(
+        r.error.unwrap().fields.get("pointer").map(String::as_str),
+        Some("/text")
+    );
+    let r = h
+        .invoker
+        .invoke(h.call("demo.fail.panic", json!({"text": "boom"})))
+        .await;
+    assert!(
+        !r.error.unwrap().message.contains("exploded"),
+        "panic text stays in the audit view"
+    );
+}
+
+#[tokio::test]
+async fn idempotent_replay_conflict_and_concurrent_duplicates() {
+    let h = harness();
+    let first = h
+        .invoker
+        .invoke(
+            h.call("demo.calc.add", json!({"text": "a", "n": 1}))
+                .with_idempotency_key("k1"),
+        )
+        .await;
+    assert!(first.is_ok(), "{first:?}");
+    assert!(!first.replayed);
+    let again = h
+        .invoker
+        .invoke(
+            h.call("demo.calc.add", json!({"n": 1, "text": "a"}))
+                .with_idempotency_key("k1"),
+        )
+        .await;
+    assert!(again.replayed);
+    assert_eq!(again.output, first.output);
+    assert_eq!(again.evidence_ref, first.evidence_ref);
+    assert_eq!(h.executions.load(Ordering::SeqCst), 1);
+    let conflict = h
+        .invoker
+        .invoke(
+            h.call("demo.calc.add", json!({"text": "b", "n": 1}))
+                .with_idempotency_key("k1"),
+        )
+        .await;
+    assert_eq!(conflict.error_code, Some(ErrorCode::IdempotencyConflict));
+
+    let runs = (0..50).map(|_| {
+        let inv = h.invoker.clone();
+        let call = h
+            .call("demo.calc.add", json!({"text": "c", "n": 2}))
+            .with_idempotency_key("k2");
+        tokio::spawn(async move { inv.invoke(call).await })
+    });
+    let results: Vec<_> = futures_util::future::join_all(runs).await;
+    let outputs: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+    assert!(outputs.iter().all(|r| r.is_ok()), "{outputs:?}");
+    assert_eq!(outputs.iter().filter(|r| !r.replayed).count(), 1);
+    assert_eq!(
+        h.executions.load(Ordering::SeqCst),
+        2,
+        "50 concurrent same-key calls executed once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_tools_run_one_at_a_time() {
+    let h = harness();
+    let runs = (0..16).map(|_| {
+        let inv = h.invoker.clone();
+        let call = h.call("demo.serial.one", json!({"text": "x"}));
+        tokio::spawn(async move { inv.invoke(call).await })
+    });
+    for r in futures_util::future::join_all(runs).await {
+        assert!(r.unwrap().is_ok());
+    }
+    assert_eq!(h.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn obligations_apply_to_the_output() {
+    let h = harness();
+    let r = h
+        .invoker
+        .invoke(h.call("demo.secret.get", json!({"text": "x"})))
+        .await;
+    assert_eq!(r.output, Some(json!({"name": "Ann", "ssn": "[REDACTED]"})));
+}
+
+#[tokio::test]
+async fn a_cancelled_call_still_gets_its_end() {
+    let h = harness();
+    let call = h.call("demo.slow.sleep", json!({"text": "x"}));
+    let cid = call.call_id.clone();
+    let inv = h.invoker.clone();
+    let task = tokio::spawn(async move { inv.invoke(call).await });
+    // Wait until the call has begun, then cancel it.
+    while h.evidence(&cid).0.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    task.abort();
+    let _ = task.await;
+    while h.evidence(&cid).1.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn preflight_reports_without_consuming_or_recording() {
+    let h = harness();
+    let report = h
+        .invoker
+        .preflight(&h.call("demo.quota.tick", json!({"text": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(report.version, "1.0.0");
+    assert!(report.profile_hash.starts_with("sha256:"));
+    assert_eq!(report.budget.limit.as_deref(), Some("2/min"));
+    for _ in 0..3 {
+        assert!(
+            h.invoker
+                .preflight(&h.call("demo.quota.tick", json!({"text": "x"})))
+                .await
+                .is_ok()
+        );
+    }
+    assert!(h.sink.records().is_empty(), "a dry run records nothing");
+    let err = h
+        .invoker
+        .preflight(&h.call("demo.danger.delete", json!({"text": "x"})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ConsentRequired);
+}
+
+#[tokio::test]
+async fn disabling_takes_effect_for_the_next_call() {
+    let h = harness();
+    assert!(
+        h.invoker
+            .invoke(h.call("demo.echo.say", json!({"text": "x"})))
+            .await
+            .is_ok()
+    );
+    h.registry
+        .pause(&ToolOwner::Global, &id("demo.echo.say"))
+        .unwrap();
+    let r = h
+        .invoker
+        .invoke(h.call("demo.echo.say", json!({"text": "x"})))
+        .await;
+    assert_eq!(r.error_code, Some(ErrorCode::ToolDisabled));
+}
+
+#[tokio::test]
+async fn router_answers_every_tool_call_in_order() {
+    let h = harness();
+    let names = NameMap::new([id("demo.echo.say"), id("demo.fail.error")].iter());
+    let router = ToolCallRouter::new(h.invoker.clone(), names.clone());
+    let echo = names.name(&id("demo.echo.say")).unwrap().to_owned();
+    let fail = names.name(&id("demo.fail.error")).unwrap().to_owned();
+    let calls = vec![
+        json!({"id": "call_1", "type": "function", "function": {"name": echo, "arguments": "{\"text\":\"hi\"}"}}),
+        json!({"id": "call_2", "type": "function", "function": {"name": fail, "arguments": "{\"text\":\"x\"}"}}),
+        json!({"id": "call_3", "type": "function", "function": {"name": echo, "arguments": "{not json"}}),
+        json!({"id": "call_4", "type": "function", "function": {"name": "unknown_tool", "arguments": "{}"}}),
+        json!({"type": "function"}),
+    ];
+    let msgs = router.route(&acme(), &calls).await;
+    assert_eq!(msgs.len(), 5);
+    assert!(msgs.iter().all(|m| m.role == "tool"));
+    assert_eq!(msgs[0].tool_call_id, "call_1");
+    assert_eq!(
+        serde_json::from_str::<Value>(&msgs[0].content).unwrap(),
+        json!({"text": "hi"})
+    );
+    let code = |i: usize| {
+        serde_json::from_str::<Value>(&msgs[i].content).unwrap()["error"]["code"].clone()
+    };
+    assert_eq!(code(1), "TOOL.EXECUTION_FAILED");
+    assert_eq!(code(2), "SCHEMA.VALIDATION_FAILED");
+    assert_eq!(code(3), "TOOL.NOT_FOUND");
+    assert_eq!(code(4), "SCHEMA.VALIDATION_FAILED");
+}

@@ -1,0 +1,209 @@
+//! R1 SemVer rules: what a new version may change.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::with;
+use serde_json::json;
+use soulbase_tools::{ToolManifest, check_upgrade};
+
+fn v(version: &str, edit: impl FnOnce(&mut serde_json::Value)) -> ToolManifest {
+    with("w.f.get", |m| {
+        m["version"] = json!(version);
+        edit(m);
+    })
+}
+
+fn same(version: &str) -> ToolManifest {
+    v(version, |_| {})
+}
+
+fn paths(prev: &ToolManifest, next: &ToolManifest) -> Vec<String> {
+    check_upgrade(prev, next)
+        .into_iter()
+        .map(|p| p.path)
+        .collect()
+}
+
+#[test]
+fn version_must_increase() {
+    let prev = same("1.2.0");
+    assert_eq!(paths(&prev, &same("1.2.0")), ["version"]);
+    assert_eq!(paths(&prev, &same("1.1.9")), ["version"]);
+    assert!(paths(&prev, &same("1.2.1")).is_empty());
+    // Build metadata does not count as an increase.
+    assert_eq!(paths(&prev, &same("1.2.0+build.7")), ["version"]);
+}
+
+#[test]
+fn ids_must_match() {
+    let other = with("w.f.other", |m| m["version"] = json!("2.0.0"));
+    assert_eq!(paths(&same("1.0.0"), &other), ["id"]);
+}
+
+#[test]
+fn minor_may_add_an_optional_field() {
+    let next = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["units"] = json!({"type": "string"});
+    });
+    assert!(check_upgrade(&same("1.0.0"), &next).is_empty());
+}
+
+#[test]
+fn minor_may_not_add_a_required_field() {
+    let next = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["units"] = json!({"type": "string"});
+        m["input_schema"]["required"] = json!(["city", "units"]);
+    });
+    let p = check_upgrade(&same("1.0.0"), &next);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].path, "input_schema#/properties/units");
+    assert!(
+        p[0].message.contains("required") && p[0].message.contains("MAJOR"),
+        "{}",
+        p[0].message
+    );
+}
+
+#[test]
+fn minor_may_not_make_an_existing_field_required() {
+    let next = v("1.1.0", |m| {
+        m["input_schema"]["required"] = json!(["city", "days"])
+    });
+    assert_eq!(
+        paths(&same("1.0.0"), &next),
+        ["input_schema#/properties/days"]
+    );
+}
+
+#[test]
+fn minor_may_not_remove_a_field() {
+    let next = v("1.1.0", |m| {
+        m["input_schema"]["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("days");
+    });
+    let p = check_upgrade(&same("1.0.0"), &next);
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].path, "input_schema#/properties/days");
+    assert!(p[0].message.contains("removed"));
+}
+
+#[test]
+fn minor_may_not_change_a_type_but_may_widen_it() {
+    let narrowed = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["days"] = json!({"type": "string"})
+    });
+    assert_eq!(
+        paths(&same("1.0.0"), &narrowed),
+        ["input_schema#/properties/days"]
+    );
+    let widened = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["days"] = json!({"type": ["number", "null"]});
+    });
+    assert!(
+        paths(&same("1.0.0"), &widened).is_empty(),
+        "integer → number|null accepts more"
+    );
+}
+
+#[test]
+fn minor_may_not_close_additional_properties() {
+    let next = v("1.1.0", |m| {
+        m["input_schema"]["additionalProperties"] = json!(false)
+    });
+    assert_eq!(
+        paths(&same("1.0.0"), &next),
+        ["input_schema#/additionalProperties"]
+    );
+}
+
+#[test]
+fn nested_objects_are_compared() {
+    let with_nested = |version: &str, required: serde_json::Value| {
+        v(version, |m| {
+            m["input_schema"]["properties"]["where"] = json!({
+                "type": "object",
+                "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                "required": required
+            });
+        })
+    };
+    let prev = with_nested("1.0.0", json!(["lat"]));
+    let next = with_nested("1.1.0", json!(["lat", "lon"]));
+    assert_eq!(
+        paths(&prev, &next),
+        ["input_schema#/properties/where/properties/lon"]
+    );
+}
+
+#[test]
+fn patch_may_not_change_the_input_schema_at_all() {
+    let next = v("1.0.1", |m| {
+        m["input_schema"]["properties"]["units"] = json!({"type": "string"});
+    });
+    let p = check_upgrade(&same("1.0.0"), &next);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].path, "input_schema");
+    assert!(p[0].message.contains("PATCH"));
+    // A description change is fine in a PATCH.
+    let doc = v("1.0.1", |m| m["description"] = json!("Better words."));
+    assert!(check_upgrade(&same("1.0.0"), &doc).is_empty());
+}
+
+#[test]
+fn major_may_break_anything() {
+    let next = v("2.0.0", |m| {
+        m["input_schema"] =
+            json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+        m["output_schema"] = json!({"type": "string"});
+    });
+    assert!(check_upgrade(&same("1.4.2"), &next).is_empty());
+}
+
+#[test]
+fn output_fields_may_not_disappear_below_major() {
+    let next = v("1.1.0", |m| {
+        m["output_schema"] = json!({"type": "object", "properties": {"temp": {"type": "number"}}});
+    });
+    assert_eq!(
+        paths(&same("1.0.0"), &next),
+        ["output_schema#/properties/forecast"]
+    );
+    let loosened = v("1.1.0", |m| m["output_schema"]["required"] = json!([]));
+    assert_eq!(
+        paths(&same("1.0.0"), &loosened),
+        ["output_schema#/properties/forecast"]
+    );
+    let added = v("1.1.0", |m| {
+        m["output_schema"]["properties"]["temp"] = json!({"type": "number"})
+    });
+    assert!(paths(&same("1.0.0"), &added).is_empty());
+}
+
+#[test]
+fn zero_versions_follow_cargo() {
+    let breaking = |version: &str| {
+        v(version, |m| {
+            m["input_schema"]["required"] = json!(["city", "days"])
+        })
+    };
+    assert!(
+        paths(&same("0.3.1"), &breaking("0.4.0")).is_empty(),
+        "0.y bump is breaking-allowed"
+    );
+    assert_eq!(
+        paths(&same("0.3.1"), &breaking("0.3.2")).len(),
+        1,
+        "0.y.z bump is additive only"
+    );
+    assert!(
+        paths(&same("0.0.1"), &breaking("0.0.2")).is_empty(),
+        "0.0.z is always breaking"
+    );
+    assert!(
+        paths(&same("1.0.0-alpha.1"), &breaking("1.0.0")).is_empty(),
+        "pre-releases promise nothing"
+    );
+}
