@@ -58,15 +58,7 @@ pub struct Invoker {
 
 /// Assembles an [`Invoker`] from its seams.
 pub struct InvokerBuilder {
-    tools: Arc<dyn ToolResolver>,
-    authorizer: Arc<dyn Authorizer>,
-    quota: Arc<dyn QuotaGate>,
-    consent: Arc<dyn ConsentVerifier>,
-    profiles: Arc<dyn ProfileBuilder>,
-    sandbox: Arc<dyn Sandbox>,
-    evidence: Arc<dyn EvidenceSink>,
-    idempotency: Arc<dyn IdempotencyStore>,
-    config_hash: String,
+    seams: Seams,
 }
 
 impl InvokerBuilder {
@@ -83,39 +75,31 @@ impl InvokerBuilder {
         idempotency: Arc<dyn IdempotencyStore>,
     ) -> Self {
         Self {
-            tools,
-            authorizer,
-            quota,
-            consent,
-            profiles,
-            sandbox,
-            evidence,
-            idempotency,
-            config_hash: String::new(),
+            seams: Seams {
+                tools,
+                authorizer,
+                quota,
+                consent,
+                profiles,
+                sandbox,
+                evidence,
+                idempotency,
+                config_hash: ArcSwap::from_pointee(String::new()),
+                limiter: ConcurrencyLimiter::default(),
+            },
         }
     }
 
     /// The hash of the configuration in force, recorded in every Begin.
-    pub fn config_hash(mut self, hash: impl Into<String>) -> Self {
-        self.config_hash = hash.into();
+    pub fn config_hash(self, hash: impl Into<String>) -> Self {
+        self.seams.config_hash.store(Arc::new(hash.into()));
         self
     }
 
     /// Builds the invoker.
     pub fn build(self) -> Invoker {
         Invoker {
-            seams: Arc::new(Seams {
-                tools: self.tools,
-                authorizer: self.authorizer,
-                quota: self.quota,
-                consent: self.consent,
-                profiles: self.profiles,
-                sandbox: self.sandbox,
-                evidence: self.evidence,
-                idempotency: self.idempotency,
-                config_hash: ArcSwap::from_pointee(self.config_hash),
-                limiter: ConcurrencyLimiter::default(),
-            }),
+            seams: Arc::new(self.seams),
         }
     }
 }
