@@ -6,10 +6,12 @@
 //!   for a `sqlite:` URL) to `DATABASE_URL`.
 //! - `test [ARGS…]` — fmt check, clippy `-D warnings`, codegen check, then the whole test
 //!   suite with Postgres and Redis provisioned (see [`services`]).
+//! - `fixtures` — rebuild the sandbox test fixtures (`fixtures/wasm/*.wat` → `.wasm`).
 //! - `bench [ARGS…]` — benchmarks, with the same services provisioned.
 //! - `services -- CMD…` — run any command with the services provisioned.
 
 mod codegen;
+mod fixtures;
 mod migrate;
 mod services;
 
@@ -25,6 +27,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(args[1..].iter().any(|a| a == "--check")),
         Some("migrate") => migrate::run(&args[1..]),
+        Some("fixtures") => fixtures::run(),
         Some("test") => test(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("services") => with_services(&args[1..]),
@@ -49,6 +52,7 @@ fn print_help() {
          codegen [--check]            regenerate gRPC code from proto/ (--check: fail if stale)\n\
          migrate [--database-url URL] apply migrations/ to DATABASE_URL\n\
          test [ARGS...]               fmt, clippy, codegen check, and the test suite with Postgres + Redis\n\
+         fixtures                     rebuild sandbox fixtures (fixtures/wasm/*.wat -> .wasm, SHA256SUMS)\n\
          bench [ARGS...]              benchmarks with Postgres + Redis\n\
          services -- CMD...           run CMD with DATABASE_URL and REDIS_URL provisioned"
     );
