@@ -21,11 +21,19 @@ mod snapshot;
 mod watcher;
 
 pub use layers::{ConfigLoader, Source};
+pub use model::RemoteRoles;
+pub use model::SkillSubscription;
+pub use model::TlsConfig;
+pub use model::{
+    ApiKeyConfig, AuthConfig, BudgetWindow, CedarConfig, JwtAlgorithm, JwtIssuerConfig,
+    JwtKeyConfig, QuotaBudget,
+};
 pub use model::{
     Config, DurabilityMode, EvidenceBackend, EvidenceConfig, FailMode, ObserveConfig, PolicyConfig,
     PolicyEffect, PolicyRule, QuotaBackend, QuotaConfig, QuotaLimit, Role, ServerConfig,
     SkillsConfig,
 };
+pub use model::{SandboxConfig, TenantGrant};
 pub use problem::{ConfigError, ConfigProblem};
 pub use snapshot::{ConfigHandle, ConfigSnapshot, ReloadStatus};
 pub use watcher::{ConfigWatcher, watch};

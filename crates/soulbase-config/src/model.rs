@@ -27,8 +27,12 @@ pub struct Config {
     pub quota: QuotaConfig,
     /// The static authorization policy (deny by default).
     pub policy: PolicyConfig,
+    /// Authentication (API keys, JWT issuers) and the Cedar policy engine.
+    pub auth: AuthConfig,
     /// Tracing and metrics.
     pub observe: ObserveConfig,
+    /// Sandbox profiles (policy ceiling, tenant grants) and executors.
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for Config {
@@ -40,7 +44,9 @@ impl Default for Config {
             evidence: EvidenceConfig::default(),
             quota: QuotaConfig::default(),
             policy: PolicyConfig::default(),
+            auth: AuthConfig::default(),
             observe: ObserveConfig::default(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -73,6 +79,43 @@ pub struct ServerConfig {
     pub http_addr: SocketAddr,
     /// How long in-flight calls may take to finish on shutdown.
     pub shutdown_grace_ms: u64,
+    /// Development only: accept the unauthenticated `x-soulbase-tenant` /
+    /// `x-soulbase-actor` headers as the caller's identity. Never in production.
+    pub dev_insecure: bool,
+    /// TLS for the gRPC and HTTP listeners; plaintext when absent.
+    pub tls: Option<TlsConfig>,
+    /// Browser origins allowed on the MCP endpoint (`Origin` validation); requests
+    /// without an `Origin` header always pass. Empty: any browser origin is refused.
+    pub mcp_allowed_origins: Vec<String>,
+    /// Where roles this process does not serve are reached (gRPC endpoints).
+    pub remote: RemoteRoles,
+    /// The environment variable holding the internal token of the role services
+    /// (auth, qos): served, they require it in `x-soulbase-internal-token`;
+    /// remote clients send it. Unset: no token (network policy / mTLS only).
+    pub internal_token_env: Option<String>,
+}
+
+/// gRPC endpoints (`http://host:port` or `https://…`) of roles served elsewhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteRoles {
+    /// The `auth` role (authorization and consent), when not served here.
+    pub auth: Option<String>,
+    /// The `qos` role (quotas), when not served here.
+    pub qos: Option<String>,
+}
+
+/// Server TLS (rustls): PEM files, re-read at start-up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The certificate chain (PEM).
+    pub cert_file: PathBuf,
+    /// The private key (PEM).
+    pub key_file: PathBuf,
+    /// When set, clients must present a certificate signed by this CA (mTLS).
+    #[serde(default)]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +131,11 @@ impl Default for ServerConfig {
             grpc_addr: SocketAddr::from(([127, 0, 0, 1], 50051)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             shutdown_grace_ms: 10_000,
+            dev_insecure: false,
+            tls: None,
+            mcp_allowed_origins: Vec::new(),
+            remote: RemoteRoles::default(),
+            internal_token_env: None,
         }
     }
 }
@@ -102,6 +150,8 @@ pub struct SkillsConfig {
     pub watch: bool,
     /// Polling interval for the fallback when file events are unavailable.
     pub poll_interval_ms: u64,
+    /// Subscriptions to skills whose exports require one (seed 000 `access`).
+    pub subscriptions: Vec<SkillSubscription>,
 }
 
 impl Default for SkillsConfig {
@@ -110,8 +160,22 @@ impl Default for SkillsConfig {
             dir: PathBuf::from("./skills"),
             watch: true,
             poll_interval_ms: 500,
+            subscriptions: Vec::new(),
         }
     }
+}
+
+/// A subscription of a tenant (or one of its actors) to a skill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillSubscription {
+    /// The subscribing tenant.
+    pub tenant: String,
+    /// The actor, or `*` (the default) for every actor of the tenant.
+    #[serde(default = "star")]
+    pub actor: String,
+    /// The skill subscribed to (its name).
+    pub skill: String,
 }
 
 /// Where evidence is stored.
@@ -211,6 +275,67 @@ pub struct QuotaConfig {
     pub on_backend_failure: FailMode,
     /// The limits.
     pub limits: Vec<QuotaLimit>,
+    /// Budgets over fixed windows (calls, bytes, CPU), per tenant, tool and actor.
+    pub budgets: Vec<QuotaBudget>,
+}
+
+/// The fixed window a budget is counted over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetWindow {
+    /// One second.
+    Sec,
+    /// One minute.
+    Min,
+    /// One hour.
+    Hour,
+    /// One day (UTC).
+    Day,
+}
+
+impl BudgetWindow {
+    /// The window's length in milliseconds.
+    pub fn millis(self) -> u64 {
+        match self {
+            BudgetWindow::Sec => 1_000,
+            BudgetWindow::Min => 60_000,
+            BudgetWindow::Hour => 3_600_000,
+            BudgetWindow::Day => 86_400_000,
+        }
+    }
+}
+
+/// A budget: how much a tenant (or one actor) may use of a tool set per window.
+/// A call is refused with `QUOTA.BUDGET_EXCEEDED` once any amount is used up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaBudget {
+    /// Tenant, or `*` for every tenant (each tenant gets its own counters).
+    #[serde(default = "star")]
+    pub tenant: String,
+    /// Tool id pattern: exact id, `group.pkg.*`, or `*`.
+    #[serde(default = "star")]
+    pub tool: String,
+    /// Actor the budget applies to, or `*` for all actors.
+    #[serde(default = "star")]
+    pub actor: String,
+    /// Count separately per actor (otherwise the tenant's actors share the budget).
+    #[serde(default)]
+    pub per_actor: bool,
+    /// The window.
+    pub window: BudgetWindow,
+    /// Calls per window.
+    #[serde(default)]
+    pub calls: Option<u64>,
+    /// Argument bytes per window.
+    #[serde(default)]
+    pub bytes_in: Option<u64>,
+    /// Output bytes per window.
+    #[serde(default)]
+    pub bytes_out: Option<u64>,
+    /// CPU milliseconds per window.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
 }
 
 impl Default for QuotaConfig {
@@ -220,6 +345,7 @@ impl Default for QuotaConfig {
             redis_url: None,
             on_backend_failure: FailMode::Closed,
             limits: Vec::new(),
+            budgets: Vec::new(),
         }
     }
 }
@@ -273,6 +399,112 @@ pub struct PolicyConfig {
     pub rules: Vec<PolicyRule>,
 }
 
+/// Authentication and the policy engine.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// API keys, stored as SHA-256 digests; remove an entry (or set `revoked`) to revoke it.
+    pub api_keys: Vec<ApiKeyConfig>,
+    /// Trusted JWT issuers.
+    pub jwt: Vec<JwtIssuerConfig>,
+    /// The Cedar policy engine; when set it replaces `policy.rules`.
+    pub cedar: Option<CedarConfig>,
+}
+
+/// One API key. The key itself (`sbk_<id>_<secret>`) is never stored, only its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// The key id (the `<id>` part of the key), unique.
+    pub id: String,
+    /// Lowercase hex SHA-256 of the whole key.
+    pub sha256: String,
+    /// The tenant the key acts for.
+    pub tenant: String,
+    /// The actor the key acts as.
+    pub actor: String,
+    /// Roles granted to the key's subject.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Scopes granted to the key's subject.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// A revoked key is refused like an unknown one.
+    #[serde(default)]
+    pub revoked: bool,
+}
+
+/// A JWT signing algorithm Soulbase accepts (`none` never is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JwtAlgorithm {
+    /// HMAC-SHA256 with a shared secret.
+    HS256,
+    /// RSA PKCS#1 v1.5 with SHA-256.
+    RS256,
+    /// ECDSA P-256 with SHA-256.
+    ES256,
+}
+
+/// One verification key of an issuer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtKeyConfig {
+    /// Key id matched against the token's `kid` header, when both are present.
+    #[serde(default)]
+    pub kid: Option<String>,
+    /// The algorithm this key verifies.
+    pub alg: JwtAlgorithm,
+    /// HS256: the environment variable holding the shared secret (never the secret itself).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// RS256 / ES256: the PEM-encoded public key.
+    #[serde(default)]
+    pub public_key_pem: Option<String>,
+}
+
+/// A trusted token issuer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtIssuerConfig {
+    /// The `iss` claim tokens must carry.
+    pub issuer: String,
+    /// Accepted `aud` values (at least one).
+    pub audience: Vec<String>,
+    /// Keys given inline.
+    #[serde(default)]
+    pub keys: Vec<JwtKeyConfig>,
+    /// A JWKS file (RSA and P-256 keys), re-read on every configuration reload.
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    /// Binds the issuer to one tenant: its tokens act for it whatever they claim.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// The claim carrying the tenant when the issuer is not bound to one.
+    #[serde(default = "default_tenant_claim")]
+    pub tenant_claim: String,
+    /// Clock skew tolerated on `exp` and `nbf`, in seconds.
+    #[serde(default = "default_leeway")]
+    pub leeway_s: u64,
+}
+
+fn default_tenant_claim() -> String {
+    "tenant".to_owned()
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+
+/// Cedar policies: files and/or inline text, validated against Soulbase's schema at load.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CedarConfig {
+    /// Policy files (`.cedar`), read on every configuration reload.
+    pub files: Vec<PathBuf>,
+    /// Policies written inline in the configuration.
+    pub policies: Option<String>,
+}
+
 /// Tracing and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -285,6 +517,11 @@ pub struct ObserveConfig {
 
 /// Checks whether a tool pattern is well formed: `*`, an exact id, or a prefix ending in `.*`.
 fn check_tool_pattern(p: &str) -> Result<(), String> {
+    if soulbase_types::ToolPattern::parse(p).is_err() {
+        return Err(format!(
+            "{p:?} is not a tool pattern (use *, group.*, group.pkg.* or group.pkg.name)"
+        ));
+    }
     if p == "*" {
         return Ok(());
     }
@@ -316,6 +553,62 @@ impl Config {
         let unique: BTreeSet<_> = self.server.roles.iter().collect();
         if unique.len() != self.server.roles.len() {
             push("server.roles".into(), "lists a role twice".into());
+        }
+        if self.server.shutdown_grace_ms > 600_000 {
+            push(
+                "server.shutdown_grace_ms".into(),
+                "must be at most 600000 (10 minutes)".into(),
+            );
+        }
+        if let Some(tls) = &self.server.tls {
+            for (field, path) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
+                if path.as_os_str().is_empty() {
+                    push(format!("server.tls.{field}"), "must not be empty".into());
+                }
+            }
+        }
+        for (i, o) in self.server.mcp_allowed_origins.iter().enumerate() {
+            if !(o == "null" || o.starts_with("http://") || o.starts_with("https://")) {
+                push(
+                    format!("server.mcp_allowed_origins[{i}]"),
+                    "must be an origin with a scheme (https://host[:port]) or null".into(),
+                );
+            }
+        }
+        for (i, sub) in self.skills.subscriptions.iter().enumerate() {
+            for (field, value) in [
+                ("tenant", &sub.tenant),
+                ("actor", &sub.actor),
+                ("skill", &sub.skill),
+            ] {
+                if value.trim().is_empty() {
+                    push(
+                        format!("skills.subscriptions[{i}].{field}"),
+                        "must not be empty".into(),
+                    );
+                }
+            }
+        }
+        for (field, url) in [
+            ("server.remote.auth", &self.server.remote.auth),
+            ("server.remote.qos", &self.server.remote.qos),
+        ] {
+            if let Some(url) = url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                push(field.into(), "must start with http:// or https://".into());
+            }
+        }
+        if self
+            .server
+            .internal_token_env
+            .as_ref()
+            .is_some_and(|v| v.trim().is_empty())
+        {
+            push(
+                "server.internal_token_env".into(),
+                "must name an environment variable".into(),
+            );
         }
         if self.skills.poll_interval_ms < 50 {
             push(
@@ -373,6 +666,25 @@ impl Config {
                 push(format!("quota.limits[{i}].tool"), e);
             }
         }
+        for (i, budget) in self.quota.budgets.iter().enumerate() {
+            if let Err(e) = check_tool_pattern(&budget.tool) {
+                push(format!("quota.budgets[{i}].tool"), e);
+            }
+            let amounts = [
+                budget.calls,
+                budget.bytes_in,
+                budget.bytes_out,
+                budget.cpu_ms,
+            ];
+            if amounts.iter().all(Option::is_none) {
+                push(
+                    format!("quota.budgets[{i}]"),
+                    "must set at least one of calls, bytes_in, bytes_out, cpu_ms".into(),
+                );
+            }
+        }
+        self.validate_auth(&mut push);
+        self.validate_sandbox(&mut push);
         for (i, rule) in self.policy.rules.iter().enumerate() {
             if rule.tools.is_empty() {
                 push(
@@ -393,5 +705,174 @@ impl Config {
             }
         }
         problems
+    }
+
+    fn validate_auth(&self, push: &mut impl FnMut(String, String)) {
+        let mut ids = BTreeSet::new();
+        for (i, key) in self.auth.api_keys.iter().enumerate() {
+            let field = |f: &str| format!("auth.api_keys[{i}].{f}");
+            if key.id.is_empty()
+                || !key
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                push(field("id"), "must be non-empty letters, digits or -".into());
+            }
+            if !ids.insert(key.id.as_str()) {
+                push(field("id"), "is used by another key".into());
+            }
+            let hex_ok = key.sha256.len() == 64
+                && key
+                    .sha256
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+            if !hex_ok {
+                push(field("sha256"), "must be 64 lowercase hex digits".into());
+            }
+            if soulbase_types::TenantId::new(key.tenant.as_str()).is_err() {
+                push(field("tenant"), "is not a valid tenant id".into());
+            }
+            if soulbase_types::ActorId::new(key.actor.as_str()).is_err() {
+                push(field("actor"), "is not a valid actor id".into());
+            }
+        }
+        for (i, iss) in self.auth.jwt.iter().enumerate() {
+            let field = |f: &str| format!("auth.jwt[{i}].{f}");
+            if iss.issuer.is_empty() {
+                push(field("issuer"), "must not be empty".into());
+            }
+            if iss.audience.is_empty() {
+                push(field("audience"), "must list at least one audience".into());
+            }
+            if iss.keys.is_empty() && iss.jwks_file.is_none() {
+                push(field("keys"), "must list a key or set jwks_file".into());
+            }
+            if let Some(t) = &iss.tenant
+                && soulbase_types::TenantId::new(t.as_str()).is_err()
+            {
+                push(field("tenant"), "is not a valid tenant id".into());
+            }
+            for (j, k) in iss.keys.iter().enumerate() {
+                let kf = format!("auth.jwt[{i}].keys[{j}]");
+                match k.alg {
+                    JwtAlgorithm::HS256 if k.secret_env.is_none() => {
+                        push(format!("{kf}.secret_env"), "is required for HS256".into())
+                    }
+                    JwtAlgorithm::RS256 | JwtAlgorithm::ES256 if k.public_key_pem.is_none() => {
+                        push(
+                            format!("{kf}.public_key_pem"),
+                            "is required for RS256 and ES256".into(),
+                        )
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// The sandbox: the PolicyConfig side of a call's profile (Grant ∩ Manifest ∩
+/// PolicyConfig) and the executors' settings. Capabilities are written in manifest
+/// syntax (`{kind: fs, paths: [...], access: [...]}`) and checked by the sandbox when
+/// it is built from this section (`IntersectingProfiles::from_config`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// The deployment-wide ceiling; `null` (the default) adds no restriction.
+    pub ceiling: Option<Vec<serde_json::Value>>,
+    /// What tenants without their own grant may do: `[]` (the default) is nothing,
+    /// `null` is unrestricted (the manifest and the ceiling alone decide).
+    pub default_grant: Option<Vec<serde_json::Value>>,
+    /// Per-tenant grants.
+    pub grants: Vec<TenantGrant>,
+    /// Where WASM modules named by manifests are found; defaults to `skills.dir`.
+    pub wasm_module_root: Option<PathBuf>,
+    /// Linear memory cap of one WASM call, in bytes (64 KiB ..= 4 GiB).
+    pub wasm_max_memory_bytes: u64,
+    /// Environment variables HTTP provider headers may reference as `${VAR}`.
+    pub http_env_allow: Vec<String>,
+    /// Redirects an HTTP call follows (each re-checked); 0 never follows (≤ 10).
+    pub http_max_redirects: u32,
+    /// Where per-call scratch directories are created; defaults to the system temp dir.
+    pub scratch_dir: Option<PathBuf>,
+    /// Whether the process executor also wraps tools in bubblewrap (`bwrap`):
+    /// `off` (the default), `auto` (when installed, else the usual confinement with a
+    /// warning) or `required` (refuse calls when it is missing).
+    pub process_bubblewrap: String,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            ceiling: None,
+            default_grant: Some(Vec::new()),
+            grants: Vec::new(),
+            wasm_module_root: None,
+            wasm_max_memory_bytes: 64 << 20,
+            http_env_allow: Vec::new(),
+            http_max_redirects: 0,
+            scratch_dir: None,
+            process_bubblewrap: "off".into(),
+        }
+    }
+}
+
+/// One tenant's grant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantGrant {
+    /// The tenant.
+    pub tenant: String,
+    /// Its capabilities; `null` is unrestricted.
+    pub capabilities: Option<Vec<serde_json::Value>>,
+}
+
+impl Config {
+    fn validate_sandbox(&self, push: &mut impl FnMut(String, String)) {
+        let sb = &self.sandbox;
+        if !(64 << 10..=4 << 30).contains(&sb.wasm_max_memory_bytes) {
+            push(
+                "sandbox.wasm_max_memory_bytes".into(),
+                "must be between 65536 (64 KiB) and 4294967296 (4 GiB)".into(),
+            );
+        }
+        if !matches!(sb.process_bubblewrap.as_str(), "off" | "auto" | "required") {
+            push(
+                "sandbox.process_bubblewrap".into(),
+                "must be one of off, auto, required".into(),
+            );
+        }
+        if sb.http_max_redirects > 10 {
+            push(
+                "sandbox.http_max_redirects".into(),
+                "must be at most 10".into(),
+            );
+        }
+        for (i, var) in sb.http_env_allow.iter().enumerate() {
+            let ok = !var.is_empty()
+                && !var.starts_with(|c: char| c.is_ascii_digit())
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                push(
+                    format!("sandbox.http_env_allow[{i}]"),
+                    format!("{var:?} is not an environment variable name"),
+                );
+            }
+        }
+        let mut tenants = BTreeSet::new();
+        for (i, g) in sb.grants.iter().enumerate() {
+            if g.tenant.trim().is_empty() {
+                push(
+                    format!("sandbox.grants[{i}].tenant"),
+                    "must not be empty".into(),
+                );
+            } else if !tenants.insert(g.tenant.as_str()) {
+                push(
+                    format!("sandbox.grants[{i}].tenant"),
+                    format!("tenant {} is granted twice", g.tenant),
+                );
+            }
+        }
     }
 }

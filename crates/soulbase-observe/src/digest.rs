@@ -7,14 +7,64 @@ pub fn digest_bytes(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// `sha256:<hex>` of a JSON value's canonical encoding (object keys sorted, no whitespace).
+/// `sha256:<hex>` of a JSON value's canonical encoding (see [`canonical_json`]).
 ///
 /// Equal values digest equally whatever their original key order, so a replay or an
 /// idempotent retry can be matched by digest.
 pub fn digest_json(value: &serde_json::Value) -> String {
-    // serde_json's Map is a BTreeMap (the preserve_order feature is off), so
-    // serialization is already key-sorted and compact.
-    digest_bytes(&serde_json::to_vec(value).unwrap_or_default())
+    digest_bytes(&canonical_json(value))
+}
+
+/// The canonical encoding of a JSON value: object keys sorted (by bytes) at every
+/// level, no insignificant whitespace, strings escaped as serde_json escapes them.
+///
+/// It does not depend on serde_json's `preserve_order` feature (which any crate in a
+/// build may switch on), so digests and stored records never change with it. Every
+/// digest of JSON in Soulbase goes through here.
+pub fn canonical_json(value: &serde_json::Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, child)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(key, out);
+                out.push(b':');
+                write_canonical(child, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        Value::String(s) => write_string(s, out),
+        // Scalars have one encoding; writing into a Vec cannot fail.
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
@@ -32,5 +82,14 @@ mod tests {
         );
         assert!(digest_json(&a).starts_with("sha256:"));
         assert_eq!(digest_json(&a).len(), 7 + 64);
+    }
+
+    #[test]
+    fn canonical_form_sorts_nested_keys_and_escapes_strings() {
+        let v = serde_json::json!({"b": 1, "a": {"d": [true, null, "x\"y"], "c": 1.5}});
+        assert_eq!(
+            String::from_utf8(canonical_json(&v)).unwrap(),
+            r#"{"a":{"c":1.5,"d":[true,null,"x\"y"]},"b":1}"#
+        );
     }
 }

@@ -10,15 +10,32 @@
 //! (SQLite, Postgres, with a spool) implement it in edge crates. This crate ships the
 //! in-memory sinks used when linking without storage, in tests and in benchmarks.
 //!
+//! [`EvidenceStore`] is the durable side: idempotent batch writes keyed by envelope
+//! id, queries by call and by tenant/time/tool/status with keyset pagination.
+//! [`replay`] rebuilds a call's key behaviour and result summary from its records.
+//! [`MemoryStore`] is the in-process store. The spool, the batching writer and the
+//! SQLite/Postgres stores are edge crates (`soulbase-evidence`, `soulbase-store`).
+//!
 //! This crate does no IO.
 
 mod digest;
+mod memory_store;
 mod model;
+mod replay;
 mod sink;
+mod store;
+#[cfg(test)]
+mod tests;
 
-pub use digest::{digest_bytes, digest_json};
+pub use digest::{canonical_json, digest_bytes, digest_json};
+pub use memory_store::MemoryStore;
 pub use model::{
     BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceRecord,
     SideEffectRecord,
 };
+pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, EvidenceSink, MemorySink};
+pub use store::{
+    CallEvidence, CallPage, CallSummary, EvidenceQuery, EvidenceStore, MAX_PAGE, PageCursor,
+    store_error, summarize,
+};

@@ -1,6 +1,7 @@
 //! Validated string identifiers: tenants, actors, calls and envelopes.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,9 +59,11 @@ fn check_token(kind: &'static str, s: &str, max: usize, punct: &[char]) -> Resul
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $check:expr) => {
         $(#[$doc])*
+        ///
+        /// Shared and immutable: cloning is a reference-count increment, never a copy.
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates `s` and wraps it.
@@ -68,7 +71,7 @@ macro_rules! string_id {
                 let s = s.into();
                 let check: fn(&str) -> Result<(), IdError> = $check;
                 check(&s)?;
-                Ok(Self(s))
+                Ok(Self(Arc::from(s)))
             }
 
             /// The identifier as a string slice.
@@ -99,7 +102,7 @@ macro_rules! string_id {
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                id.0.as_ref().to_owned()
             }
         }
 
@@ -148,22 +151,36 @@ string_id!(
 impl TenantId {
     /// The tenant that owns global (not tenant-scoped) resources.
     pub fn global() -> Self {
-        Self("global".to_owned())
+        Self(Arc::from("global"))
     }
 }
 
 impl CallId {
     /// Mints a fresh, time-ordered call id (`call_<uuidv7>`).
     pub fn generate() -> Self {
-        Self(format!("call_{}", uuid::Uuid::now_v7().simple()))
+        let mut buf = [0u8; 5 + uuid::fmt::Simple::LENGTH];
+        buf[..5].copy_from_slice(b"call_");
+        let hex = crate::fast_id::uuid_v7().simple();
+        let tail = hex.encode_lower(&mut buf[5..]).len();
+        Self(Arc::from(ascii(&buf[..5 + tail])))
     }
 }
 
 impl EnvelopeId {
     /// Mints a fresh, time-ordered envelope id (a UUIDv7 in hyphenated form).
     pub fn generate() -> Self {
-        Self(uuid::Uuid::now_v7().hyphenated().to_string())
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        Self(Arc::from(
+            &*crate::fast_id::uuid_v7()
+                .hyphenated()
+                .encode_lower(&mut buf),
+        ))
     }
+}
+
+/// The text of bytes this module wrote itself (ASCII only).
+fn ascii(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).unwrap_or_default()
 }
 
 #[cfg(test)]

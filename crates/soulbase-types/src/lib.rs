@@ -8,11 +8,13 @@
 //! This crate does no IO and knows no wire format beyond serde.
 
 mod envelope;
+mod fast_id;
 mod ids;
 mod origin;
 mod rate;
 mod subject;
 mod tool_id;
+mod tool_pattern;
 mod trace;
 
 pub use envelope::{Envelope, UnixMillis};
@@ -21,4 +23,5 @@ pub use origin::Origin;
 pub use rate::Rate;
 pub use subject::Subject;
 pub use tool_id::{TOOL_URN_PREFIX, ToolId};
+pub use tool_pattern::ToolPattern;
 pub use trace::TraceContext;

@@ -1,6 +1,7 @@
 //! Tool identifiers: `<group>.<pkg>.<name>`, exposed as the resource URN `soul:tool:<id>`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,10 +16,11 @@ const KIND: &str = "tool id";
 ///
 /// Each segment is 1–64 characters of lowercase ASCII letters, digits, `_` and `-`,
 /// starting with a letter or digit. The whole id is at most 194 characters.
+/// Shared and immutable: cloning is a reference-count increment.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ToolId {
-    full: String,
+    full: Arc<str>,
     /// Byte offsets of the two dots.
     dots: (usize, usize),
 }
@@ -76,7 +78,7 @@ impl ToolId {
         let first = parts[0].len();
         let second = first + 1 + parts[1].len();
         Ok(Self {
-            full,
+            full: Arc::from(full),
             dots: (first, second),
         })
     }
@@ -142,7 +144,7 @@ impl std::str::FromStr for ToolId {
 
 impl From<ToolId> for String {
     fn from(id: ToolId) -> String {
-        id.full
+        id.full.as_ref().to_owned()
     }
 }
 

@@ -1,0 +1,255 @@
+//! The evidence store seam: where durable evidence lands and how it is queried.
+//!
+//! Edge crates implement [`EvidenceStore`] on real databases (SQLite, Postgres); the
+//! durable sink drains its spool into one. Writes are idempotent by envelope id, so a
+//! batch that is re-sent after a crash or an outage lands exactly once.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
+
+use crate::{EndStatus, EvidenceEvent, EvidenceRecord};
+
+/// The most calls one page of [`EvidenceStore::list`] returns.
+pub const MAX_PAGE: u32 = 1_000;
+
+/// Durable evidence: idempotent batch writes, queries by call and by tenant.
+#[async_trait]
+pub trait EvidenceStore: Send + Sync + 'static {
+    /// Writes `records` atomically (all or none). A record whose envelope id is
+    /// already stored is skipped, so re-sending a batch is harmless.
+    async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError>;
+
+    /// Every record of one call (Begin, End, Denial), oldest first; empty when unknown.
+    /// With `tenant`, only that tenant's records (tenant isolation for remote callers).
+    async fn call(
+        &self,
+        tenant: Option<&TenantId>,
+        call_id: &CallId,
+    ) -> Result<CallEvidence, SoulError>;
+
+    /// Calls that reached execution, newest first, filtered and paginated.
+    async fn list(&self, query: &EvidenceQuery) -> Result<CallPage, SoulError>;
+
+    /// Deletes evidence recorded before `cutoff` (retention); returns how many records
+    /// went (stores that drop whole partitions may report an estimate).
+    async fn purge_before(&self, cutoff: UnixMillis) -> Result<u64, SoulError>;
+}
+
+/// The records of one call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallEvidence {
+    /// Oldest first.
+    pub records: Vec<EvidenceRecord>,
+}
+
+impl CallEvidence {
+    /// Whether nothing is recorded for the call.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The Begin records (exactly one for a call that reached execution).
+    pub fn begins(&self) -> impl Iterator<Item = &EvidenceRecord> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.payload, EvidenceEvent::Begin(_)))
+    }
+
+    /// The End records (exactly one for a call that reached execution).
+    pub fn ends(&self) -> impl Iterator<Item = &EvidenceRecord> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.payload, EvidenceEvent::End(_)))
+    }
+
+    /// The Denial records (a call refused before execution).
+    pub fn denials(&self) -> impl Iterator<Item = &EvidenceRecord> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.payload, EvidenceEvent::Denied(_)))
+    }
+}
+
+/// Which calls [`EvidenceStore::list`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceQuery {
+    /// The tenant (required: evidence is always read per tenant).
+    pub tenant: TenantId,
+    /// Calls that began at or after this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<UnixMillis>,
+    /// Calls that began strictly before this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<UnixMillis>,
+    /// Only this tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolId>,
+    /// Only calls that ended so (`None`: any, including still open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<EndStatus>,
+    /// Page size, 1..=[`MAX_PAGE`].
+    pub limit: u32,
+    /// Continue after this cursor (from [`CallPage::next`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<PageCursor>,
+}
+
+impl EvidenceQuery {
+    /// The newest `limit` calls of `tenant`.
+    pub fn tenant(tenant: TenantId, limit: u32) -> Self {
+        Self {
+            tenant,
+            from: None,
+            to: None,
+            tool: None,
+            status: None,
+            limit,
+            after: None,
+        }
+    }
+
+    /// Checks the limit and the range; errors name the field.
+    pub fn validate(&self) -> Result<(), SoulError> {
+        if self.limit == 0 || self.limit > MAX_PAGE {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                format!("limit must be between 1 and {MAX_PAGE}"),
+            )
+            .with_field("field", "limit"));
+        }
+        if let (Some(from), Some(to)) = (self.from, self.to)
+            && from.0 > to.0
+        {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                "from must not be after to",
+            )
+            .with_field("field", "from"));
+        }
+        Ok(())
+    }
+}
+
+/// Where a page ended: the Begin time and envelope id of its last call.
+/// Its text form (`<millis>.<envelope id>`) is what clients pass back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct PageCursor {
+    /// Begin time of the last call returned.
+    pub at: UnixMillis,
+    /// Begin envelope id of the last call returned (tie-breaker).
+    pub id: EnvelopeId,
+}
+
+impl PageCursor {
+    /// Parses the text form; a malformed cursor names the field `after`.
+    pub fn parse(s: &str) -> Result<Self, SoulError> {
+        let bad = || {
+            SoulError::new(ErrorCode::SchemaValidationFailed, "malformed page cursor")
+                .with_field("field", "after")
+        };
+        let (at, id) = s.split_once('.').ok_or_else(bad)?;
+        let at = at.parse::<i64>().map_err(|_| bad())?;
+        let id = EnvelopeId::new(id).map_err(|_| bad())?;
+        Ok(Self {
+            at: UnixMillis(at),
+            id,
+        })
+    }
+}
+
+impl std::fmt::Display for PageCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.at.0, self.id)
+    }
+}
+
+impl TryFrom<String> for PageCursor {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        PageCursor::parse(&s).map_err(|e| e.message().to_owned())
+    }
+}
+
+impl From<PageCursor> for String {
+    fn from(c: PageCursor) -> String {
+        c.to_string()
+    }
+}
+
+/// One call in a listing: its Begin joined with its End (if any).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSummary {
+    /// The call.
+    pub call_id: CallId,
+    /// The Begin envelope (the call's evidence reference).
+    pub begin_id: EnvelopeId,
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The actor.
+    pub actor: ActorId,
+    /// Where the call came from.
+    pub origin: Origin,
+    /// The tool.
+    pub tool_id: ToolId,
+    /// The version executed.
+    pub tool_version: String,
+    /// When it began.
+    pub began_at: UnixMillis,
+    /// When it ended (`None`: still open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<UnixMillis>,
+    /// How it ended (`None`: still open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<EndStatus>,
+    /// The error code when it did not end ok.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<ErrorCode>,
+    /// Execution time in microseconds (when ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_us: Option<u64>,
+}
+
+/// One page of calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallPage {
+    /// Newest first.
+    pub calls: Vec<CallSummary>,
+    /// Pass as `after` for the next page; `None` on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<PageCursor>,
+}
+
+/// Builds a summary from a Begin record and its End record, if any.
+/// `None` when `begin` is not a Begin.
+pub fn summarize(begin: &EvidenceRecord, end: Option<&EvidenceRecord>) -> Option<CallSummary> {
+    let EvidenceEvent::Begin(b) = &begin.payload else {
+        return None;
+    };
+    let end_event = end.and_then(|e| match &e.payload {
+        EvidenceEvent::End(x) => Some((e.at, x)),
+        _ => None,
+    });
+    Some(CallSummary {
+        call_id: b.call_id.clone(),
+        begin_id: begin.id.clone(),
+        tenant: begin.tenant.clone(),
+        actor: begin.actor.clone(),
+        origin: begin.origin,
+        tool_id: b.tool_id.clone(),
+        tool_version: b.tool_version.clone(),
+        began_at: begin.at,
+        ended_at: end_event.map(|(at, _)| at),
+        status: end_event.map(|(_, e)| e.status),
+        error_code: end_event.and_then(|(_, e)| e.error_code),
+        duration_us: end_event.map(|(_, e)| e.duration_us),
+    })
+}
+
+/// A storage failure as the stable code: the store is unavailable (retry later).
+pub fn store_error(what: &str, cause: impl std::fmt::Display) -> SoulError {
+    SoulError::new(ErrorCode::EvidenceUnavailable, "the evidence store failed")
+        .with_note(format!("{what}: {cause}"))
+}

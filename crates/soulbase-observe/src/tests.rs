@@ -1,0 +1,261 @@
+//! Tests of the store semantics (via [`MemoryStore`]) and of replay.
+
+use soulbase_errors::ErrorCode;
+use soulbase_types::{ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
+
+use crate::*;
+
+fn tenant(s: &str) -> TenantId {
+    TenantId::new(s).unwrap()
+}
+
+fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
+    let mut r = Envelope::new(
+        tenant(t),
+        ActorId::new("alice").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Begin(EvidenceBegin {
+            call_id: CallId::generate(),
+            tool_id: ToolId::new(tool).unwrap(),
+            tool_version: "1.2.3".into(),
+            manifest_digest: "m".into(),
+            profile_hash: "p".into(),
+            policy_hash: "pol".into(),
+            config_hash: "c".into(),
+            args_digest: "sha256:aa".into(),
+            idempotency_key: Some("k1".into()),
+            calling_skill: None,
+        }),
+    );
+    r.at = UnixMillis(at);
+    r
+}
+
+fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
+    let EvidenceEvent::Begin(x) = &b.payload else {
+        panic!("not a begin")
+    };
+    let mut r = Envelope::new(
+        b.tenant.clone(),
+        b.actor.clone(),
+        b.origin,
+        EvidenceEvent::End(EvidenceEnd {
+            call_id: x.call_id.clone(),
+            begin_id: b.id.clone(),
+            status,
+            error_code: (status != EndStatus::Ok).then_some(ErrorCode::ToolExecutionFailed),
+            output_digest: Some("sha256:bb".into()),
+            side_effects: vec![SideEffectRecord {
+                kind: "fs.write".into(),
+                target: "/tmp/x".into(),
+            }],
+            usage: BudgetUsage {
+                calls: 1,
+                bytes_in: 3,
+                bytes_out: 4,
+                cpu_ms: 0,
+            },
+            duration_us: 42,
+        }),
+    );
+    r.at = UnixMillis(b.at.0 + 1);
+    r
+}
+
+fn call_of(r: &EvidenceRecord) -> CallId {
+    match &r.payload {
+        EvidenceEvent::Begin(b) => b.call_id.clone(),
+        EvidenceEvent::End(e) => e.call_id.clone(),
+        EvidenceEvent::Denied(d) => d.call_id.clone(),
+    }
+}
+
+#[tokio::test]
+async fn writes_are_idempotent_by_envelope_id() {
+    let store = MemoryStore::new();
+    let b = begin("acme", "a.b.c", 1_000);
+    let e = end_of(&b, EndStatus::Ok);
+    store.write_batch(&[b.clone(), e.clone()]).await.unwrap();
+    store.write_batch(&[b.clone(), e.clone()]).await.unwrap();
+    assert_eq!(store.len(), 2);
+    let ev = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(ev.records, vec![b.clone(), e]);
+    // Another tenant sees nothing of it.
+    assert!(
+        store
+            .call(Some(&tenant("other")), &call_of(&b))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn listing_filters_and_paginates_newest_first() {
+    let store = MemoryStore::new();
+    let mut all = Vec::new();
+    for i in 0..25 {
+        let tool = if i % 2 == 0 { "a.b.even" } else { "a.b.odd" };
+        let b = begin("acme", tool, 1_000 + i);
+        let status = if i % 5 == 0 {
+            EndStatus::Error
+        } else {
+            EndStatus::Ok
+        };
+        all.push(b.clone());
+        store
+            .write_batch(&[b.clone(), end_of(&b, status)])
+            .await
+            .unwrap();
+    }
+    store
+        .write_batch(&[begin("other", "a.b.even", 1_005)])
+        .await
+        .unwrap();
+
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 10);
+    let mut seen = Vec::new();
+    loop {
+        let page = store.list(&q).await.unwrap();
+        seen.extend(page.calls.iter().map(|c| c.began_at.0));
+        match page.next {
+            Some(next) => q.after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1_000..1_025).rev().collect::<Vec<_>>());
+
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 100);
+    q.tool = Some(ToolId::new("a.b.even").unwrap());
+    q.status = Some(EndStatus::Error);
+    q.from = Some(UnixMillis(1_001));
+    q.to = Some(UnixMillis(1_020));
+    let page = store.list(&q).await.unwrap();
+    let got: Vec<i64> = page.calls.iter().map(|c| c.began_at.0).collect();
+    assert_eq!(got, vec![1_010]);
+    assert_eq!(page.calls[0].status, Some(EndStatus::Error));
+    assert_eq!(
+        page.calls[0].error_code,
+        Some(ErrorCode::ToolExecutionFailed)
+    );
+    assert!(page.next.is_none());
+}
+
+#[tokio::test]
+async fn bad_queries_name_the_field() {
+    let store = MemoryStore::new();
+    let q = EvidenceQuery::tenant(tenant("acme"), 0);
+    let err = store.list(&q).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+    assert_eq!(err.field("field"), Some("limit"));
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 5);
+    q.from = Some(UnixMillis(10));
+    q.to = Some(UnixMillis(5));
+    assert_eq!(
+        store.list(&q).await.unwrap_err().field("field"),
+        Some("from")
+    );
+    assert_eq!(
+        PageCursor::parse("nope").unwrap_err().field("field"),
+        Some("after")
+    );
+    let c = PageCursor {
+        at: UnixMillis(7),
+        id: EnvelopeId::generate(),
+    };
+    assert_eq!(PageCursor::parse(&c.to_string()).unwrap(), c);
+}
+
+#[tokio::test]
+async fn purge_drops_old_records_only() {
+    let store = MemoryStore::new();
+    let old = begin("acme", "a.b.c", 100);
+    let new = begin("acme", "a.b.c", 10_000);
+    store
+        .write_batch(&[old.clone(), end_of(&old, EndStatus::Ok), new.clone()])
+        .await
+        .unwrap();
+    assert_eq!(store.purge_before(UnixMillis(5_000)).await.unwrap(), 2);
+    assert!(store.call(None, &call_of(&old)).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .call(None, &call_of(&new))
+            .await
+            .unwrap()
+            .records
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn replay_rebuilds_an_executed_call() {
+    let b = begin("acme", "a.b.c", 1_000);
+    let e = end_of(&b, EndStatus::Ok);
+    let r = replay(&CallEvidence {
+        records: vec![b.clone(), e],
+    })
+    .unwrap();
+    assert!(r.anomalies.is_empty(), "{:?}", r.anomalies);
+    assert_eq!(r.tenant, tenant("acme"));
+    let ReplayOutcome::Executed(x) = r.outcome else {
+        panic!("not executed")
+    };
+    assert_eq!(x.begin_id, b.id);
+    assert_eq!(x.tool_version, "1.2.3");
+    assert_eq!(x.args_digest, "sha256:aa");
+    assert_eq!(x.status, Some(EndStatus::Ok));
+    assert_eq!(x.output_digest.as_deref(), Some("sha256:bb"));
+    assert_eq!(x.side_effects.len(), 1);
+    assert_eq!(x.usage.bytes_out, 4);
+}
+
+#[test]
+fn replay_flags_inconsistent_evidence() {
+    let b = begin("acme", "a.b.c", 1_000);
+    let r = replay(&CallEvidence {
+        records: vec![b.clone()],
+    })
+    .unwrap();
+    assert_eq!(r.anomalies.len(), 1);
+    let other = begin("acme", "a.b.c", 1_000);
+    let mut wrong = end_of(&other, EndStatus::Ok);
+    if let EvidenceEvent::End(e) = &mut wrong.payload {
+        e.call_id = call_of(&b);
+    }
+    let r = replay(&CallEvidence {
+        records: vec![b.clone(), wrong.clone(), end_of(&b, EndStatus::Ok)],
+    })
+    .unwrap();
+    assert!(r.anomalies.iter().any(|a| a.contains("2 End records")));
+    assert!(r.anomalies.iter().any(|a| a.contains("closes Begin")));
+    let err = replay(&CallEvidence::default()).unwrap_err();
+    assert_eq!(err.field("field"), Some("call_id"));
+    let err = replay(&CallEvidence {
+        records: vec![end_of(&b, EndStatus::Ok)],
+    })
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+}
+
+#[test]
+fn replay_of_a_denial() {
+    let d = Envelope::new(
+        tenant("acme"),
+        ActorId::new("bob").unwrap(),
+        Origin::Api,
+        EvidenceEvent::Denied(Denial {
+            call_id: CallId::generate(),
+            tool: "a.b.c".into(),
+            code: ErrorCode::PolicyDenyTool,
+        }),
+    );
+    let r = replay(&CallEvidence { records: vec![d] }).unwrap();
+    assert!(matches!(
+        r.outcome,
+        ReplayOutcome::Denied {
+            code: ErrorCode::PolicyDenyTool,
+            ..
+        }
+    ));
+}
