@@ -1,8 +1,16 @@
 //! Consent tokens: proof that a person approved this subject calling this tool.
+//!
+//! A token is `<version>.<payload>.<signature>` with a base64url JSON [`ConsentGrant`]
+//! as payload: `v1` is signed with HMAC-SHA256 ([`HmacConsent`], one shared key),
+//! `e1` with Ed25519 ([`Ed25519Consent`]: the consent service holds the signing key,
+//! verifiers only the public key). Verification checks the signature, then tenant,
+//! actor, tool or scope, the optional arguments digest and expiry; every failure is
+//! the same `CONSENT.REQUIRED`.
 
 use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -10,6 +18,84 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, Subject, TenantId, ToolId, UnixMillis};
 
 const VERSION: &str = "v1";
+const ED25519_VERSION: &str = "e1";
+
+impl ConsentGrant {
+    /// A grant for `subject` to call `tool`, valid for `ttl_ms` from `now`.
+    pub fn for_tool(subject: &Subject, tool: &ToolId, now: UnixMillis, ttl_ms: i64) -> Self {
+        Self {
+            tenant: subject.tenant.clone(),
+            actor: subject.actor.clone(),
+            tool: Some(tool.clone()),
+            scope: None,
+            args_digest: None,
+            expires_at: UnixMillis(now.0.saturating_add(ttl_ms)),
+        }
+    }
+
+    /// A grant for `subject` to call any tool whose manifest declares consent `scope`.
+    pub fn for_scope(subject: &Subject, scope: &str, now: UnixMillis, ttl_ms: i64) -> Self {
+        Self {
+            tenant: subject.tenant.clone(),
+            actor: subject.actor.clone(),
+            tool: None,
+            scope: Some(scope.to_owned()),
+            args_digest: None,
+            expires_at: UnixMillis(now.0.saturating_add(ttl_ms)),
+        }
+    }
+
+    /// Restricts the grant to calls whose arguments have this digest.
+    pub fn with_args_digest(mut self, digest: impl Into<String>) -> Self {
+        self.args_digest = Some(digest.into());
+        self
+    }
+
+    /// Whether this (authentic) grant covers the request.
+    pub fn covers(&self, req: &ConsentRequest<'_>) -> bool {
+        let covers_tool = match (&self.tool, &self.scope) {
+            (Some(tool), _) => tool == req.tool,
+            (None, Some(scope)) => req.scope == Some(scope.as_str()),
+            (None, None) => false,
+        };
+        self.tenant == req.subject.tenant
+            && self.actor == req.subject.actor
+            && covers_tool
+            && self
+                .args_digest
+                .as_deref()
+                .is_none_or(|d| d == req.args_digest)
+            && self.expires_at > req.now
+    }
+}
+
+/// Issues consent tokens (the "consent API" a UI calls once a person approved).
+pub trait ConsentIssuer: Send + Sync + 'static {
+    /// Signs `grant` into a token. Refuses an already expired grant.
+    fn issue_token(&self, grant: &ConsentGrant, now: UnixMillis) -> Result<String, SoulError>;
+}
+
+fn encode_payload(grant: &ConsentGrant) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(grant).unwrap_or_default())
+}
+
+fn check_issuable(grant: &ConsentGrant, now: UnixMillis) -> Result<(), SoulError> {
+    if grant.expires_at <= now {
+        return Err(SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            "a consent grant must expire in the future",
+        )
+        .with_field("field", "expires_at"));
+    }
+    if grant.tool.is_none() && grant.scope.is_none() {
+        return Err(SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            "a consent grant must name a tool or a scope",
+        )
+        .with_field("field", "tool"));
+    }
+    Ok(())
+}
 
 /// What a consent token grants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,7 +166,7 @@ impl HmacConsent {
 
     /// Signs `grant` into a token.
     pub fn issue(&self, grant: &ConsentGrant) -> String {
-        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(grant).unwrap_or_default());
+        let payload = encode_payload(grant);
         let signed = format!("{VERSION}.{payload}");
         let mut mac = self.mac();
         mac.update(signed.as_bytes());
@@ -103,20 +189,108 @@ impl HmacConsent {
     /// The decision, synchronously.
     pub fn check(&self, req: &ConsentRequest<'_>) -> Result<(), SoulError> {
         let grant = self.open(req.token.ok_or_else(refused)?)?;
-        let covers_tool = match (&grant.tool, &grant.scope) {
-            (Some(tool), _) => tool == req.tool,
-            (None, Some(scope)) => req.scope == Some(scope.as_str()),
-            (None, None) => false,
-        };
-        let ok = grant.tenant == req.subject.tenant
-            && grant.actor == req.subject.actor
-            && covers_tool
-            && grant
-                .args_digest
-                .as_deref()
-                .is_none_or(|d| d == req.args_digest)
-            && grant.expires_at > req.now;
-        if ok { Ok(()) } else { Err(refused()) }
+        if grant.covers(req) {
+            Ok(())
+        } else {
+            Err(refused())
+        }
+    }
+}
+
+impl ConsentIssuer for HmacConsent {
+    fn issue_token(&self, grant: &ConsentGrant, now: UnixMillis) -> Result<String, SoulError> {
+        check_issuable(grant, now)?;
+        Ok(self.issue(grant))
+    }
+}
+
+/// Issues and verifies `e1.<payload>.<signature>` tokens signed with Ed25519.
+///
+/// Verifiers need only the public key, so the preflight side cannot mint consent.
+pub struct Ed25519Consent {
+    verifying: VerifyingKey,
+    signing: Option<SigningKey>,
+}
+
+impl Ed25519Consent {
+    /// A signer (and verifier) from a 32-byte secret seed.
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        let signing = SigningKey::from_bytes(seed);
+        Self {
+            verifying: signing.verifying_key(),
+            signing: Some(signing),
+        }
+    }
+
+    /// A verifier only, from a 32-byte public key; `CONFIG.INVALID` if it is not a
+    /// valid Ed25519 point.
+    pub fn verifier(public_key: &[u8; 32]) -> Result<Self, SoulError> {
+        let verifying = VerifyingKey::from_bytes(public_key).map_err(|_| {
+            SoulError::new(
+                ErrorCode::ConfigInvalid,
+                "the consent public key is invalid",
+            )
+            .with_field("field", "consent.public_key")
+        })?;
+        Ok(Self {
+            verifying,
+            signing: None,
+        })
+    }
+
+    /// The public key verifiers need.
+    pub fn public_key(&self) -> [u8; 32] {
+        self.verifying.to_bytes()
+    }
+
+    fn open(&self, token: &str) -> Result<ConsentGrant, SoulError> {
+        let (signed, sig) = token.rsplit_once('.').ok_or_else(refused)?;
+        let payload = signed
+            .strip_prefix(ED25519_VERSION)
+            .and_then(|p| p.strip_prefix('.'))
+            .ok_or_else(refused)?;
+        let sig = URL_SAFE_NO_PAD.decode(sig).map_err(|_| refused())?;
+        let sig = Signature::from_slice(&sig).map_err(|_| refused())?;
+        self.verifying
+            .verify_strict(signed.as_bytes(), &sig)
+            .map_err(|_| refused())?;
+        let bytes = URL_SAFE_NO_PAD.decode(payload).map_err(|_| refused())?;
+        serde_json::from_slice(&bytes).map_err(|_| refused())
+    }
+
+    /// The decision, synchronously.
+    pub fn check(&self, req: &ConsentRequest<'_>) -> Result<(), SoulError> {
+        let grant = self.open(req.token.ok_or_else(refused)?)?;
+        if grant.covers(req) {
+            Ok(())
+        } else {
+            Err(refused())
+        }
+    }
+}
+
+impl ConsentIssuer for Ed25519Consent {
+    fn issue_token(&self, grant: &ConsentGrant, now: UnixMillis) -> Result<String, SoulError> {
+        check_issuable(grant, now)?;
+        let signing = self.signing.as_ref().ok_or_else(|| {
+            SoulError::new(
+                ErrorCode::AuthForbidden,
+                "this consent service holds no signing key",
+            )
+        })?;
+        let signed = format!("{ED25519_VERSION}.{}", encode_payload(grant));
+        let sig = signing.sign(signed.as_bytes());
+        Ok(format!(
+            "{signed}.{}",
+            URL_SAFE_NO_PAD.encode(sig.to_bytes())
+        ))
+    }
+}
+
+#[async_trait]
+impl ConsentVerifier for Ed25519Consent {
+    async fn verify(&self, req: ConsentRequest<'_>) -> Result<(), SoulError> {
+        self.check(&req)
     }
 }
 

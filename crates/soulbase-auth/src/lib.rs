@@ -1,27 +1,53 @@
-//! Who may call what: authorization (deny by default) and consent.
+//! Who is calling, what they may call, and with whose consent (R7).
 //!
-//! Two seams the tools pipeline calls during preflight:
-//! - [`Authorizer`]: may this subject perform `action` on `soul:tool:{id}`? The
-//!   in-process [`StaticPolicy`] evaluates the `policy.rules` of the configuration:
-//!   allowed only when an allow rule matches and no deny rule does; hot-swappable.
-//! - [`ConsentVerifier`]: does the call carry a valid consent for this subject, tool and
-//!   arguments? [`HmacConsent`] issues and verifies HMAC-SHA256 signed tokens.
+//! - **Authentication** ([`Authenticator`]): API keys (`sbk_<id>_<secret>`, stored as
+//!   SHA-256 digests, compared in constant time) and JWT bearer tokens (HS256, RS256,
+//!   ES256; issuer, audience, expiry and not-before checked; keys inline or from JWKS
+//!   files) become a [`Subject`]. Every failure is the same `AUTH.UNAUTHENTICATED`.
+//!   Bound to a `ConfigHandle`, a reload revokes keys and rotates JWT keys at once.
+//! - **Authorization** ([`Authorizer`]): may this subject perform `action` on
+//!   `soul:tool:{id}`? [`CedarPolicy`] evaluates Cedar policies validated against
+//!   [`SCHEMA`] (evaluation errors deny; an empty set denies); [`StaticPolicy`]
+//!   evaluates the simple `policy.rules`. Both deny by default.
+//! - **Consent** ([`ConsentVerifier`], [`ConsentIssuer`]): signed tokens binding tenant,
+//!   actor, tool or scope, an optional arguments digest and expiry — HMAC
+//!   ([`HmacConsent`]) or Ed25519 ([`Ed25519Consent`]).
 //!
-//! Tenant isolation is structural: a subject is never authorized for a tool owned by
-//! another tenant, whatever the policy says.
+//! Tenant isolation is structural ([`check_tenant`]): a subject is never authorized
+//! for a tool owned by another tenant, whatever the policy says, and the refusal is
+//! `TOOL.NOT_FOUND` so it reveals nothing.
 
+mod apikey;
+mod authn;
+mod cedar;
 mod consent;
+mod engine;
+mod isolation;
+mod jwt;
 mod policy;
 
 use async_trait::async_trait;
 use soulbase_errors::SoulError;
 use soulbase_types::{Subject, TenantId, ToolId};
 
-pub use consent::{ConsentGrant, ConsentRequest, ConsentVerifier, HmacConsent};
+pub use apikey::{API_KEY_PREFIX, IssuedApiKey, api_key_digest, generate_api_key};
+pub use authn::{Authenticator, Credential};
+pub use cedar::{ACTIONS, CedarPolicySet, SCHEMA};
+pub use consent::{
+    ConsentGrant, ConsentIssuer, ConsentRequest, ConsentVerifier, Ed25519Consent, HmacConsent,
+};
+pub use engine::{CedarPolicy, read_sources};
+pub use isolation::check_tenant;
 pub use policy::StaticPolicy;
 
 /// The action of invoking a tool.
 pub const ACTION_INVOKE: &str = "invoke";
+/// The action of a dry-run preflight.
+pub const ACTION_PREFLIGHT: &str = "preflight";
+/// The action of seeing a tool in a listing.
+pub const ACTION_LIST: &str = "list";
+/// The action of reading a tool's evidence.
+pub const ACTION_READ_EVIDENCE: &str = "read_evidence";
 
 /// One authorization question.
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! The static, in-process policy from `policy.rules`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -8,36 +8,9 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::ToolId;
+use soulbase_types::ToolPattern;
 
 use crate::{Authorizer, AuthzRequest, Decision};
-
-#[derive(Debug)]
-enum ToolPattern {
-    Any,
-    Prefix(String),
-    Exact(String),
-}
-
-impl ToolPattern {
-    fn parse(p: &str) -> Self {
-        if p == "*" {
-            ToolPattern::Any
-        } else if let Some(prefix) = p.strip_suffix('*') {
-            ToolPattern::Prefix(prefix.to_owned())
-        } else {
-            ToolPattern::Exact(p.to_owned())
-        }
-    }
-
-    fn matches(&self, tool: &ToolId) -> bool {
-        match self {
-            ToolPattern::Any => true,
-            ToolPattern::Prefix(p) => tool.as_str().starts_with(p.as_str()),
-            ToolPattern::Exact(e) => tool.as_str() == e,
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Rule {
@@ -55,7 +28,12 @@ impl Rule {
             tenant: (r.tenant != "*").then(|| r.tenant.clone()),
             actors: (!r.actors.iter().any(|a| a == "*"))
                 .then(|| r.actors.iter().cloned().collect()),
-            tools: r.tools.iter().map(|t| ToolPattern::parse(t)).collect(),
+            tools: r
+                .tools
+                .iter()
+                // Validation refused malformed patterns; one that slips through matches nothing.
+                .filter_map(|t| ToolPattern::parse(t).ok())
+                .collect(),
             actions: r.actions.iter().cloned().collect(),
         }
     }
@@ -73,18 +51,39 @@ impl Rule {
     }
 }
 
+/// The rules indexed by tenant: a request can only match the rules for every tenant
+/// (`*`) and those for its own tenant, so only those are scanned.
 struct Compiled {
-    rules: Vec<Rule>,
+    /// Rules with tenant `*`.
+    any_tenant: Vec<Rule>,
+    /// Rules for one tenant, by tenant.
+    by_tenant: HashMap<String, Vec<Rule>>,
     hash: String,
 }
 
 impl Compiled {
     fn new(config: &PolicyConfig) -> Self {
         let bytes = serde_json::to_vec(config).unwrap_or_default();
+        let mut any_tenant = Vec::new();
+        let mut by_tenant: HashMap<String, Vec<Rule>> = HashMap::new();
+        for rule in config.rules.iter().map(Rule::compile) {
+            match &rule.tenant {
+                Some(t) => by_tenant.entry(t.clone()).or_default().push(rule),
+                None => any_tenant.push(rule),
+            }
+        }
         Compiled {
-            rules: config.rules.iter().map(Rule::compile).collect(),
+            any_tenant,
+            by_tenant,
             hash: format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
         }
+    }
+
+    /// The rules that can apply to a subject of `tenant`.
+    fn candidates(&self, tenant: &str) -> impl Iterator<Item = &Rule> {
+        self.any_tenant
+            .iter()
+            .chain(self.by_tenant.get(tenant).into_iter().flatten())
     }
 }
 
@@ -114,15 +113,15 @@ impl StaticPolicy {
 
     /// The decision, synchronously.
     pub fn decide(&self, req: &AuthzRequest<'_>) -> Result<Decision, SoulError> {
-        if let Some(owner) = req.tool_tenant
-            && owner != &req.subject.tenant
-        {
-            // Structural isolation: no rule can grant another tenant's tool.
-            return Err(SoulError::of(ErrorCode::ToolNotFound));
-        }
+        // Structural isolation: no rule can grant another tenant's tool.
+        crate::isolation::check_tenant(req)?;
         let compiled = self.compiled.load();
         let mut allowed = false;
-        for rule in compiled.rules.iter().filter(|r| r.matches(req)) {
+        // Deny wins whatever the order, so scanning the two groups in turn is exact.
+        for rule in compiled
+            .candidates(req.subject.tenant.as_str())
+            .filter(|r| r.matches(req))
+        {
             if rule.deny {
                 return Err(SoulError::of(ErrorCode::PolicyDenyTool));
             }
@@ -147,7 +146,7 @@ impl Authorizer for StaticPolicy {
 
 #[cfg(test)]
 mod tests {
-    use soulbase_types::{ActorId, Subject, TenantId};
+    use soulbase_types::{ActorId, Subject, TenantId, ToolId};
 
     use super::*;
     use crate::ACTION_INVOKE;
@@ -214,6 +213,34 @@ mod tests {
             ask(&p, "t", "a", "sys.proc.exec").unwrap_err().code(),
             ErrorCode::PolicyDenyTool
         );
+    }
+
+    #[test]
+    fn rules_for_every_tenant_and_for_the_own_tenant_combine_and_deny_wins() {
+        let p = StaticPolicy::new(&PolicyConfig {
+            rules: vec![
+                rule(PolicyEffect::Allow, "*", &["*"], &["fs.files.*"]),
+                rule(PolicyEffect::Deny, "acme", &["mallory"], &["*"]),
+                rule(PolicyEffect::Allow, "beta", &["bob"], &["net.http.*"]),
+                rule(PolicyEffect::Deny, "*", &["eve"], &["*"]),
+                rule(PolicyEffect::Deny, "beta", &["*"], &["fs.files.delete"]),
+            ],
+        });
+        // `*` allow applies to every tenant.
+        assert!(ask(&p, "acme", "alice", "fs.files.read").is_ok());
+        assert!(ask(&p, "gamma", "alice", "fs.files.read").is_ok());
+        // A tenant deny beats a `*` allow, only in its tenant.
+        assert!(ask(&p, "acme", "mallory", "fs.files.read").is_err());
+        assert!(ask(&p, "beta", "mallory", "fs.files.read").is_ok());
+        // A tenant allow applies only in its tenant.
+        assert!(ask(&p, "beta", "bob", "net.http.get").is_ok());
+        assert!(ask(&p, "acme", "bob", "net.http.get").is_err());
+        // A `*` deny beats a tenant allow.
+        assert!(ask(&p, "beta", "eve", "net.http.get").is_err());
+        assert!(ask(&p, "acme", "eve", "fs.files.read").is_err());
+        // A tenant deny beats a `*` allow for that tenant's subjects only.
+        assert!(ask(&p, "beta", "bob", "fs.files.delete").is_err());
+        assert!(ask(&p, "acme", "bob", "fs.files.delete").is_ok());
     }
 
     #[test]

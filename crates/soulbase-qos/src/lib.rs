@@ -5,11 +5,20 @@
 //! the call is refused after reserving but before executing. The budget snapshot it
 //! returns is part of the preflight result.
 //!
-//! [`LocalQuota`] is the in-process backend: GCRA per (limit, tenant), limits from the
-//! configuration's `quota.limits`, swappable at runtime. A shared backend for several
-//! replicas implements the same trait over Redis.
+//! Two kinds of limit, compiled once into a [`QuotaPlan`]:
+//! - **rate limits** (`quota.limits`, written `N/sec|min|hour|day`): GCRA buckets per
+//!   (limit, tenant), refusals `QUOTA.RATE_LIMITED`;
+//! - **budgets** (`quota.budgets`): calls, bytes in/out and CPU ms per fixed window,
+//!   per tenant or per actor, refusals `QUOTA.BUDGET_EXCEEDED`. Bytes and CPU are only
+//!   known after execution: `settle` adds them, and a budget already used up refuses
+//!   the next call.
+//!
+//! [`LocalQuota`] is the in-process backend (one replica); `soulbase-qos-redis` is the
+//! shared one (several replicas, atomic Lua scripts). Both charge a call to every
+//! applicable limit or to none, and every refusal carries a retry-after hint.
 
 mod local;
+mod plan;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -18,6 +27,7 @@ use soulbase_observe::BudgetUsage;
 use soulbase_types::{ActorId, TenantId, ToolId};
 
 pub use local::LocalQuota;
+pub use plan::{Amounts, BudgetCharge, FollowedPlan, QuotaPlan, RateCharge};
 
 /// Whose budget a call draws on.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +49,39 @@ pub struct BudgetSnapshot {
     /// Calls still allowed right now under that limit (after this one, when reserved).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<u64>,
+    /// What is left of each applicable budget in its current window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetRemaining>,
+}
+
+/// What is left of one budget in its current window (`None`: that amount is not limited).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetRemaining {
+    /// The budget, e.g. `calls 100 per 86400000 ms on fs.*`.
+    pub budget: String,
+    /// Calls left (after this one, when reserved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u64>,
+    /// Argument bytes left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_in: Option<u64>,
+    /// Output bytes left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_out: Option<u64>,
+    /// CPU milliseconds left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// Milliseconds until the window resets.
+    pub resets_in_ms: u64,
+}
+
+/// One budget counter a reservation charged, in the window it was charged in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetKey {
+    /// The counter's key (backend-specific).
+    pub key: String,
+    /// The window index (`unix_ms / window_ms`) the call was counted in.
+    pub window: u64,
 }
 
 /// A reservation taken before execution; settle or refund it exactly once.
@@ -46,8 +89,10 @@ pub struct BudgetSnapshot {
 pub struct Reservation {
     /// Backend-specific handle.
     pub id: u64,
-    /// The keys charged (backend-specific), so refund can undo exactly them.
+    /// The rate-limit keys charged (backend-specific), so refund can undo exactly them.
     pub keys: Vec<String>,
+    /// The budget counters charged, so settle and refund touch exactly them.
+    pub budgets: Vec<BudgetKey>,
     /// The budget after reserving.
     pub snapshot: BudgetSnapshot,
 }
@@ -60,7 +105,7 @@ pub trait QuotaGate: Send + Sync + 'static {
     async fn check(&self, req: QuotaRequest<'_>) -> Result<BudgetSnapshot, SoulError>;
     /// Consumes one call's worth of every applicable limit, atomically.
     async fn reserve(&self, req: QuotaRequest<'_>) -> Result<Reservation, SoulError>;
-    /// Records actual usage after execution.
+    /// Records actual usage (bytes, CPU) after execution against the reserved budgets.
     async fn settle(&self, reservation: Reservation, usage: BudgetUsage) -> Result<(), SoulError>;
     /// Gives back a reservation whose call never executed.
     async fn refund(&self, reservation: Reservation) -> Result<(), SoulError>;

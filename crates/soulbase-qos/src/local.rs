@@ -1,220 +1,312 @@
-//! The in-process backend: GCRA (generic cell rate algorithm) per (limit, tenant).
+//! The in-process backend: GCRA rate limits and fixed-window budgets for one replica.
 //!
-//! A limit `N/period` allows a burst of N and then one call every `period / N`. Each
-//! bucket is one "theoretical arrival time"; a call fits when advancing it by one
-//! interval keeps it within one period of now. All limits applying to a call are
-//! checked and charged under one lock, so a call is charged to all or none.
+//! A rate `N/period` allows a burst of N and then one call every `period / N`. Each
+//! bucket is one "theoretical arrival time" (TAT); a call fits when advancing it by one
+//! interval keeps it within one period of now. Budgets count calls, bytes and CPU per
+//! window aligned to the Unix epoch (a `day` window resets at 00:00 UTC). Everything
+//! applying to a call is checked and charged under one lock, so a call is charged to
+//! all limits or to none.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use soulbase_config::QuotaLimit;
+use soulbase_config::{QuotaBudget, QuotaConfig, QuotaLimit};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::BudgetUsage;
-use soulbase_types::{Rate, ToolId};
 
-use crate::{BudgetSnapshot, QuotaGate, QuotaRequest, Reservation};
+use crate::plan::{Amounts, BudgetCharge, FollowedPlan, QuotaPlan, RateCharge};
+use crate::{BudgetKey, BudgetRemaining, BudgetSnapshot, QuotaGate, QuotaRequest, Reservation};
 
-struct Limit {
-    tenant: Option<String>,
-    tool: ToolMatch,
-    rate: Rate,
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    window: u64,
+    ends_ms: u64,
+    calls: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    cpu_ms: u64,
 }
 
-enum ToolMatch {
-    Any,
-    Prefix(String),
-    Exact(String),
-}
-
-impl ToolMatch {
-    fn matches(&self, tool: &ToolId) -> bool {
-        match self {
-            ToolMatch::Any => true,
-            ToolMatch::Prefix(p) => tool.as_str().starts_with(p.as_str()),
-            ToolMatch::Exact(e) => tool.as_str() == e,
-        }
-    }
-}
-
-struct Limits {
-    generation: u64,
-    list: Vec<Limit>,
+#[derive(Default)]
+struct State {
+    /// Theoretical arrival time per rate bucket, as nanoseconds since `epoch`.
+    tats: HashMap<String, u64>,
+    /// Budget counters per key.
+    budgets: HashMap<String, Counters>,
+    /// Map size after the last pruning; pruning runs when the maps double.
+    pruned_at: usize,
 }
 
 /// In-process quotas for one replica.
 pub struct LocalQuota {
-    limits: ArcSwap<Limits>,
-    /// Theoretical arrival time per bucket key, as nanoseconds since `epoch`.
-    buckets: Mutex<HashMap<String, u64>>,
+    plan: FollowedPlan,
+    state: Mutex<State>,
     epoch: Instant,
-}
-
-fn compile(generation: u64, limits: &[QuotaLimit]) -> Limits {
-    Limits {
-        generation,
-        list: limits
-            .iter()
-            .map(|l| Limit {
-                tenant: (l.tenant != "*").then(|| l.tenant.clone()),
-                tool: if l.tool == "*" {
-                    ToolMatch::Any
-                } else if let Some(p) = l.tool.strip_suffix('*') {
-                    ToolMatch::Prefix(p.to_owned())
-                } else {
-                    ToolMatch::Exact(l.tool.clone())
-                },
-                rate: l.rate,
-            })
-            .collect(),
-    }
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-struct Applicable {
-    key: String,
-    interval: u64,
-    period: u64,
-    rate: Rate,
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The refusal for an exhausted rate limit, with the wait until one call fits.
+pub(crate) fn rate_limited(rate: &soulbase_types::Rate, wait: Duration) -> SoulError {
+    SoulError::of(ErrorCode::QuotaRateLimited)
+        .with_field("limit", rate.to_string())
+        .retry_after(wait.max(Duration::from_millis(1)))
+}
+
+/// The refusal for a used-up budget, with the wait until its window resets.
+pub(crate) fn budget_exceeded(label: &str, wait: Duration) -> SoulError {
+    SoulError::of(ErrorCode::QuotaBudgetExceeded)
+        .with_field("budget", label.to_owned())
+        .retry_after(wait.max(Duration::from_millis(1)))
+}
+
+fn left(limit: Option<u64>, used: u64) -> Option<u64> {
+    limit.map(|l| l.saturating_sub(used))
+}
+
+/// Whether a budget with `used` counters admits one more call.
+fn budget_fits(limits: &Amounts, used: &Counters) -> bool {
+    limits.calls.is_none_or(|l| used.calls < l)
+        && limits.bytes_in.is_none_or(|l| used.bytes_in < l)
+        && limits.bytes_out.is_none_or(|l| used.bytes_out < l)
+        && limits.cpu_ms.is_none_or(|l| used.cpu_ms < l)
 }
 
 impl LocalQuota {
-    /// Quotas enforcing `limits` (the configuration's `quota.limits`).
+    /// Quotas enforcing the rate `limits` (the configuration's `quota.limits`).
     pub fn new(limits: &[QuotaLimit]) -> Self {
+        Self::with_plan(QuotaPlan::new(limits, &[]))
+    }
+
+    /// Quotas enforcing the whole `quota` section (rate limits and budgets).
+    pub fn from_config(config: &QuotaConfig) -> Self {
+        Self::with_plan(QuotaPlan::from_config(config))
+    }
+
+    /// Quotas enforcing rate `limits` and `budgets`.
+    pub fn with_budgets(limits: &[QuotaLimit], budgets: &[QuotaBudget]) -> Self {
+        Self::with_plan(QuotaPlan::new(limits, budgets))
+    }
+
+    /// Quotas following `handle`'s `quota` section: a reload applies to the next call.
+    pub fn follow(handle: soulbase_config::ConfigHandle) -> Self {
         Self {
-            limits: ArcSwap::from_pointee(compile(0, limits)),
-            buckets: Mutex::new(HashMap::new()),
+            plan: FollowedPlan::follow(handle),
+            state: Mutex::new(State::default()),
             epoch: Instant::now(),
         }
     }
 
-    /// Replaces the limits (hot reload). Buckets of the old limits are dropped.
-    pub fn update(&self, limits: &[QuotaLimit]) {
-        let generation = self.limits.load().generation + 1;
-        self.limits.store(Arc::new(compile(generation, limits)));
-        if let Ok(mut b) = self.buckets.lock() {
-            b.clear();
+    fn with_plan(plan: QuotaPlan) -> Self {
+        Self {
+            plan: FollowedPlan::fixed(plan),
+            state: Mutex::new(State::default()),
+            epoch: Instant::now(),
         }
     }
 
-    fn applicable(&self, req: &QuotaRequest<'_>) -> Vec<Applicable> {
-        let limits = self.limits.load();
-        limits
-            .list
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| {
-                l.tenant.as_deref().is_none_or(|t| t == req.tenant.as_str())
-                    && l.tool.matches(req.tool)
-            })
-            .map(|(i, l)| Applicable {
-                key: format!("{}:{i}:{}", limits.generation, req.tenant),
-                interval: nanos(l.rate.interval()),
-                period: nanos(l.rate.period()),
-                rate: l.rate,
-            })
-            .collect()
+    /// Replaces the rate limits (hot reload), keeping the budgets.
+    ///
+    /// Counters are keyed by a rule's definition, so rules that did not change keep
+    /// their state; changed or removed rules start afresh.
+    pub fn update(&self, limits: &[QuotaLimit]) {
+        let next = self.plan.current().1.with_limits(limits);
+        self.plan.replace(next);
+    }
+
+    /// Replaces rate limits and budgets from a new `quota` section (hot reload).
+    pub fn update_config(&self, config: &QuotaConfig) {
+        self.plan.replace(QuotaPlan::from_config(config));
     }
 
     fn now(&self) -> u64 {
         nanos(self.epoch.elapsed())
     }
 
+    fn lock(&self) -> Result<MutexGuard<'_, State>, SoulError> {
+        self.state
+            .lock()
+            .map_err(|_| SoulError::of(ErrorCode::UnknownInternal).with_note("quota lock poisoned"))
+    }
+
     /// Checks (and with `charge`, consumes) every applicable limit under one lock.
-    fn decide(
-        &self,
-        req: &QuotaRequest<'_>,
-        charge: bool,
-    ) -> Result<(Vec<String>, BudgetSnapshot), SoulError> {
-        let applicable = self.applicable(req);
-        if applicable.is_empty() {
-            return Ok((Vec::new(), BudgetSnapshot::default()));
+    fn decide(&self, req: &QuotaRequest<'_>, charge: bool) -> Result<Reservation, SoulError> {
+        let loaded = self.plan.current();
+        let plan = &loaded.1;
+        if plan.is_empty() {
+            return Ok(empty_reservation());
+        }
+        let rates = plan.rates_for(req);
+        let budgets = plan.budgets_for(req);
+        if rates.is_empty() && budgets.is_empty() {
+            return Ok(empty_reservation());
         }
         let now = self.now();
-        let mut buckets = self.buckets.lock().map_err(|_| {
-            SoulError::of(ErrorCode::UnknownInternal).with_note("quota lock poisoned")
-        })?;
+        let now_ms = unix_ms();
+        let mut state = self.lock()?;
         let mut snapshot = BudgetSnapshot::default();
-        let mut next = Vec::with_capacity(applicable.len());
-        for a in &applicable {
-            let tat = buckets.get(&a.key).copied().unwrap_or(now).max(now);
-            let new_tat = tat.saturating_add(a.interval);
-            if new_tat - now > a.period {
-                let wait = Duration::from_nanos(new_tat - now - a.period);
-                return Err(SoulError::of(ErrorCode::QuotaRateLimited)
-                    .with_field("limit", a.rate.to_string())
-                    .retry_after(wait.max(Duration::from_millis(1))));
+        let mut next = Vec::with_capacity(rates.len());
+        for RateCharge { key, rate } in &rates {
+            let interval = nanos(rate.interval());
+            let period = nanos(rate.period());
+            let tat = state.tats.get(key).copied().unwrap_or(now).max(now);
+            let new_tat = tat.saturating_add(interval);
+            if new_tat - now > period {
+                return Err(rate_limited(
+                    rate,
+                    Duration::from_nanos(new_tat - now - period),
+                ));
             }
-            let remaining = (a.period - (new_tat - now)) / a.interval.max(1);
+            let remaining = (period - (new_tat - now)) / interval.max(1);
             if snapshot.remaining.is_none_or(|r| remaining < r) {
-                snapshot = BudgetSnapshot {
-                    limit: Some(a.rate.to_string()),
-                    remaining: Some(remaining),
-                };
+                snapshot.limit = Some(rate.to_string());
+                snapshot.remaining = Some(remaining);
             }
             next.push(new_tat);
         }
-        if charge {
-            for (a, tat) in applicable.iter().zip(next) {
-                buckets.insert(a.key.clone(), tat);
+        let mut counted = Vec::with_capacity(budgets.len());
+        for BudgetCharge {
+            key,
+            window_ms,
+            limits,
+            label,
+        } in &budgets
+        {
+            let window = now_ms / window_ms;
+            let resets_in = (window + 1) * window_ms - now_ms;
+            let used = state
+                .budgets
+                .get(key)
+                .copied()
+                .filter(|c| c.window == window)
+                .unwrap_or(Counters {
+                    window,
+                    ends_ms: now_ms + resets_in,
+                    ..Counters::default()
+                });
+            if !budget_fits(limits, &used) {
+                return Err(budget_exceeded(label, Duration::from_millis(resets_in)));
             }
+            snapshot.budgets.push(BudgetRemaining {
+                budget: label.clone(),
+                calls: left(limits.calls, used.calls + 1),
+                bytes_in: left(limits.bytes_in, used.bytes_in),
+                bytes_out: left(limits.bytes_out, used.bytes_out),
+                cpu_ms: left(limits.cpu_ms, used.cpu_ms),
+                resets_in_ms: resets_in,
+            });
+            counted.push(Counters {
+                calls: used.calls + 1,
+                ..used
+            });
         }
-        Ok((applicable.into_iter().map(|a| a.key).collect(), snapshot))
+        if charge {
+            for (r, tat) in rates.iter().zip(next) {
+                state.tats.insert(r.key.clone(), tat);
+            }
+            for (b, c) in budgets.iter().zip(&counted) {
+                state.budgets.insert(b.key.clone(), *c);
+            }
+            prune(&mut state, now, now_ms);
+        }
+        Ok(Reservation {
+            id: 0,
+            keys: rates.into_iter().map(|r| r.key).collect(),
+            budgets: budgets
+                .iter()
+                .zip(&counted)
+                .map(|(b, c)| BudgetKey {
+                    key: b.key.clone(),
+                    window: c.window,
+                })
+                .collect(),
+            snapshot,
+        })
     }
+}
+
+fn empty_reservation() -> Reservation {
+    Reservation {
+        id: 0,
+        keys: Vec::new(),
+        budgets: Vec::new(),
+        snapshot: BudgetSnapshot::default(),
+    }
+}
+
+/// Drops buckets that no longer hold anything (a TAT in the past equals a fresh bucket;
+/// a budget of a past window is reset on next use), when the maps have doubled.
+fn prune(state: &mut State, now: u64, now_ms: u64) {
+    let size = state.tats.len() + state.budgets.len();
+    if size < 1024 || size < state.pruned_at.saturating_mul(2) {
+        return;
+    }
+    state.tats.retain(|_, tat| *tat > now);
+    state.budgets.retain(|_, c| c.ends_ms > now_ms);
+    state.pruned_at = state.tats.len() + state.budgets.len();
 }
 
 #[async_trait]
 impl QuotaGate for LocalQuota {
     async fn check(&self, req: QuotaRequest<'_>) -> Result<BudgetSnapshot, SoulError> {
-        self.decide(&req, false).map(|(_, s)| s)
+        self.decide(&req, false).map(|r| r.snapshot)
     }
 
     async fn reserve(&self, req: QuotaRequest<'_>) -> Result<Reservation, SoulError> {
-        let (keys, snapshot) = self.decide(&req, true)?;
-        Ok(Reservation {
-            id: 0,
-            keys,
-            snapshot,
-        })
+        self.decide(&req, true)
     }
 
-    async fn settle(
-        &self,
-        _reservation: Reservation,
-        _usage: BudgetUsage,
-    ) -> Result<(), SoulError> {
-        // Rate limits count calls, which were charged at reservation.
+    async fn settle(&self, reservation: Reservation, usage: BudgetUsage) -> Result<(), SoulError> {
+        // Calls were charged at reservation; bytes and CPU are known only now.
+        if reservation.budgets.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.lock()?;
+        for b in &reservation.budgets {
+            if let Some(c) = state.budgets.get_mut(&b.key)
+                && c.window == b.window
+            {
+                c.bytes_in = c.bytes_in.saturating_add(usage.bytes_in);
+                c.bytes_out = c.bytes_out.saturating_add(usage.bytes_out);
+                c.cpu_ms = c.cpu_ms.saturating_add(usage.cpu_ms);
+            }
+        }
         Ok(())
     }
 
     async fn refund(&self, reservation: Reservation) -> Result<(), SoulError> {
-        let limits = self.limits.load();
+        if reservation.keys.is_empty() && reservation.budgets.is_empty() {
+            return Ok(());
+        }
+        let loaded = self.plan.current();
+        let plan = &loaded.1;
         let now = self.now();
-        let mut buckets = self.buckets.lock().map_err(|_| {
-            SoulError::of(ErrorCode::UnknownInternal).with_note("quota lock poisoned")
-        })?;
+        let mut state = self.lock()?;
         for key in &reservation.keys {
-            // key = "<generation>:<index>:<tenant>"; skip keys of replaced limits.
-            let mut parts = key.splitn(3, ':');
-            let generation = parts.next().and_then(|g| g.parse::<u64>().ok());
-            let index = parts.next().and_then(|i| i.parse::<usize>().ok());
-            let (Some(generation), Some(index)) = (generation, index) else {
+            let Some(rate) = plan.rate_of_key(key) else {
+                // The limit was replaced since: its bucket is no longer consulted.
                 continue;
             };
-            if generation != limits.generation {
-                continue;
+            if let Some(tat) = state.tats.get_mut(key) {
+                *tat = tat.saturating_sub(nanos(rate.interval())).max(now);
             }
-            let Some(limit) = limits.list.get(index) else {
-                continue;
-            };
-            if let Some(tat) = buckets.get_mut(key) {
-                *tat = tat.saturating_sub(nanos(limit.rate.interval())).max(now);
+        }
+        for b in &reservation.budgets {
+            if let Some(c) = state.budgets.get_mut(&b.key)
+                && c.window == b.window
+            {
+                c.calls = c.calls.saturating_sub(1);
             }
         }
         Ok(())
@@ -223,7 +315,9 @@ impl QuotaGate for LocalQuota {
 
 #[cfg(test)]
 mod tests {
-    use soulbase_types::{ActorId, TenantId};
+    use soulbase_types::{ActorId, Rate, TenantId, ToolId};
+
+    use soulbase_config::QuotaBudget;
 
     use super::*;
 
@@ -325,5 +419,192 @@ mod tests {
         q.update(&[limit("*", "*", "1/min")]);
         assert!(reserve(&q, "t", "a.b.c").await.is_ok());
         assert!(reserve(&q, "t", "a.b.c").await.is_err());
+    }
+
+    fn budget(tool: &str, actor: &str, per_actor: bool) -> QuotaBudget {
+        QuotaBudget {
+            tenant: "*".into(),
+            tool: tool.into(),
+            actor: actor.into(),
+            per_actor,
+            window: soulbase_config::BudgetWindow::Day,
+            calls: None,
+            bytes_in: None,
+            bytes_out: None,
+            cpu_ms: None,
+        }
+    }
+
+    async fn reserve_as(
+        q: &LocalQuota,
+        tenant: &str,
+        actor: &str,
+        tool: &str,
+    ) -> Result<Reservation, SoulError> {
+        let tenant = TenantId::new(tenant).unwrap();
+        let actor = ActorId::new(actor).unwrap();
+        let tool = ToolId::new(tool).unwrap();
+        q.reserve(QuotaRequest {
+            tenant: &tenant,
+            actor: &actor,
+            tool: &tool,
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_calls_budget_refuses_with_budget_exceeded_until_the_window_resets() {
+        let q = LocalQuota::with_budgets(
+            &[],
+            &[QuotaBudget {
+                calls: Some(2),
+                ..budget("*", "*", false)
+            }],
+        );
+        let r = reserve_as(&q, "t", "a", "a.b.c").await.unwrap();
+        assert_eq!(r.snapshot.budgets.len(), 1);
+        assert_eq!(r.snapshot.budgets[0].calls, Some(1));
+        reserve_as(&q, "t", "b", "a.b.c").await.unwrap();
+        let err = reserve_as(&q, "t", "a", "a.b.c").await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::QuotaBudgetExceeded);
+        let after = err.retry_after_ms().unwrap();
+        assert!(after > 0 && after <= 86_400_000, "{after}");
+        assert!(err.field("budget").unwrap().contains("calls 2"));
+        assert!(
+            reserve_as(&q, "u", "a", "a.b.c").await.is_ok(),
+            "per tenant"
+        );
+    }
+
+    #[tokio::test]
+    async fn bytes_and_cpu_are_settled_after_execution() {
+        let q = LocalQuota::with_budgets(
+            &[],
+            &[QuotaBudget {
+                bytes_out: Some(100),
+                cpu_ms: Some(1_000),
+                ..budget("*", "*", false)
+            }],
+        );
+        let r = reserve_as(&q, "t", "a", "a.b.c").await.unwrap();
+        q.settle(
+            r,
+            BudgetUsage {
+                calls: 1,
+                bytes_in: 10,
+                bytes_out: 60,
+                cpu_ms: 5,
+            },
+        )
+        .await
+        .unwrap();
+        let r = reserve_as(&q, "t", "a", "a.b.c").await.unwrap();
+        assert_eq!(r.snapshot.budgets[0].bytes_out, Some(40));
+        assert_eq!(r.snapshot.budgets[0].cpu_ms, Some(995));
+        q.settle(
+            r,
+            BudgetUsage {
+                calls: 1,
+                bytes_in: 0,
+                bytes_out: 50,
+                cpu_ms: 0,
+            },
+        )
+        .await
+        .unwrap();
+        let err = reserve_as(&q, "t", "a", "a.b.c").await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::QuotaBudgetExceeded);
+    }
+
+    #[tokio::test]
+    async fn per_actor_budgets_count_each_actor_and_actor_filters_apply() {
+        let q = LocalQuota::with_budgets(
+            &[],
+            &[
+                QuotaBudget {
+                    calls: Some(1),
+                    ..budget("fs.*", "*", true)
+                },
+                QuotaBudget {
+                    calls: Some(1),
+                    ..budget("*", "robot", false)
+                },
+            ],
+        );
+        assert!(reserve_as(&q, "t", "alice", "fs.files.read").await.is_ok());
+        assert!(reserve_as(&q, "t", "bob", "fs.files.read").await.is_ok());
+        assert!(reserve_as(&q, "t", "alice", "fs.files.read").await.is_err());
+        assert!(
+            reserve_as(&q, "t", "alice", "net.http.get").await.is_ok(),
+            "tool filter"
+        );
+        assert!(reserve_as(&q, "t", "robot", "net.http.get").await.is_ok());
+        assert!(
+            reserve_as(&q, "t", "robot", "net.http.get").await.is_err(),
+            "actor filter"
+        );
+    }
+
+    #[tokio::test]
+    async fn refund_gives_back_the_budget_call_and_check_consumes_nothing() {
+        let q = LocalQuota::with_budgets(
+            &[limit("*", "*", "10/min")],
+            &[QuotaBudget {
+                calls: Some(1),
+                ..budget("*", "*", false)
+            }],
+        );
+        let tenant = TenantId::new("t").unwrap();
+        let actor = ActorId::new("a").unwrap();
+        let tool = ToolId::new("a.b.c").unwrap();
+        let req = QuotaRequest {
+            tenant: &tenant,
+            actor: &actor,
+            tool: &tool,
+        };
+        for _ in 0..3 {
+            assert!(q.check(req).await.is_ok());
+        }
+        let r = q.reserve(req).await.unwrap();
+        assert_eq!(r.keys.len(), 1);
+        assert_eq!(r.budgets.len(), 1);
+        assert_eq!(
+            q.check(req).await.unwrap_err().code(),
+            ErrorCode::QuotaBudgetExceeded
+        );
+        q.refund(r).await.unwrap();
+        assert!(q.reserve(req).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_the_state_of_unchanged_limits() {
+        let q = LocalQuota::new(&[limit("*", "*", "1/min")]);
+        assert!(reserve(&q, "t", "a.b.c").await.is_ok());
+        q.update(&[limit("*", "*", "1/min"), limit("*", "x.*", "5/min")]);
+        assert!(
+            reserve(&q, "t", "a.b.c").await.is_err(),
+            "same limit, same bucket"
+        );
+        q.update(&[limit("*", "*", "2/min")]);
+        assert!(
+            reserve(&q, "t", "a.b.c").await.is_ok(),
+            "changed limit starts afresh"
+        );
+    }
+
+    #[tokio::test]
+    async fn follows_the_configuration_handle() {
+        use soulbase_config::{Config, ConfigHandle, ConfigSnapshot};
+        let snapshot = |rate: &str| {
+            let mut c = Config::default();
+            c.quota.limits = vec![limit("*", "*", rate)];
+            ConfigSnapshot::new(c, vec![])
+        };
+        let handle = ConfigHandle::new(snapshot("1/min"));
+        let q = LocalQuota::follow(handle.clone());
+        assert!(reserve(&q, "t", "a.b.c").await.is_ok());
+        assert!(reserve(&q, "t", "a.b.c").await.is_err());
+        handle.publish(snapshot("3/min"));
+        assert!(reserve(&q, "t", "a.b.c").await.is_ok(), "new limit at once");
     }
 }
