@@ -1,5 +1,6 @@
 //! The execution seam: a planned call, its guard, and the local dispatcher.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,8 @@ use soulbase_observe::SideEffectRecord;
 use soulbase_types::{CallId, TenantId, ToolId};
 
 use crate::builtin::BuiltinExecutor;
-use crate::{Capability, Profile, ProviderBinding, ProviderKind, is_valid_host};
+use crate::guard::Operation;
+use crate::{Profile, ProviderBinding, ProviderKind, is_valid_host};
 
 /// One call, planned and ready for the sandbox.
 #[derive(Debug)]
@@ -94,52 +96,92 @@ fn blocked(what: String) -> SoulError {
     SoulError::of(ErrorCode::SandboxCapabilityBlocked).with_note(what)
 }
 
+/// The parts of an HTTP endpoint the guard checks: `(scheme, host, port)`, the host
+/// without IPv6 brackets and the port defaulted from the scheme.
+pub fn endpoint_parts(endpoint: &str) -> Option<(&str, &str, u16)> {
+    let (scheme, rest) = endpoint.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority_host(authority);
+    let port = if let Some(after) = authority.strip_prefix('[') {
+        after.split_once("]:").map(|(_, p)| p)
+    } else {
+        authority.rsplit_once(':').map(|(_, p)| p)
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok()?,
+        None => match scheme {
+            "https" => 443,
+            "http" => 80,
+            _ => return None,
+        },
+    };
+    Some((scheme, host, port))
+}
+
 /// Checks a provider binding against a profile: the operations its provider implies
-/// must be granted (an HTTP endpoint's host by `net`, a process's command by `proc`).
+/// must be granted (an HTTP endpoint's scheme, host, port and `POST` by `net`, a
+/// process's command by `proc`).
 pub fn guard_provider(provider: &ProviderBinding, profile: &Profile) -> Result<(), SoulError> {
     match provider {
         ProviderBinding::Builtin { .. } | ProviderBinding::Wasm { .. } => Ok(()),
         ProviderBinding::Http { endpoint, .. } => {
-            let host = endpoint
-                .split_once("://")
-                .map(|(_, rest)| rest)
-                .unwrap_or(endpoint)
-                .split(['/', '?', '#'])
-                .next()
-                .unwrap_or_default();
-            let host = authority_host(host);
+            let Some((scheme, host, port)) = endpoint_parts(endpoint) else {
+                return Err(blocked(format!("endpoint {endpoint:?} is not valid")));
+            };
             if !is_valid_host(host) {
                 return Err(blocked(format!("endpoint host {host:?} is not valid")));
             }
-            let granted = profile.capabilities().iter().any(|c| match c {
-                Capability::Net { hosts, .. } => hosts.iter().any(|p| host_matches(p, host)),
-                _ => false,
-            });
-            if granted {
-                Ok(())
-            } else {
-                Err(blocked(format!("net access to {host} is not granted")))
-            }
+            profile.check(
+                &Operation::Net {
+                    scheme,
+                    host,
+                    port,
+                    method: Some("POST"),
+                },
+                None,
+            )
         }
         ProviderBinding::Process { command, .. } => {
-            let granted = profile.capabilities().iter().any(|c| match c {
-                Capability::Proc { commands } => commands.iter().any(|c| c == command),
-                _ => false,
-            });
-            if granted {
-                Ok(())
-            } else {
-                Err(blocked(format!("running {command} is not granted")))
-            }
+            profile.check(&Operation::Exec { command }, None)
         }
     }
 }
 
+/// An executor for one provider kind, plugged into [`LocalSandbox`] with
+/// [`LocalSandbox::with_executor`]. The edge crates (`soulbase-sandbox-http`,
+/// `-wasm`, `-process`) implement it; this crate cannot depend on them.
+#[async_trait]
+pub trait Executor: Send + Sync + 'static {
+    /// Checks, before anything runs, what this executor can know from the request
+    /// alone (module present and pinned, command resolvable, …). The provider-level
+    /// capability checks of [`guard_provider`] have already passed.
+    fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError>;
+    /// Runs the call under its profile.
+    async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError>;
+}
+
+#[async_trait]
+impl Executor for BuiltinExecutor {
+    fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError> {
+        BuiltinExecutor::guard(self, req)
+    }
+
+    async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
+        BuiltinExecutor::execute(self, req).await
+    }
+}
+
 /// The in-process sandbox: guards each call and dispatches it to the executor for its
-/// provider kind. Executors not configured here refuse with `PROVIDER.UNAVAILABLE`.
+/// provider kind. Builtin tools run on the [`BuiltinExecutor`] given to [`new`];
+/// other kinds run on executors plugged in with [`with_executor`]. A kind without an
+/// executor refuses with `PROVIDER.UNAVAILABLE`.
+///
+/// [`new`]: LocalSandbox::new
+/// [`with_executor`]: LocalSandbox::with_executor
 #[derive(Clone, Default)]
 pub struct LocalSandbox {
     builtin: Arc<BuiltinExecutor>,
+    executors: HashMap<ProviderKind, Arc<dyn Executor>>,
 }
 
 impl LocalSandbox {
@@ -147,12 +189,31 @@ impl LocalSandbox {
     pub fn new(builtin: BuiltinExecutor) -> Self {
         Self {
             builtin: Arc::new(builtin),
+            executors: HashMap::new(),
         }
+    }
+
+    /// Plugs in (or replaces) the executor for `kind`. Plugging one in for
+    /// [`ProviderKind::Builtin`] replaces the builtin executor given to `new`.
+    pub fn with_executor(mut self, kind: ProviderKind, executor: Arc<dyn Executor>) -> Self {
+        self.executors.insert(kind, executor);
+        self
     }
 
     /// The builtin executor.
     pub fn builtin(&self) -> &BuiltinExecutor {
         &self.builtin
+    }
+
+    fn executor(&self, kind: ProviderKind) -> Result<&dyn Executor, SoulError> {
+        if let Some(e) = self.executors.get(&kind) {
+            return Ok(e.as_ref());
+        }
+        match kind {
+            ProviderKind::Builtin => Ok(self.builtin.as_ref()),
+            other => Err(SoulError::of(ErrorCode::ProviderUnavailable)
+                .with_note(format!("no {} executor is configured", other.as_str()))),
+        }
     }
 }
 
@@ -160,25 +221,19 @@ impl LocalSandbox {
 impl Sandbox for LocalSandbox {
     fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError> {
         guard_provider(req.provider, req.profile)?;
-        match req.provider.kind() {
-            ProviderKind::Builtin => self.builtin.guard(req),
-            other => Err(SoulError::of(ErrorCode::ProviderUnavailable)
-                .with_note(format!("no {} executor is configured", other.as_str()))),
-        }
+        self.executor(req.provider.kind())?.guard(req)
     }
 
     async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
-        match req.provider.kind() {
-            ProviderKind::Builtin => self.builtin.execute(req).await,
-            other => Err(SoulError::of(ErrorCode::ProviderUnavailable)
-                .with_note(format!("no {} executor is configured", other.as_str()))),
-        }
+        let executor = self.executor(req.provider.kind())?;
+        executor.execute(req).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Capability;
 
     #[test]
     fn authority_parsing() {
@@ -225,6 +280,19 @@ mod tests {
             args: vec![],
         };
         assert!(guard_provider(&proc, &none).is_err());
+        let wrong_port = Profile::new(vec![Capability::Net {
+            hosts: vec!["api.example.com".into()],
+            schemes: vec!["https".into()],
+            ports: vec![443],
+            methods: vec!["GET".into()],
+        }]);
+        assert!(guard_provider(&http("https://api.example.com:8443"), &wrong_port).is_err());
+        assert!(guard_provider(&http("https://api.example.com"), &wrong_port).is_err());
+        assert_eq!(
+            endpoint_parts("http://[::1]:9000/"),
+            Some(("http", "::1", 9000))
+        );
+        assert_eq!(endpoint_parts("https://a.io"), Some(("https", "a.io", 443)));
         let granted = Profile::new(vec![Capability::Proc {
             commands: vec!["/usr/bin/jq".into()],
         }]);

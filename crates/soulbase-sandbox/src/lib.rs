@@ -12,10 +12,20 @@
 //!
 //! Both are plain serde data with a syntactic [`Capability::validate`] /
 //! [`ProviderBinding::validate`] that report every problem with a relative field
-//! path, so a manifest validator can merge them into its own report. The executors
-//! and the pre-execution guard will live here too; they are not written yet.
+//! path, so a manifest validator can merge them into its own report.
+//! - [`Profile`] — what one call may do: the true intersection Grant ∩ Manifest ∩
+//!   PolicyConfig ([`intersect`], [`IntersectingProfiles`]), hashed for evidence.
+//! - The guard — [`Profile::check`] on every planned [`Operation`] (paths compared by
+//!   components after symlinks are resolved, hosts by labels), [`guard_provider`] for
+//!   what a provider binding implies; refusals are `SANDBOX.CAPABILITY_BLOCKED`.
+//! - [`Sandbox`] and [`LocalSandbox`], which dispatches by provider kind to the
+//!   [`BuiltinExecutor`] and to [`Executor`]s plugged in from the edge crates
+//!   (`soulbase-sandbox-http`, `soulbase-sandbox-wasm`, `soulbase-sandbox-process`).
+//! - [`Scratch`] — the per-call temp directory of a `tmp` grant.
 //!
-//! This crate does no IO.
+//! The crate does no network IO and knows no wire format. Its only file-system IO is
+//! resolving paths for checks ([`resolve`], [`Profile::fs_grants`]) and creating and
+//! removing scratch directories ([`Scratch`]).
 
 mod capability;
 mod provider;
@@ -23,7 +33,7 @@ mod syntax;
 
 pub use capability::{Capability, CapabilityDomain, FsAccess};
 pub use provider::{DEFAULT_HTTP_PATH, MAX_HTTP_TIMEOUT_MS, ProviderBinding, ProviderKind};
-pub use syntax::{is_valid_host, is_valid_host_pattern};
+pub use syntax::{TemplatePart, is_valid_host, is_valid_host_pattern, parse_env_template};
 
 /// One syntactic problem found by a `validate()` method: the field path relative to
 /// the validated value (e.g. `hosts[0]`, or empty for the value itself) and what is
@@ -32,8 +42,21 @@ pub type FieldProblem = (String, String);
 
 mod builtin;
 mod exec;
+mod guard;
+mod intersect;
+mod path;
 mod profile;
+mod scratch;
 
 pub use builtin::{BuiltinExecutor, BuiltinHandler, handler_fn};
-pub use exec::{ExecOutput, ExecRequest, LocalSandbox, Sandbox, guard_provider, host_matches};
-pub use profile::{DeclaredProfiles, Profile, ProfileBuilder};
+pub use exec::{
+    ExecOutput, ExecRequest, Executor, LocalSandbox, Sandbox, endpoint_parts, guard_provider,
+    host_matches,
+};
+pub use guard::{FsGrant, Operation};
+pub use intersect::{intersect, intersect_one};
+pub use path::{normalize, path_covers, resolve};
+pub use profile::{
+    DeclaredProfiles, IntersectingProfiles, Profile, ProfileBuilder, parse_capabilities,
+};
+pub use scratch::Scratch;

@@ -5,10 +5,12 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use soulbase_errors::SoulError;
+use soulbase_config::SandboxConfig;
+use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::TenantId;
 
 use crate::Capability;
+use crate::intersect::intersect;
 
 /// The capabilities a call runs under, with a hash recorded in its evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -84,6 +86,154 @@ impl ProfileBuilder for DeclaredProfiles {
     }
 }
 
+/// The production builder: a call's profile is the true intersection
+/// Grant ∩ Manifest ∩ PolicyConfig (SB-08 invariant 5).
+///
+/// - **Manifest**: what the tool declares.
+/// - **Grant**: what the tenant has been granted ([`IntersectingProfiles::grant`]);
+///   tenants without their own grant get the default grant, which is *nothing* unless
+///   [`IntersectingProfiles::default_grant`] says otherwise (least privilege).
+/// - **PolicyConfig**: the deployment-wide ceiling; `None` means the deployment adds
+///   no restriction of its own.
+///
+/// Profiles are cached per (tenant, manifest digest); changing a grant clears the cache.
+pub struct IntersectingProfiles {
+    policy: Option<Vec<Capability>>,
+    default_grant: Option<Vec<Capability>>,
+    grants: RwLock<HashMap<TenantId, Option<Vec<Capability>>>>,
+    cache: RwLock<HashMap<(TenantId, String), Arc<Profile>>>,
+}
+
+impl IntersectingProfiles {
+    /// A builder under the policy ceiling `policy` (`None`: no ceiling). Tenants have
+    /// no grant until one is given, so every profile starts empty.
+    pub fn new(policy: Option<Vec<Capability>>) -> Self {
+        Self {
+            policy,
+            default_grant: Some(Vec::new()),
+            grants: RwLock::new(HashMap::new()),
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Sets the grant of tenants without their own (`None`: unrestricted, so the
+    /// manifest and the policy alone decide).
+    pub fn default_grant(mut self, grant: Option<Vec<Capability>>) -> Self {
+        self.default_grant = grant;
+        self
+    }
+
+    /// Sets (or replaces) `tenant`'s grant (`None`: unrestricted for this tenant).
+    pub fn grant(&self, tenant: TenantId, grant: Option<Vec<Capability>>) {
+        if let Ok(mut g) = self.grants.write() {
+            g.insert(tenant, grant);
+        }
+        if let Ok(mut c) = self.cache.write() {
+            c.clear();
+        }
+    }
+
+    /// Removes `tenant`'s own grant, so the default applies again.
+    pub fn revoke(&self, tenant: &TenantId) {
+        if let Ok(mut g) = self.grants.write() {
+            g.remove(tenant);
+        }
+        if let Ok(mut c) = self.cache.write() {
+            c.clear();
+        }
+    }
+
+    /// Builds the profiles of a deployment from its `sandbox` config section: the
+    /// ceiling, the default grant and the per-tenant grants. Every capability is
+    /// parsed and validated; a problem is `CONFIG.INVALID` naming the field
+    /// (e.g. `sandbox.grants[1].capabilities[0].hosts[2]`).
+    pub fn from_config(config: &SandboxConfig) -> Result<Self, SoulError> {
+        let ceiling = parse_capabilities(config.ceiling.as_deref(), "sandbox.ceiling")?;
+        let default_grant =
+            parse_capabilities(config.default_grant.as_deref(), "sandbox.default_grant")?;
+        let builder = Self::new(ceiling).default_grant(default_grant);
+        for (i, g) in config.grants.iter().enumerate() {
+            let tenant = TenantId::new(g.tenant.as_str()).map_err(|e| {
+                SoulError::of(ErrorCode::ConfigInvalid)
+                    .with_field("field", format!("sandbox.grants[{i}].tenant"))
+                    .with_note(format!("sandbox.grants[{i}].tenant: {e}"))
+            })?;
+            let caps = parse_capabilities(
+                g.capabilities.as_deref(),
+                &format!("sandbox.grants[{i}].capabilities"),
+            )?;
+            builder.grant(tenant, caps);
+        }
+        Ok(builder)
+    }
+
+    /// Computes the intersection without the cache.
+    pub fn compute(&self, tenant: &TenantId, declared: &[Capability]) -> Profile {
+        let grant = self
+            .grants
+            .read()
+            .ok()
+            .and_then(|g| g.get(tenant).cloned())
+            .unwrap_or_else(|| self.default_grant.clone());
+        let mut caps = declared.to_vec();
+        if let Some(g) = grant {
+            caps = intersect(&caps, &g);
+        }
+        if let Some(p) = &self.policy {
+            caps = intersect(&caps, p);
+        }
+        Profile::new(caps)
+    }
+}
+
+/// Parses capabilities written in manifest syntax, naming the field of the first
+/// problem (`CONFIG.INVALID`). `None` stays `None` ("unrestricted").
+pub fn parse_capabilities(
+    values: Option<&[serde_json::Value]>,
+    field: &str,
+) -> Result<Option<Vec<Capability>>, SoulError> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    let invalid = |path: String, problem: String| {
+        SoulError::of(ErrorCode::ConfigInvalid)
+            .with_field("field", path.clone())
+            .with_note(format!("{path}: {problem}"))
+    };
+    let mut out = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let cap: Capability =
+            serde_json::from_value(v.clone()).map_err(|e| invalid(at.clone(), e.to_string()))?;
+        if let Some((sub, problem)) = cap.validate().into_iter().next() {
+            return Err(invalid(format!("{at}.{sub}"), problem));
+        }
+        out.push(cap);
+    }
+    Ok(Some(out))
+}
+
+impl ProfileBuilder for IntersectingProfiles {
+    fn build(
+        &self,
+        tenant: &TenantId,
+        manifest_digest: &str,
+        declared: &[Capability],
+    ) -> Result<Arc<Profile>, SoulError> {
+        let key = (tenant.clone(), manifest_digest.to_owned());
+        if let Ok(cache) = self.cache.read()
+            && let Some(p) = cache.get(&key)
+        {
+            return Ok(p.clone());
+        }
+        let profile = Arc::new(self.compute(tenant, declared));
+        if let Ok(mut cache) = self.cache.write() {
+            cache.insert(key, profile.clone());
+        }
+        Ok(profile)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +257,106 @@ mod tests {
         let p2 = b.build(&t, "d1", &caps).unwrap();
         assert!(Arc::ptr_eq(&p1, &p2));
         assert_eq!(p1.capabilities(), &caps);
+    }
+
+    #[test]
+    fn intersecting_profiles_narrow_by_grant_and_policy() {
+        use crate::FsAccess;
+        let t = TenantId::new("t").unwrap();
+        let other = TenantId::new("u").unwrap();
+        let policy = vec![
+            Capability::Fs {
+                paths: vec!["/srv".into()],
+                access: [FsAccess::Read, FsAccess::List].into(),
+            },
+            Capability::Tmp { max_bytes: 1000 },
+        ];
+        let b = IntersectingProfiles::new(Some(policy));
+        let declared = [
+            Capability::Fs {
+                paths: vec!["/srv/data".into(), "/etc".into()],
+                access: [FsAccess::Read, FsAccess::Write].into(),
+            },
+            Capability::Tmp { max_bytes: 5000 },
+        ];
+        // No grant yet: nothing.
+        assert!(
+            b.build(&t, "d", &declared)
+                .unwrap()
+                .capabilities()
+                .is_empty()
+        );
+        b.grant(t.clone(), None);
+        let p = b.build(&t, "d", &declared).unwrap();
+        assert_eq!(
+            p.capabilities(),
+            &[
+                Capability::Fs {
+                    paths: vec!["/srv/data".into()],
+                    access: [FsAccess::Read].into(),
+                },
+                Capability::Tmp { max_bytes: 1000 },
+            ]
+        );
+        b.grant(t.clone(), Some(vec![Capability::Tmp { max_bytes: 10 }]));
+        let p2 = b.build(&t, "d", &declared).unwrap();
+        assert_eq!(p2.capabilities(), &[Capability::Tmp { max_bytes: 10 }]);
+        assert_ne!(p.hash(), p2.hash());
+        assert!(
+            b.build(&other, "d", &declared)
+                .unwrap()
+                .capabilities()
+                .is_empty()
+        );
+        b.revoke(&t);
+        assert!(
+            b.build(&t, "d", &declared)
+                .unwrap()
+                .capabilities()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn built_from_the_config_section() {
+        use serde_json::json;
+        let mut cfg = SandboxConfig {
+            ceiling: Some(vec![json!({"kind": "tmp", "max_bytes": 100})]),
+            ..SandboxConfig::default()
+        };
+        cfg.grants.push(soulbase_config::TenantGrant {
+            tenant: "acme".into(),
+            capabilities: None,
+        });
+        let b = IntersectingProfiles::from_config(&cfg).unwrap();
+        let declared = [
+            Capability::Tmp { max_bytes: 1000 },
+            Capability::Proc {
+                commands: vec!["/bin/true".into()],
+            },
+        ];
+        let acme = TenantId::new("acme").unwrap();
+        let other = TenantId::new("other").unwrap();
+        assert_eq!(
+            b.build(&acme, "d", &declared).unwrap().capabilities(),
+            &[Capability::Tmp { max_bytes: 100 }]
+        );
+        assert!(
+            b.build(&other, "d", &declared)
+                .unwrap()
+                .capabilities()
+                .is_empty()
+        );
+
+        cfg.grants[0].capabilities = Some(vec![json!({"kind": "net", "hosts": ["*.com"]})]);
+        let e = IntersectingProfiles::from_config(&cfg).err().unwrap();
+        assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+        assert_eq!(
+            e.field("field"),
+            Some("sandbox.grants[0].capabilities[0].hosts[0]")
+        );
+        cfg.ceiling = Some(vec![json!({"kind": "gpu"})]);
+        let e = IntersectingProfiles::from_config(&cfg).err().unwrap();
+        assert_eq!(e.field("field"), Some("sandbox.ceiling[0]"));
     }
 }

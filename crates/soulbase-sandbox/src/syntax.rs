@@ -58,6 +58,49 @@ pub(crate) fn has_parent_component(path: &str) -> bool {
     path.split(['/', '\\']).any(|c| c == "..")
 }
 
+/// One piece of a header template such as `Bearer ${TOKEN}`: literal text, or a
+/// `${NAME}` reference to an environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplatePart<'a> {
+    /// Text copied as is.
+    Text(&'a str),
+    /// The name of a referenced variable.
+    Var(&'a str),
+}
+
+/// Splits a header template into text and `${NAME}` references: the one parser the
+/// skills loader (checking references at load) and the HTTP executor (expanding them
+/// per call) share. Names are ASCII letters, digits and `_`, not starting with a
+/// digit. A reason when the syntax is broken.
+pub fn parse_env_template(value: &str) -> Result<Vec<TemplatePart<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        if start > 0 {
+            parts.push(TemplatePart::Text(&rest[..start]));
+        }
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "has an unterminated `${`".to_owned())?;
+        let name = &after[..end];
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!(
+                "`${{{name}}}` is not a valid environment variable name"
+            ));
+        }
+        parts.push(TemplatePart::Var(name));
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(TemplatePart::Text(rest));
+    }
+    Ok(parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +155,25 @@ mod tests {
         assert!(has_parent_component("a\\..\\b"));
         assert!(!has_parent_component("/a/..b/c"));
         assert!(!has_parent_component("a/b"));
+    }
+
+    #[test]
+    fn env_templates_split_into_text_and_references() {
+        assert_eq!(
+            parse_env_template("Bearer ${TOKEN}-x").unwrap(),
+            [
+                TemplatePart::Text("Bearer "),
+                TemplatePart::Var("TOKEN"),
+                TemplatePart::Text("-x")
+            ]
+        );
+        assert_eq!(
+            parse_env_template("plain").unwrap(),
+            [TemplatePart::Text("plain")]
+        );
+        assert!(parse_env_template("${A").is_err());
+        assert!(parse_env_template("${}").is_err());
+        assert!(parse_env_template("${1A}").is_err());
+        assert!(parse_env_template("${A-B}").is_err());
     }
 }

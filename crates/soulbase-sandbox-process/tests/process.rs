@@ -1,0 +1,324 @@
+//! The process executor with the native fixture tool, and the process escape corpus.
+//! CI runs these as root: without Landlock, root could read `/etc/shadow`, so these
+//! tests prove the confinement, not file permissions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_sandbox::{
+    BuiltinExecutor, Capability, ExecOutput, ExecRequest, FsAccess, LocalSandbox, Profile,
+    ProviderBinding, ProviderKind, Sandbox,
+};
+use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
+use soulbase_types::{CallId, TenantId, ToolId};
+
+const TOOL: &str = env!("CARGO_BIN_EXE_soulbase-sandbox-fixture");
+const T: Duration = Duration::from_secs(10);
+
+fn sandbox() -> LocalSandbox {
+    LocalSandbox::new(BuiltinExecutor::new()).with_executor(
+        ProviderKind::Process,
+        Arc::new(ProcessExecutor::new(ProcessOptions::default())),
+    )
+}
+
+fn binding() -> ProviderBinding {
+    ProviderBinding::Process {
+        command: TOOL.into(),
+        args: vec![],
+    }
+}
+
+fn proc_only(extra: Vec<Capability>) -> Profile {
+    let mut caps = vec![Capability::Proc {
+        commands: vec![TOOL.into()],
+    }];
+    caps.extend(extra);
+    Profile::new(caps)
+}
+
+fn fs(path: &Path, access: &[FsAccess]) -> Capability {
+    Capability::Fs {
+        paths: vec![path.to_string_lossy().into_owned()],
+        access: access.iter().copied().collect(),
+    }
+}
+
+async fn run(
+    profile: &Profile,
+    args: Value,
+    timeout: Duration,
+    max_out: Option<u64>,
+) -> Result<ExecOutput, SoulError> {
+    let sb = sandbox();
+    let provider = binding();
+    let call_id = CallId::generate();
+    let tenant = TenantId::new("t1").unwrap();
+    let tool = ToolId::new("demo.proc.fixture").unwrap();
+    let req = ExecRequest {
+        call_id: &call_id,
+        tenant: &tenant,
+        tool: &tool,
+        provider: &provider,
+        args,
+        profile,
+        timeout,
+        max_bytes_out: max_out,
+    };
+    sb.guard(&req)?;
+    sb.execute(req).await
+}
+
+async fn ok(profile: &Profile, args: Value) -> Value {
+    run(profile, args, T, None).await.unwrap().output
+}
+
+fn denied(v: &Value) -> bool {
+    v["error"] == "PermissionDenied"
+}
+
+#[tokio::test]
+async fn echoes_json_with_a_scrubbed_environment() {
+    let p = proc_only(vec![]);
+    let out = run(&p, json!({"op": "echo", "x": [1, 2]}), T, None)
+        .await
+        .unwrap();
+    assert_eq!(out.output, json!({"echo": {"op": "echo", "x": [1, 2]}}));
+    assert_eq!(out.side_effects[0].kind, "proc.spawn");
+    let env = ok(&p, json!({"op": "env"})).await;
+    let keys: Vec<&str> = env["env"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["HOME", "LANG", "PATH"]);
+}
+
+#[tokio::test]
+async fn secrets_outside_the_grants_are_unreadable_even_as_root() {
+    let p = proc_only(vec![]);
+    for path in [
+        "/etc/shadow",
+        "/etc/passwd",
+        "/root/.bashrc",
+        "/proc/1/environ",
+    ] {
+        let out = ok(&p, json!({"op": "read", "path": path})).await;
+        assert!(out.get("read").is_none(), "{path}: {out}");
+    }
+    let out = ok(&p, json!({"op": "read", "path": "/etc/shadow"})).await;
+    assert!(denied(&out), "{out}");
+    let out = ok(&p, json!({"op": "list", "path": "/root"})).await;
+    assert!(denied(&out), "{out}");
+}
+
+#[tokio::test]
+async fn only_granted_paths_by_components_and_after_symlinks() {
+    let base = tempfile::tempdir().unwrap();
+    let data = base.path().join("data");
+    let database = base.path().join("database");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&database).unwrap();
+    std::fs::write(data.join("ok.txt"), "ok").unwrap();
+    std::fs::write(database.join("secret.txt"), "no").unwrap();
+    std::fs::write(base.path().join("outside.txt"), "no").unwrap();
+    std::os::unix::fs::symlink(base.path().join("outside.txt"), data.join("link.txt")).unwrap();
+    let p = proc_only(vec![fs(&data, &[FsAccess::Read, FsAccess::List])]);
+
+    let out = ok(&p, json!({"op": "read", "path": data.join("ok.txt")})).await;
+    assert_eq!(out, json!({"read": 2}));
+    for path in [
+        database.join("secret.txt"),
+        data.join("../outside.txt"),
+        data.join("link.txt"),
+    ] {
+        let out = ok(&p, json!({"op": "read", "path": path})).await;
+        assert!(denied(&out), "{}: {out}", path.display());
+    }
+    // Read-only: no writing inside the granted directory.
+    let out = ok(&p, json!({"op": "write", "path": data.join("new.txt")})).await;
+    assert!(denied(&out), "{out}");
+}
+
+#[tokio::test]
+async fn writes_only_inside_the_scratch_dir_and_within_its_size() {
+    let p = proc_only(vec![Capability::Tmp { max_bytes: 1000 }]);
+    let out = ok(
+        &p,
+        json!({"op": "write", "path": "inside.txt", "bytes": 10}),
+    )
+    .await;
+    assert_eq!(out, json!({"wrote": 10}));
+    let outside = std::env::temp_dir().join(format!("sb-escape-{}", std::process::id()));
+    let out = ok(&p, json!({"op": "write", "path": outside})).await;
+    assert!(denied(&out), "{out}");
+    assert!(!outside.exists());
+    // Past the tmp grant: the file-size limit stops the write.
+    let e = run(
+        &p,
+        json!({"op": "write", "path": "big.bin", "bytes": 5000}),
+        T,
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked, "{e:?}");
+    // The scratch dir is gone after the call.
+    let env = ok(&p, json!({"op": "env"})).await;
+    let home = env["env"]["TMPDIR"].as_str().unwrap().to_owned();
+    assert!(!Path::new(&home).exists());
+    // Without tmp there is nowhere to write at all.
+    let out = ok(&proc_only(vec![]), json!({"op": "write", "path": "x.txt"})).await;
+    assert!(out.get("wrote").is_none(), "{out}");
+}
+
+#[tokio::test]
+async fn sockets_need_a_net_grant() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let out = ok(&proc_only(vec![]), json!({"op": "connect", "addr": addr})).await;
+    assert_eq!(out["os"], libc_eacces(), "{out}");
+    let net = Capability::Net {
+        hosts: vec!["127.0.0.1".into()],
+        schemes: vec![],
+        ports: vec![],
+        methods: vec![],
+    };
+    let out = ok(
+        &proc_only(vec![net]),
+        json!({"op": "connect", "addr": addr}),
+    )
+    .await;
+    assert_eq!(out, json!({"connected": true}));
+}
+
+fn libc_eacces() -> i64 {
+    13
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained() {
+    let started = Instant::now();
+    let out = ok(&proc_only(vec![]), json!({"op": "spawn", "count": 10000})).await;
+    assert_eq!(out["spawned"], 0, "{out}");
+    assert!(out["error"].is_object(), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // A zombie waiting for init to reap it is dead for our purposes.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("child.pid");
+    // Granting a second command allows the tool to start processes.
+    let p = Profile::new(vec![
+        Capability::Proc {
+            commands: vec![TOOL.into(), "/bin/true".into()],
+        },
+        fs(dir.path(), &[FsAccess::Read, FsAccess::Write]),
+    ]);
+    let started = Instant::now();
+    let e = run(
+        &p,
+        json!({"op": "sleep", "ms": 30000, "child": true, "pidfile": pidfile}),
+        Duration::from_millis(300),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ProviderTimeout);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(!alive(pid), "grandchild {pid} survived the timeout");
+}
+
+#[tokio::test]
+async fn a_gigabyte_of_stdout_is_capped() {
+    let started = Instant::now();
+    let e = run(
+        &proc_only(vec![]),
+        json!({"op": "flood", "bytes": 1u64 << 30}),
+        T,
+        Some(1 << 20),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolExecutionFailed);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn failures_and_refusals_have_the_right_codes() {
+    let e = run(
+        &proc_only(vec![]),
+        json!({"op": "exit", "code": 3}),
+        T,
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ToolExecutionFailed);
+    assert_eq!(e.field("exit_code"), Some("3"));
+    // The command is not granted.
+    let e = run(&Profile::new(vec![]), json!({}), T, None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked);
+    // Granted but missing.
+    let sb = sandbox();
+    let missing = ProviderBinding::Process {
+        command: "/nonexistent/tool".into(),
+        args: vec![],
+    };
+    let p = Profile::new(vec![Capability::Proc {
+        commands: vec!["/nonexistent/tool".into()],
+    }]);
+    let (call_id, tenant, tool) = (
+        CallId::generate(),
+        TenantId::new("t1").unwrap(),
+        ToolId::new("demo.proc.fixture").unwrap(),
+    );
+    let req = ExecRequest {
+        call_id: &call_id,
+        tenant: &tenant,
+        tool: &tool,
+        provider: &missing,
+        args: json!({}),
+        profile: &p,
+        timeout: T,
+        max_bytes_out: None,
+    };
+    assert_eq!(
+        sb.guard(&req).unwrap_err().code(),
+        ErrorCode::ProviderUnavailable
+    );
+}

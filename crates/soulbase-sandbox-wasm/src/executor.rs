@@ -1,0 +1,380 @@
+//! The executor: load and pin modules, instantiate per call, run under limits.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_sandbox::{ExecOutput, ExecRequest, Executor, ProviderBinding, Scratch, path_covers};
+use wasmtime::{
+    InstancePre, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline,
+};
+use wasmtime_wasi::p1::{self, WasiP1Ctx};
+use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
+
+use crate::engine::Ticking;
+
+/// How the WASM executor runs modules.
+#[derive(Debug, Clone)]
+pub struct WasmOptions {
+    /// Where binding `module` paths are resolved; a module outside it is refused.
+    pub module_root: PathBuf,
+    /// Linear memory cap per call, in bytes.
+    pub max_memory_bytes: usize,
+    /// Table elements cap per call.
+    pub max_table_elements: usize,
+    /// Instances alive at once (the pool's size); more concurrent calls wait for
+    /// `PROVIDER.UNAVAILABLE`.
+    pub max_instances: u32,
+    /// The stdout cap when the call has no `max_bytes_out`.
+    pub max_output_bytes: usize,
+    /// Where per-call scratch directories are created.
+    pub scratch_parent: PathBuf,
+}
+
+impl WasmOptions {
+    /// Options from the `sandbox` config section: modules under
+    /// `sandbox.wasm_module_root` (else `skills_dir`), its memory cap and scratch dir.
+    pub fn from_config(
+        config: &soulbase_config::SandboxConfig,
+        skills_dir: &std::path::Path,
+    ) -> Self {
+        let mut o = Self::new(
+            config
+                .wasm_module_root
+                .clone()
+                .unwrap_or_else(|| skills_dir.to_path_buf()),
+        );
+        o.max_memory_bytes = usize::try_from(config.wasm_max_memory_bytes).unwrap_or(usize::MAX);
+        if let Some(dir) = &config.scratch_dir {
+            o.scratch_parent = dir.clone();
+        }
+        o
+    }
+
+    /// Defaults with modules under `module_root`: 64 MiB memory, 10 000 table
+    /// elements, 64 concurrent instances, 4 MiB output, scratch in the system temp dir.
+    pub fn new(module_root: impl Into<PathBuf>) -> Self {
+        Self {
+            module_root: module_root.into(),
+            max_memory_bytes: 64 << 20,
+            max_table_elements: 10_000,
+            max_instances: 64,
+            max_output_bytes: 4 << 20,
+            scratch_parent: std::env::temp_dir(),
+        }
+    }
+}
+
+struct State {
+    wasi: WasiP1Ctx,
+    limits: StoreLimits,
+}
+
+/// The WASM executor; plug it into `LocalSandbox` for `ProviderKind::Wasm`.
+/// Cheap to clone (shared engine and module cache).
+#[derive(Clone)]
+pub struct WasmExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: WasmOptions,
+    root: PathBuf,
+    engine: Arc<Ticking>,
+    linker: Linker<State>,
+    modules: RwLock<HashMap<String, Arc<InstancePre<State>>>>,
+}
+
+fn unavailable(note: String) -> SoulError {
+    SoulError::of(ErrorCode::ProviderUnavailable).with_note(note)
+}
+
+fn blocked(note: String) -> SoulError {
+    SoulError::of(ErrorCode::SandboxCapabilityBlocked).with_note(note)
+}
+
+fn failed(note: String) -> SoulError {
+    SoulError::of(ErrorCode::ToolExecutionFailed).with_note(note)
+}
+
+impl WasmExecutor {
+    /// Starts the engine (and its epoch ticker). Fails with `PROVIDER.UNAVAILABLE`
+    /// when the module root does not exist or the engine cannot start.
+    pub fn new(options: WasmOptions) -> Result<Self, SoulError> {
+        let root = options.module_root.canonicalize().map_err(|e| {
+            unavailable(format!(
+                "module root {}: {e}",
+                options.module_root.display()
+            ))
+        })?;
+        let engine = Arc::new(Ticking::new(
+            options.max_memory_bytes,
+            options.max_instances,
+        )?);
+        let mut linker: Linker<State> = Linker::new(&engine.engine);
+        p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)
+            .map_err(|e| unavailable(format!("cannot link WASI: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                options,
+                root,
+                engine,
+                linker,
+                modules: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Loads, verifies and compiles a module ahead of its first call (once per
+    /// digest). Blocking: call it at startup or from a blocking thread.
+    pub fn load(&self, module: &str, sha256: &str) -> Result<(), SoulError> {
+        self.inner.instance_pre(module, sha256).map(|_| ())
+    }
+}
+
+impl Inner {
+    /// The module file for a binding, inside the module root.
+    fn module_path(&self, module: &str) -> Result<PathBuf, SoulError> {
+        let joined = self.root.join(module);
+        let path = joined
+            .canonicalize()
+            .map_err(|e| unavailable(format!("module {module}: {e}")))?;
+        if !path_covers(&self.root, &path) {
+            return Err(blocked(format!(
+                "module {module} lies outside the module root"
+            )));
+        }
+        Ok(path)
+    }
+
+    /// Reads a module and checks it against the pinned digest.
+    fn read_verified(&self, module: &str, sha256: &str) -> Result<Vec<u8>, SoulError> {
+        let path = self.module_path(module)?;
+        let bytes =
+            std::fs::read(&path).map_err(|e| unavailable(format!("module {module}: {e}")))?;
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if !actual.eq_ignore_ascii_case(sha256) {
+            return Err(blocked(format!(
+                "module {module} has sha256 {actual}, the manifest pins {sha256}"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    fn cached(&self, sha256: &str) -> Option<Arc<InstancePre<State>>> {
+        self.modules
+            .read()
+            .ok()
+            .and_then(|m| m.get(&sha256.to_ascii_lowercase()).cloned())
+    }
+
+    fn instance_pre(
+        &self,
+        module: &str,
+        sha256: &str,
+    ) -> Result<Arc<InstancePre<State>>, SoulError> {
+        if let Some(pre) = self.cached(sha256) {
+            return Ok(pre);
+        }
+        let bytes = self.read_verified(module, sha256)?;
+        let actual = sha256.to_ascii_lowercase();
+        let compiled = Module::new(&self.engine.engine, &bytes)
+            .map_err(|e| failed(format!("module {module} does not compile: {e}")))?;
+        let pre = self.linker.instantiate_pre(&compiled).map_err(|e| {
+            failed(format!(
+                "module {module} cannot link (WASI preview 1 only): {e}"
+            ))
+        })?;
+        let pre = Arc::new(pre);
+        if let Ok(mut m) = self.modules.write() {
+            m.insert(actual, pre.clone());
+        }
+        Ok(pre)
+    }
+}
+
+/// Everything one run needs, owned, so it can move to a blocking thread.
+struct Run {
+    /// Keeps the epoch ticker alive while this run is in progress, even if the
+    /// executor itself is dropped meanwhile (else the deadline could never fire).
+    _ticker: Arc<Ticking>,
+    pre: Arc<InstancePre<State>>,
+    stdin: Vec<u8>,
+    preopens: Vec<(PathBuf, bool)>,
+    scratch: Option<Scratch>,
+    timeout: Duration,
+    max_output: usize,
+    max_memory: usize,
+    max_tables: usize,
+}
+
+fn run(r: Run) -> Result<ExecOutput, SoulError> {
+    let started = Instant::now();
+    let stdout = MemoryOutputPipe::new(r.max_output);
+    let stderr = MemoryOutputPipe::new(4096);
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdin(MemoryInputPipe::new(r.stdin))
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .args(&["tool"])
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false);
+    for (path, write) in &r.preopens {
+        let perms = if *write {
+            FsPerms::ReadWrite
+        } else {
+            FsPerms::ReadOnly
+        };
+        wasi.preopened_dir(path, path.to_string_lossy(), perms)
+            .map_err(|e| unavailable(format!("cannot preopen {}: {e}", path.display())))?;
+    }
+    if let Some(s) = &r.scratch {
+        wasi.preopened_dir(s.path(), "/tmp", FsPerms::ReadWrite)
+            .map_err(|e| unavailable(format!("cannot preopen the scratch dir: {e}")))?;
+    }
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(r.max_memory)
+        .table_elements(r.max_tables)
+        .instances(1)
+        .trap_on_grow_failure(true)
+        .build();
+    let mut store = Store::new(
+        r.pre.module().engine(),
+        State {
+            wasi: wasi.build_p1(),
+            limits,
+        },
+    );
+    store.limiter(|s| &mut s.limits);
+    // The ticker only wakes the store up; the deadline itself is wall-clock time, so a
+    // ticker delayed by a busy machine never stretches it.
+    let deadline = started + r.timeout;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= deadline {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Continue(1))
+        }
+    });
+
+    let instance = r
+        .pre
+        .instantiate(&mut store)
+        .map_err(|e| unavailable(format!("cannot instantiate the module: {e}")))?;
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .map_err(|e| failed(format!("the module has no WASI `_start`: {e}")))?;
+    let outcome = start.call(&mut store, ());
+    let stderr_text = || {
+        let b = stderr.contents();
+        String::from_utf8_lossy(&b[..b.len().min(512)]).into_owned()
+    };
+    if let Err(e) = outcome {
+        match e.downcast_ref::<I32Exit>() {
+            Some(I32Exit(0)) => {}
+            Some(I32Exit(code)) => {
+                return Err(failed(format!(
+                    "the module exited with status {code}: {}",
+                    stderr_text()
+                ))
+                .with_field("exit_code", code.to_string()));
+            }
+            None => {
+                if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                    return Err(SoulError::of(ErrorCode::ProviderTimeout).with_note(format!(
+                        "the module ran past its {} ms deadline",
+                        r.timeout.as_millis()
+                    )));
+                }
+                return Err(failed(format!("the module trapped: {e:#}")));
+            }
+        }
+    }
+    if let Some(s) = &r.scratch {
+        s.check()?;
+    }
+    let out = stdout.contents();
+    if out.len() >= r.max_output {
+        return Err(failed(format!(
+            "the module's output reached the {} byte cap",
+            r.max_output
+        )));
+    }
+    let output: Value = serde_json::from_slice(&out)
+        .map_err(|e| failed(format!("the module's stdout is not JSON: {e}")))?;
+    Ok(ExecOutput::value(output))
+}
+
+#[async_trait]
+impl Executor for WasmExecutor {
+    fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError> {
+        let ProviderBinding::Wasm { module, sha256 } = req.provider else {
+            return Err(unavailable(
+                "the wasm executor only runs wasm bindings".into(),
+            ));
+        };
+        if self.inner.cached(sha256).is_some() {
+            return Ok(());
+        }
+        // First use of this digest: refuse a missing or altered module before the call
+        // is evidenced as started (compiling waits for `execute`, off the async workers).
+        self.inner.read_verified(module, sha256).map(|_| ())
+    }
+
+    async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
+        let ProviderBinding::Wasm { module, sha256 } = req.provider else {
+            return Err(unavailable(
+                "the wasm executor only runs wasm bindings".into(),
+            ));
+        };
+        let pre = match self.inner.cached(sha256) {
+            Some(pre) => pre,
+            None => {
+                // First use of this digest: read and compile off the async workers.
+                let (module, sha) = (module.clone(), sha256.clone());
+                let inner = self.inner.clone();
+                tokio::task::spawn_blocking(move || inner.instance_pre(&module, &sha))
+                    .await
+                    .map_err(SoulError::internal)??
+            }
+        };
+        let preopens = req
+            .profile
+            .fs_grants(None)
+            .into_iter()
+            .filter(|g| g.read || g.list || g.write)
+            .map(|g| (g.path, g.write))
+            .collect();
+        let scratch = match req.profile.tmp_bytes() {
+            Some(max) => Some(Scratch::create(&self.inner.options.scratch_parent, max)?),
+            None => None,
+        };
+        let cap = req
+            .max_bytes_out
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .unwrap_or(self.inner.options.max_output_bytes)
+            .saturating_add(1);
+        let job = Run {
+            _ticker: self.inner.engine.clone(),
+            pre,
+            stdin: serde_json::to_vec(&req.args).map_err(SoulError::internal)?,
+            preopens,
+            scratch,
+            timeout: req.timeout,
+            max_output: cap,
+            max_memory: self.inner.options.max_memory_bytes,
+            max_tables: self.inner.options.max_table_elements,
+        };
+        tokio::task::spawn_blocking(move || run(job))
+            .await
+            .map_err(SoulError::internal)?
+    }
+}
