@@ -12,6 +12,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
+
+/// The allocator `soulbased` uses; glibc's malloc spends much of a call's time on
+/// frees from another thread (evidence records are dropped by their consumer).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -25,17 +30,21 @@ use soulbase_tools::registry::ToolOwner;
 use soulbase_tools::{Registry, ToolManifest};
 use soulbase_types::{ActorId, Rate, Subject, TenantId, ToolId};
 
-fn percentiles(name: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize];
-    println!(
-        "{name:<34} n={:<7} p50={:>9.2?} p90={:>9.2?} p99={:>9.2?} max={:>9.2?}",
-        samples.len(),
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        samples[samples.len() - 1]
-    );
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+///
+/// Throughput on a shared machine depends on what else runs; CPU per call does not,
+/// so the benchmark reports both.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
 }
 
 fn manifest(id: &str) -> ToolManifest {
@@ -136,7 +145,7 @@ fn bench_registry() {
         registry.register_compiled(&owner, c.clone()).unwrap();
         reg.push(t.elapsed());
     }
-    percentiles("registry register (to 10k tools)", reg);
+    soulbase_testkit::report("registry register (to 10k tools)", reg);
     for c in compiled.iter().take(100) {
         registry.enable(&owner, c.id()).unwrap();
     }
@@ -149,7 +158,7 @@ fn bench_registry() {
         get.push(t.elapsed());
         assert!(r.is_ok());
     }
-    percentiles("registry get (10k tools)", get);
+    soulbase_testkit::report("registry get (10k tools)", get);
     let mut list = Vec::with_capacity(2_000);
     for _ in 0..2_000 {
         let t = Instant::now();
@@ -157,7 +166,7 @@ fn bench_registry() {
         list.push(t.elapsed());
         assert_eq!(l.len(), 100);
     }
-    percentiles("registry list 100 enabled (10k)", list);
+    soulbase_testkit::report("registry list 100 enabled (10k)", list);
 }
 
 fn main() {
@@ -189,7 +198,7 @@ fn main() {
         }
         s
     });
-    percentiles("preflight (10 fields, 1k rules)", samples);
+    soulbase_testkit::report("preflight (10 fields, 1k rules)", samples);
 
     // Invoke latency, one at a time.
     let samples = rt.block_on(async {
@@ -203,11 +212,12 @@ fn main() {
         }
         s
     });
-    percentiles("invoke builtin no-op (sequential)", samples);
+    soulbase_testkit::report("invoke builtin no-op (sequential)", samples);
 
     // Invoke throughput on all cores.
     let total = 400_000usize;
     let tasks = 64usize;
+    let cpu_before = process_cpu();
     let elapsed = rt.block_on(async {
         let start = Instant::now();
         let handles: Vec<_> = (0..tasks)
@@ -229,10 +239,14 @@ fn main() {
         }
         start.elapsed()
     });
+    let cpu = process_cpu().saturating_sub(cpu_before);
     println!(
-        "{:<34} {:.0} calls/s ({total} calls, {tasks} tasks, 2 workers)",
+        "{:<40} {:.0} calls/s ({total} calls, {tasks} tasks, 2 workers); \
+         {:.2} µs of CPU per call = {:.0} calls per core-second",
         "invoke builtin no-op (throughput)",
-        total as f64 / elapsed.as_secs_f64()
+        total as f64 / elapsed.as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / total as f64,
+        total as f64 / cpu.as_secs_f64().max(f64::EPSILON),
     );
 
     bench_registry();

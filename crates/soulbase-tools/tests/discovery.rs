@@ -255,6 +255,107 @@ fn inexpressible_schemas_fall_back_to_non_strict() {
 }
 
 #[test]
+fn schemas_strict_mode_would_make_unusable_are_refused_not_mangled() {
+    let cases = [
+        // allOf can add members; closing the object would refuse them.
+        (
+            json!({"type": "object", "allOf": [{"properties": {"a": {"type": "string"}}, "required": ["a"]}]}),
+            "/allOf",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string"}},
+                   "patternProperties": {"^x-": {"type": "string"}}}),
+            "/patternProperties",
+        ),
+        // A nested free-form object could only ever be `{}`.
+        (
+            json!({"type": "object", "properties": {"meta": {"type": "object"}}}),
+            "/properties/meta",
+        ),
+        // A required member that is not declared could never be sent.
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}),
+            "/required",
+        ),
+        // Anchors and $id are dropped by the export, so refs to them would dangle.
+        (
+            json!({"type": "object", "$defs": {"c": {"$anchor": "city", "type": "string"}},
+                   "properties": {"city": {"$ref": "#city"}}, "required": ["city"]}),
+            "/properties/city/$ref",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"}}}),
+            "/properties/b/$ref",
+        ),
+    ];
+    for (schema, location) in cases {
+        let err = openai::strict_schema(&schema).unwrap_err();
+        assert_eq!(err.location, location, "{schema}: {}", err.message);
+        let export = openai::export(&[spec("a.b.c", schema.clone())], true);
+        assert_eq!(export.tools[0]["function"]["strict"], false, "{schema}");
+    }
+    // An argument-less tool is fine: the model sends `{}`.
+    let (out, _) = openai::strict_schema(&json!({"type": "object"})).unwrap();
+    assert_eq!(out["additionalProperties"], false);
+}
+
+#[test]
+fn optional_fields_become_nullable_only_where_every_constraint_admits_null() {
+    let schema = json!({"type": "object", "properties": {
+        // `type` admits null but `enum` does not: null must be added to the enum.
+        "a": {"type": ["string", "null"], "enum": ["x", "y"]},
+        // A sibling anyOf refuses null: widening `type` alone would not do.
+        "b": {"type": "string", "anyOf": [{"type": "string", "format": "email"}, {"type": "string", "maxLength": 3}]},
+        // Already nullable in both: left alone, no duplicate null.
+        "c": {"type": ["string", "null"], "enum": ["x", null]},
+        "d": {"type": "string", "enum": ["x"]}
+    }});
+    let (out, _) = openai::strict_schema(&schema).unwrap();
+    let p = &out["properties"];
+    assert_eq!(p["a"]["enum"], json!(["x", "y", null]));
+    assert_eq!(p["b"]["anyOf"][1], json!({"type": "null"}), "{}", p["b"]);
+    assert_eq!(
+        p["c"],
+        json!({"type": ["string", "null"], "enum": ["x", null]})
+    );
+    assert_eq!(
+        p["d"],
+        json!({"type": ["string", "null"], "enum": ["x", null]})
+    );
+}
+
+#[test]
+fn restore_optional_follows_unions_and_ref_chains() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "target": {"anyOf": [
+                {"type": "object",
+                 "properties": {"path": {"type": "string"}, "mode": {"type": "string"}},
+                 "required": ["path"]},
+                {"type": "string"}
+            ]},
+            "loc": {"$ref": "#/$defs/alias"}
+        },
+        "required": ["target"],
+        "$defs": {
+            "alias": {"$ref": "#/$defs/point"},
+            "point": {"type": "object",
+                      "properties": {"lat": {"type": "number"}, "label": {"type": "string"}},
+                      "required": ["lat"]}
+        }
+    });
+    let mut args = json!({
+        "target": {"path": "/a", "mode": null},
+        "loc": {"lat": 1.5, "label": null}
+    });
+    openai::restore_optional(&schema, &mut args);
+    assert_eq!(args, json!({"target": {"path": "/a"}, "loc": {"lat": 1.5}}));
+    let m = with("w.s.u", |v| v["input_schema"] = schema.clone());
+    compile(m).unwrap().validate_input(&args).unwrap();
+}
+
+#[test]
 fn one_of_becomes_any_of() {
     let schema = json!({"type": "object", "properties": {
         "target": {"oneOf": [{"type": "string"}, {"type": "integer"}]}

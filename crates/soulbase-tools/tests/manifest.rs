@@ -116,6 +116,18 @@ fn json_and_yaml_parse_errors_name_line_and_field() {
     assert!(msg.contains("descripton"), "{msg}");
     assert!(msg.contains('3'), "names the line: {msg}");
 
+    // A field of the wrong shape is named by its path, with the line.
+    let e = ToolManifest::from_yaml_str(
+        "id: a.b.c\nversion: 1.0.0\ndescription: d\nlimits:\n  timeout_ms: soon\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.problems[0].path, "limits.timeout_ms", "{e}");
+    assert!(e.to_string().contains("line 5"), "{e}");
+    let mut v = base_json("a.b.c");
+    v["tags"] = json!(["ok", 7]);
+    let e = ToolManifest::from_json_str(&v.to_string()).unwrap_err();
+    assert_eq!(e.problems[0].path, "tags[1]", "{e}");
+
     let e = ToolManifest::from_json_str("{\n\"id\": \"a.b.c\",\n\"side_efect\": \"none\"}")
         .unwrap_err();
     let msg = e.to_string();
@@ -179,6 +191,24 @@ fn schemas_must_compile() {
     assert!(p[0].0.starts_with("output_schema"), "{p:?}");
     let p = problems(with("a.b.c", |v| v["input_schema"] = json!("not a schema")));
     assert!(p.iter().any(|(path, _)| path == "input_schema"));
+    // Every meta-schema violation is reported, each at its place.
+    let p = problems(with("a.b.c", |v| {
+        v["input_schema"]["properties"]["city"] = json!({"type": "strng"});
+        v["input_schema"]["properties"]["days"] = json!({"minimum": "one"});
+    }));
+    let paths: Vec<&str> = p.iter().map(|(path, _)| path.as_str()).collect();
+    assert!(
+        paths
+            .iter()
+            .any(|x| x.starts_with("input_schema#/properties/city")),
+        "{p:?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .any(|x| x.starts_with("input_schema#/properties/days")),
+        "{p:?}"
+    );
 }
 
 #[test]
@@ -292,10 +322,20 @@ fn side_effect_none_may_not_declare_real_capabilities() {
 fn consent_rule() {
     let fs_write = json!([{"kind": "fs", "paths": ["/out"], "access": ["write"]}]);
     let proc_ = json!([{"kind": "proc", "commands": ["ls"]}]);
+    let read_and_write = json!([{"kind": "fs", "paths": ["/x"], "access": ["read", "write"]}]);
+    let read_and_proc = json!([
+        {"kind": "fs", "paths": ["/x"], "access": ["read"]},
+        {"kind": "proc", "commands": ["rm"]}
+    ]);
     for (side, caps, safety) in [
         ("write", fs_write.clone(), "low"),
         ("process", proc_.clone(), "low"),
         ("none", json!([]), "high"),
+        // Declaring a milder side effect does not escape consent: the capabilities
+        // say what the tool can do.
+        ("read", read_and_write, "low"),
+        ("read", read_and_proc, "low"),
+        ("filesystem", fs_write.clone(), "low"),
     ] {
         let m = |required: bool| {
             with("a.b.c", |v| {

@@ -742,3 +742,52 @@ async fn router_answers_every_tool_call_in_order() {
     assert_eq!(code(3), "TOOL.NOT_FOUND");
     assert_eq!(code(4), "SCHEMA.VALIDATION_FAILED");
 }
+
+#[tokio::test]
+async fn strict_router_folds_nulls_for_optional_fields_back_to_absent() {
+    let h = harness();
+    let names = NameMap::new([id("demo.echo.say")].iter());
+    let echo = names.name(&id("demo.echo.say")).unwrap().to_owned();
+    // What a model sends under a strict export: optional `n` present as null.
+    let calls = vec![json!({"id": "call_1", "type": "function",
+        "function": {"name": echo, "arguments": "{\"text\":\"hi\",\"n\":null}"}})];
+
+    let lax = ToolCallRouter::new(h.invoker.clone(), names.clone());
+    let msgs = lax.route(&acme(), &calls).await;
+    let content: Value = serde_json::from_str(&msgs[0].content).unwrap();
+    assert_eq!(content["error"]["code"], "SCHEMA.VALIDATION_FAILED");
+
+    let strict = ToolCallRouter::new(h.invoker.clone(), names).strict(true);
+    let msgs = strict.route(&acme(), &calls).await;
+    let content: Value = serde_json::from_str(&msgs[0].content).unwrap();
+    assert!(content.get("error").is_none(), "{content}");
+    assert_eq!(content["text"], "hi");
+}
+
+#[tokio::test]
+async fn available_specs_leave_out_what_policy_denies() {
+    let h = harness();
+    let offered: Vec<String> = h
+        .invoker
+        .available_specs(&acme())
+        .await
+        .iter()
+        .map(|s| s.id().to_string())
+        .collect();
+    let enabled: Vec<String> = h
+        .registry
+        .available_specs(&acme().tenant)
+        .iter()
+        .map(|s| s.id().to_string())
+        .collect();
+    assert!(
+        enabled.contains(&"demo.denied.tool".to_owned()),
+        "{enabled:?}"
+    );
+    assert!(
+        !offered.contains(&"demo.denied.tool".to_owned()),
+        "{offered:?}"
+    );
+    assert!(offered.contains(&"demo.echo.say".to_owned()));
+    assert_eq!(offered.len() + 1, enabled.len());
+}

@@ -355,6 +355,23 @@ fn per_tenant_overrides() {
             .code(),
         ErrorCode::RegistryConflict
     );
+
+    // A tenant's opt-in was about the tool it saw. Unregistered and replaced by
+    // another tool under the same id, the newcomer is not enabled for that tenant;
+    // a restrictive override (pause) stays as the tenant's policy about the id.
+    reg.set_tenant_override(&b, &y, Some(TenantOverride::Paused))
+        .unwrap();
+    reg.unregister(&G, &y).unwrap();
+    reg.register(base("g.p.y")).unwrap();
+    assert_eq!(reg.view().tenant_override(&a, &y), None);
+    assert_eq!(
+        reg.resolve(&a, &y).unwrap_err().code(),
+        ErrorCode::ToolDisabled
+    );
+    assert_eq!(
+        reg.view().tenant_override(&b, &y),
+        Some(TenantOverride::Paused)
+    );
 }
 
 #[test]
@@ -908,4 +925,88 @@ fn an_update_keeps_indexes_in_step() {
     reg.unregister(&G, &x).unwrap();
     assert!(tag("new").is_empty());
     assert!(reg.list_enabled(&t("a")).is_empty());
+}
+
+#[tokio::test]
+async fn tenant_event_streams_carry_only_what_the_tenant_can_see() {
+    let reg = Registry::new();
+    let (a, b) = (t("a"), t("b"));
+    let mut for_a = reg.subscribe_for(&a);
+    let mut for_b = reg.subscribe_for(&b);
+    // B sees only global tools on its allow-list.
+    reg.set_allow_list(&b, Some(BTreeSet::from([id("g.p.shared")])))
+        .unwrap();
+    reg.register_for(&a, base("a.own.secret")).unwrap();
+    reg.register(base("g.p.hidden")).unwrap();
+    reg.register(base("g.p.shared")).unwrap();
+    reg.set_tenant_override(&a, &id("g.p.shared"), Some(TenantOverride::Paused))
+        .unwrap();
+    reg.register_for(&b, base("b.own.tool")).unwrap();
+
+    let mut seen_a = Vec::new();
+    let mut seen_b = Vec::new();
+    // A final marker visible to both ends each drain, so recv never waits forever.
+    reg.register(base("g.p.marker")).unwrap();
+    reg.set_allow_list(
+        &b,
+        Some(BTreeSet::from([id("g.p.shared"), id("g.p.marker")])),
+    )
+    .unwrap();
+    reg.update(&G, with("g.p.marker", |v| v["version"] = json!("1.0.1")))
+        .unwrap();
+    loop {
+        let e = for_a.recv().await.unwrap();
+        let done = matches!(&e, RegistryEvent::Updated { id, .. } if id.as_str() == "g.p.marker");
+        seen_a.push(e);
+        if done {
+            break;
+        }
+    }
+    loop {
+        let e = for_b.recv().await.unwrap();
+        let done = matches!(&e, RegistryEvent::Updated { id, .. } if id.as_str() == "g.p.marker");
+        seen_b.push(e);
+        if done {
+            break;
+        }
+    }
+    let ids_in = |events: &[RegistryEvent]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                RegistryEvent::Registered { id, .. }
+                | RegistryEvent::Updated { id, .. }
+                | RegistryEvent::StateChanged { id, .. }
+                | RegistryEvent::Unregistered { id, .. }
+                | RegistryEvent::OverrideChanged { id, .. } => id.to_string(),
+                RegistryEvent::AllowListChanged { tenant } => format!("allow:{tenant}"),
+            })
+            .collect()
+    };
+    let a_ids = ids_in(&seen_a);
+    let b_ids = ids_in(&seen_b);
+    assert!(a_ids.contains(&"a.own.secret".to_owned()), "{a_ids:?}");
+    assert!(a_ids.contains(&"g.p.hidden".to_owned()), "{a_ids:?}");
+    assert!(
+        !a_ids
+            .iter()
+            .any(|i| i.starts_with("b.") || i.starts_with("allow:")),
+        "{a_ids:?}"
+    );
+    assert!(b_ids.contains(&"b.own.tool".to_owned()), "{b_ids:?}");
+    assert!(b_ids.contains(&"g.p.shared".to_owned()), "{b_ids:?}");
+    assert!(
+        !b_ids
+            .iter()
+            .any(|i| i.starts_with("a.") || i == "g.p.hidden"),
+        "another tenant's tools and hidden globals never reach B: {b_ids:?}"
+    );
+    // A's override of the shared tool is A's business only.
+    assert_eq!(
+        seen_b
+            .iter()
+            .filter(|e| matches!(e, RegistryEvent::OverrideChanged { .. }))
+            .count(),
+        0
+    );
 }

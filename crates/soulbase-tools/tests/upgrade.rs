@@ -207,3 +207,135 @@ fn zero_versions_follow_cargo() {
         "pre-releases promise nothing"
     );
 }
+
+/// Applies `edit` to the input schema of a 1.1.0 and returns the paths of problems
+/// against 1.0.0.
+fn minor_input(edit: impl FnOnce(&mut serde_json::Value)) -> Vec<String> {
+    let next = v("1.1.0", |m| edit(&mut m["input_schema"]));
+    paths(&same("1.0.0"), &next)
+}
+
+#[test]
+fn minor_input_changes_are_default_deny() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Value)>;
+    let breaking: Vec<(&str, Edit, &str)> = vec![
+        (
+            "an enum is added",
+            Box::new(|s| s["properties"]["city"]["enum"] = json!(["Paris"])),
+            "input_schema#/properties/city/enum",
+        ),
+        (
+            "a const is added",
+            Box::new(|s| s["properties"]["days"]["const"] = json!(3)),
+            "input_schema#/properties/days/const",
+        ),
+        (
+            "a pattern is added",
+            Box::new(|s| s["properties"]["city"]["pattern"] = json!("^[A-Z]")),
+            "input_schema#/properties/city/pattern",
+        ),
+        (
+            "a bound is tightened",
+            Box::new(|s| s["properties"]["city"]["minLength"] = json!(3)),
+            "input_schema#/properties/city/minLength",
+        ),
+        (
+            "a bound is added",
+            Box::new(|s| s["properties"]["days"]["maximum"] = json!(7)),
+            "input_schema#/properties/days/maximum",
+        ),
+        (
+            "additionalProperties becomes a schema",
+            Box::new(|s| s["additionalProperties"] = json!({"type": "string"})),
+            "input_schema#/additionalProperties",
+        ),
+        (
+            "a type moves behind a $ref",
+            Box::new(|s| {
+                s["properties"]["city"] = json!({"$ref": "#/$defs/c"});
+                s["$defs"] = json!({"c": {"type": "integer"}});
+            }),
+            "input_schema#/$defs",
+        ),
+        (
+            "a property schema becomes false",
+            Box::new(|s| s["properties"]["days"] = json!(false)),
+            "input_schema#/properties/days",
+        ),
+    ];
+    for (what, edit, path) in breaking {
+        let p = minor_input(edit);
+        assert!(p.iter().any(|x| x == path), "{what}: {p:?}");
+    }
+}
+
+#[test]
+fn minor_input_widenings_are_allowed() {
+    assert!(
+        minor_input(|s| s["properties"]["city"]
+            .as_object_mut()
+            .unwrap()
+            .remove("minLength")
+            .map(|_| ())
+            .unwrap())
+        .is_empty()
+    );
+    assert!(minor_input(|s| s["properties"]["days"]["minimum"] = json!(0)).is_empty());
+    assert!(minor_input(|s| s["required"] = json!([])).is_empty());
+    assert!(minor_input(|s| s["additionalProperties"] = json!(true)).is_empty());
+    assert!(minor_input(|s| s["description"] = json!("now documented")).is_empty());
+    // An enum may grow in a MINOR, not shrink.
+    let with_enum = v("1.0.0", |m| {
+        m["input_schema"]["properties"]["city"]["enum"] = json!(["Paris", "Oslo"])
+    });
+    let grown = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["city"]["enum"] = json!(["Paris", "Oslo", "Rome"])
+    });
+    let shrunk = v("1.1.0", |m| {
+        m["input_schema"]["properties"]["city"]["enum"] = json!(["Paris"])
+    });
+    assert!(paths(&with_enum, &grown).is_empty());
+    assert_eq!(
+        paths(&with_enum, &shrunk),
+        ["input_schema#/properties/city/enum"]
+    );
+}
+
+#[test]
+fn minor_output_may_narrow_but_not_widen() {
+    let prev = v("1.0.0", |m| {
+        m["output_schema"]["properties"]["forecast"]["enum"] = json!(["sun", "rain"])
+    });
+    let narrower = v("1.1.0", |m| {
+        m["output_schema"]["properties"]["forecast"]["enum"] = json!(["sun"])
+    });
+    let wider = v("1.1.0", |m| {
+        m["output_schema"]["properties"]["forecast"]["enum"] = json!(["sun", "rain", "snow"])
+    });
+    assert!(paths(&prev, &narrower).is_empty());
+    assert_eq!(
+        paths(&prev, &wider),
+        ["output_schema#/properties/forecast/enum"]
+    );
+}
+
+#[test]
+fn permissions_and_caller_obligations_change_only_with_a_major() {
+    let escalated = v("1.1.0", |m| {
+        m["side_effect"] = json!("network");
+        m["capabilities"] = json!([{"kind": "net", "hosts": ["api.example.com"]}]);
+    });
+    assert_eq!(
+        paths(&same("1.0.0"), &escalated),
+        ["side_effect", "capabilities"]
+    );
+    let consent = v("1.0.1", |m| {
+        m["consent"] = json!({"required": true});
+    });
+    assert_eq!(paths(&same("1.0.0"), &consent), ["consent.required"]);
+    let major = v("2.0.0", |m| {
+        m["side_effect"] = json!("network");
+        m["capabilities"] = json!([{"kind": "net", "hosts": ["api.example.com"]}]);
+    });
+    assert!(paths(&same("1.0.0"), &major).is_empty());
+}

@@ -48,9 +48,10 @@ impl NameMap {
         let mut name = Self::provider_name(id);
         let mut hex_len = HASH_HEX;
         // Only hashed names can collide (plain names are injective and never equal
-        // a hashed one); lengthen the hash until free. 64 hex digits of SHA-256
-        // cannot collide in practice, so the loop ends.
-        while self.by_name.contains_key(&name) && hex_len < 48 {
+        // a hashed one); lengthen the hash until free. 62 hex digits (all a name
+        // has room for) of SHA-256 cannot collide in practice, so the loop ends
+        // with a free name.
+        while self.by_name.contains_key(&name) && hex_len < MAX_LEN - 2 {
             hex_len += 4;
             name = hashed(id, hex_len);
         }
@@ -103,11 +104,11 @@ fn decode_plain(name: &str) -> Option<ToolId> {
 }
 
 /// `<prefix>_H<hex>` within 64 characters, where `hex` is the first `hex_len`
-/// (≤ 64) hex digits of SHA-256(id).
+/// (≤ 62) hex digits of SHA-256(id).
 fn hashed(id: &ToolId, hex_len: usize) -> String {
     let digest = hex::encode(Sha256::digest(id.as_str().as_bytes()));
-    let hex_len = hex_len.min(digest.len());
-    let keep = MAX_LEN - 2 - hex_len;
+    let hex_len = hex_len.min(MAX_LEN - 2);
+    let keep = MAX_LEN.saturating_sub(2 + hex_len);
     let plain = id.as_str().replace('.', "__");
     // Ids are ASCII, so byte slicing is safe; `get` keeps it panic-free regardless.
     let prefix = plain.get(..keep.min(plain.len())).unwrap_or_default();

@@ -24,10 +24,13 @@
 //!   Dropping a constraint is safe: the server still validates the arguments
 //!   against the full schema before anything runs.
 //!
-//! Some schemas cannot be expressed at all (a free-form map via
-//! `additionalProperties: {schema}`, a property that accepts anything, tuple
-//! `items`). Such a tool is exported with `strict: false` and its schema as is,
-//! plus a warning, rather than with a schema that would make it unusable.
+//! Some schemas cannot be expressed without refusing valid arguments: a free-form
+//! map (`additionalProperties: {schema}`, or a nested object with no declared
+//! properties), a property that accepts anything, tuple `items`, an object whose
+//! members also come from `allOf`/`patternProperties`/`dependentSchemas`/`if`, a
+//! `required` name missing from `properties`, a `$ref` that is not a pointer into
+//! `$defs`. Such a tool is exported with `strict: false` and its schema as is, plus
+//! a warning, rather than with a schema that would make it unusable.
 
 use std::collections::BTreeSet;
 
@@ -64,7 +67,18 @@ const PLAIN_KEYWORDS: &[&str] = &[
     "exclusiveMaximum",
     "minItems",
     "maxItems",
-    "$ref",
+];
+
+/// Keywords that can admit members an object does not list in `properties`:
+/// dropping them and closing the object would refuse valid arguments.
+const OPENING_KEYWORDS: &[&str] = &[
+    "allOf",
+    "patternProperties",
+    "dependentSchemas",
+    "if",
+    "then",
+    "else",
+    "unevaluatedProperties",
 ];
 
 /// Keywords removed silently: identifiers and comments with no meaning for a model.
@@ -191,6 +205,19 @@ fn transform(node: &Value, at: &str, warnings: &mut Warnings) -> Result<Value, S
             k if PLAIN_KEYWORDS.contains(&k) => {
                 out.insert(k.to_owned(), v.clone());
             }
+            "$ref" => match v.as_str() {
+                // Wrapping optional properties moves what `#/properties/...` points
+                // at, and `$id`/`$anchor` are dropped: only `$defs` pointers survive.
+                Some(r) if r == "#" || r.starts_with("#/$defs/") || r.starts_with("#/definitions/") => {
+                    out.insert("$ref".into(), v.clone());
+                }
+                _ => {
+                    return Err(note(
+                        here,
+                        format!("$ref {v} is not a pointer into $defs (anchors, $id and property pointers cannot be exported)"),
+                    ));
+                }
+            },
             k if SILENT_DROP.contains(&k) => {}
             "format" => match v.as_str() {
                 Some(f) if FORMATS.contains(&f) => {
@@ -239,6 +266,12 @@ fn transform(node: &Value, at: &str, warnings: &mut Warnings) -> Result<Value, S
         _ => map.contains_key("properties"),
     };
     if declares_object {
+        if let Some(k) = OPENING_KEYWORDS.iter().find(|k| map.contains_key(**k)) {
+            return Err(note(
+                pointer_join(at, k),
+                format!("`{k}` on an object can admit members strict mode would refuse"),
+            ));
+        }
         let empty = Map::new();
         let props = map
             .get("properties")
@@ -250,7 +283,16 @@ fn transform(node: &Value, at: &str, warnings: &mut Warnings) -> Result<Value, S
             .map(|r| r.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         match map.get("additionalProperties") {
-            None | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(false)) => {}
+            // A nested object with no declared members is free-form: closing it
+            // would leave the model only `{}`. (An argument-less root is fine.)
+            None if props.is_empty() && !at.is_empty() => {
+                return Err(note(
+                    at.to_owned(),
+                    "an object with no declared properties (free-form) cannot be expressed",
+                ));
+            }
+            None => {}
             Some(_) if props.is_empty() => {
                 return Err(note(
                     pointer_join(at, "additionalProperties"),
@@ -262,13 +304,13 @@ fn transform(node: &Value, at: &str, warnings: &mut Warnings) -> Result<Value, S
                 "extra properties cannot be sent in strict mode; set to false",
             )),
         }
-        for r in &required {
-            if !props.contains_key(*r) {
-                warnings.push(note(
-                    pointer_join(at, "required"),
-                    format!("required property {r:?} is not declared in `properties`; dropped"),
-                ));
-            }
+        if let Some(r) = required.iter().find(|r| !props.contains_key(**r)) {
+            // The server would refuse every call that leaves it out, and strict
+            // mode could never send it.
+            return Err(note(
+                pointer_join(at, "required"),
+                format!("required property {r:?} is not declared in `properties`"),
+            ));
         }
         let props_at = pointer_join(at, "properties");
         let mut new_props = Map::new();
@@ -309,36 +351,42 @@ fn nullable(schema: Value) -> Value {
     if allows_null_shallow(&map) {
         return Value::Object(map);
     }
+    let has = |k: &str| map.contains_key(k);
     let scalar = match map.get("type") {
         Some(Value::String(t)) => !matches!(t.as_str(), "object" | "array"),
         Some(Value::Array(ts)) => !ts.iter().any(|t| t == "object" || t == "array"),
         _ => false,
     };
-    if scalar && !map.contains_key("const") {
+    // In place only where `type` and `enum` are the sole constraints on the value;
+    // any other constraint that refuses null (`const`, `anyOf`, `$ref`) means wrap.
+    if scalar && !has("const") && !has("anyOf") && !has("$ref") {
         match map.get_mut("type") {
             Some(Value::String(t)) => {
                 let t = std::mem::take(t);
                 map.insert("type".into(), json!([t, "null"]));
             }
-            Some(Value::Array(ts)) => ts.push(Value::String("null".into())),
+            Some(Value::Array(ts)) if !ts.iter().any(|t| t == "null") => {
+                ts.push(Value::String("null".into()));
+            }
             _ => {}
         }
-        if let Some(Value::Array(values)) = map.get_mut("enum") {
-            values.push(Value::Null);
-        }
+        push_null_to_enum(&mut map);
         return Value::Object(map);
     }
-    if !map.contains_key("type") && !map.contains_key("const") {
-        if let Some(Value::Array(values)) = map.get_mut("enum") {
-            values.push(Value::Null);
+    if !has("type") && !has("const") && !has("$ref") {
+        if has("enum") && !has("anyOf") {
+            push_null_to_enum(&mut map);
             return Value::Object(map);
         }
-        if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
-            branches.push(json!({"type": "null"}));
+        if has("anyOf") && !has("enum") {
+            if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
+                branches.push(json!({"type": "null"}));
+            }
             return Value::Object(map);
         }
     }
-    // Objects, arrays, $refs, consts: wrap, keeping the description visible.
+    // Objects, arrays, $refs, consts, mixed constraints: wrap, keeping the
+    // description visible.
     let description = map.get("description").cloned();
     let mut wrapper = Map::new();
     if let Some(d) = description {
@@ -351,17 +399,34 @@ fn nullable(schema: Value) -> Value {
     Value::Object(wrapper)
 }
 
+fn push_null_to_enum(map: &mut Map<String, Value>) {
+    if let Some(Value::Array(values)) = map.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
+    }
+}
+
+/// Whether a schema node admits `null` by its own keywords: every constraint present
+/// (`type`, `enum`, `const`, `anyOf`) must admit it; a `$ref` is assumed not to.
 fn allows_null_shallow(map: &Map<String, Value>) -> bool {
-    match map.get("type") {
+    let type_ok = match map.get("type") {
+        None => true,
         Some(Value::String(t)) => t == "null",
         Some(Value::Array(ts)) => ts.iter().any(|t| t == "null"),
-        _ => {
-            map.get("enum")
-                .and_then(Value::as_array)
-                .is_some_and(|e| e.contains(&Value::Null))
-                || map.get("const") == Some(&Value::Null)
-        }
-    }
+        Some(_) => false,
+    };
+    let enum_ok = map
+        .get("enum")
+        .is_none_or(|e| e.as_array().is_some_and(|e| e.contains(&Value::Null)));
+    let const_ok = map.get("const").is_none_or(Value::is_null);
+    let any_of_ok = map.get("anyOf").is_none_or(|bs| {
+        bs.as_array().is_some_and(|bs| {
+            bs.iter()
+                .any(|b| b.as_object().is_some_and(allows_null_shallow))
+        })
+    });
+    type_ok && enum_ok && const_ok && any_of_ok && !map.contains_key("$ref")
 }
 
 /// Undoes the strict transform's "optional ⇒ nullable" on a model's arguments.
@@ -369,27 +434,39 @@ fn allows_null_shallow(map: &Map<String, Value>) -> bool {
 /// Walks `args` along the tool's *original* `schema`: a member whose value is
 /// `null`, that is not `required` there, and whose own schema does not accept
 /// `null`, is removed (the model meant "absent"). Recurses through nested object
-/// `properties`, array `items` and local `$ref`s (`#/...`, up to 32 levels); it
-/// does not descend into `anyOf`/`oneOf` branches. Call it before validating
-/// arguments that came from a strict OpenAI export.
+/// `properties`, array `items`, chains of local `$ref`s (`#/...`, up to 32 levels)
+/// and, for a union of object shapes (`anyOf`/`oneOf`), the first branch whose
+/// properties name every member sent. Call it before validating arguments that
+/// came from a strict OpenAI export.
 pub fn restore_optional(schema: &Value, args: &mut Value) {
     restore(schema, schema, args, 0);
+}
+
+/// Follows a chain of local `$ref`s (at most 32) to the schema that has content.
+fn deref<'a>(root: &'a Value, mut schema: &'a Value) -> Option<&'a Value> {
+    for _ in 0..32 {
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => schema = resolve_local_ref(root, r)?,
+            None => return Some(schema),
+        }
+    }
+    None
 }
 
 fn restore(root: &Value, schema: &Value, args: &mut Value, depth: usize) {
     if depth > 32 {
         return;
     }
-    let schema = match schema.get("$ref").and_then(Value::as_str) {
-        Some(r) => match resolve_local_ref(root, r) {
-            Some(target) => target,
-            None => return,
-        },
-        None => schema,
+    let Some(schema) = deref(root, schema) else {
+        return;
     };
     match args {
         Value::Object(members) => {
             let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+                // A union of object shapes: follow the branch the members fit.
+                if let Some(branch) = fitting_branch(root, schema, members) {
+                    restore(root, branch, args, depth + 1);
+                }
                 return;
             };
             let required: BTreeSet<&str> = schema
@@ -421,6 +498,25 @@ fn restore(root: &Value, schema: &Value, args: &mut Value, depth: usize) {
     }
 }
 
+/// The first `anyOf`/`oneOf` branch declaring `properties` that names every member
+/// of `members`: the shape the model was filling in.
+fn fitting_branch<'a>(
+    root: &'a Value,
+    schema: &'a Value,
+    members: &Map<String, Value>,
+) -> Option<&'a Value> {
+    let branches = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))
+        .and_then(Value::as_array)?;
+    branches.iter().filter_map(|b| deref(root, b)).find(|b| {
+        b.get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|props| members.keys().all(|k| props.contains_key(k)))
+    })
+}
+
+/// Whether the original schema admits `null`: every constraint present must.
 fn accepts_null(root: &Value, schema: &Value, depth: usize) -> bool {
     if depth > 32 {
         return true;
@@ -428,18 +524,20 @@ fn accepts_null(root: &Value, schema: &Value, depth: usize) -> bool {
     let Value::Object(map) = schema else {
         return schema == &Value::Bool(true);
     };
-    if let Some(r) = map.get("$ref").and_then(Value::as_str) {
-        return resolve_local_ref(root, r).is_none_or(|t| accepts_null(root, t, depth + 1));
-    }
-    if let Some(branches) = map
+    let ref_ok = map.get("$ref").and_then(Value::as_str).is_none_or(|r| {
+        resolve_local_ref(root, r).is_none_or(|t| accepts_null(root, t, depth + 1))
+    });
+    let union_ok = map
         .get("anyOf")
         .or_else(|| map.get("oneOf"))
         .and_then(Value::as_array)
-    {
-        return branches.iter().any(|b| accepts_null(root, b, depth + 1));
-    }
-    if map.contains_key("type") || map.contains_key("enum") || map.contains_key("const") {
-        return allows_null_shallow(map);
-    }
-    true
+        .is_none_or(|bs| bs.iter().any(|b| accepts_null(root, b, depth + 1)));
+    let all_ok = map
+        .get("allOf")
+        .and_then(Value::as_array)
+        .is_none_or(|bs| bs.iter().all(|b| accepts_null(root, b, depth + 1)));
+    let mut own = map.clone();
+    own.remove("anyOf");
+    own.remove("$ref");
+    ref_ok && union_ok && all_ok && allows_null_shallow(&own)
 }

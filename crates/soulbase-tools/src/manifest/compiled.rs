@@ -30,6 +30,8 @@ pub struct CompiledTool {
     pub(crate) haystack: Box<str>,
     /// Index terms, computed once.
     pub(crate) terms: IndexTerms,
+    /// The version as text, formatted once (every Begin records it).
+    pub(crate) version_text: Box<str>,
 }
 
 /// What the registry indexes a tool by, precomputed at compile time so that
@@ -70,6 +72,11 @@ impl CompiledTool {
     /// The tool version.
     pub fn version(&self) -> &semver::Version {
         &self.manifest.version
+    }
+
+    /// The version as text (`1.2.3`), formatted once at compile time.
+    pub fn version_text(&self) -> &str {
+        &self.version_text
     }
 
     /// The restricted, model-facing view (name, description, input schema).

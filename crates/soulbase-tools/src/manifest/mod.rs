@@ -93,33 +93,58 @@ pub struct ToolManifest {
 }
 
 impl ToolManifest {
-    /// Parses a manifest from YAML. Errors carry the parser's line/column and field.
+    /// Parses a manifest from YAML. Errors carry the parser's line and column, and
+    /// the path of the field that does not fit (`limits.timeout_ms`).
     ///
     /// Only parses: call [`compile`] to validate. An omitted `name` is filled in.
     pub fn from_yaml_str(yaml: &str) -> Result<ToolManifest, ManifestError> {
-        let mut m: ToolManifest = serde_saphyr::from_str(yaml).map_err(|e| {
-            // The first line has "line L column C: what"; the rest is a source
-            // snippet that tools can re-render from the input if they want.
-            let full = e.to_string();
-            let first = full
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("error: ");
-            ManifestError::single("", format!("invalid YAML manifest: {first}"))
-        })?;
-        m.fill_defaults();
-        Ok(m)
+        match serde_saphyr::from_str::<ToolManifest>(yaml) {
+            Ok(mut m) => {
+                m.fill_defaults();
+                Ok(m)
+            }
+            Err(e) => {
+                // The first line has "line L column C: what"; the rest is a source
+                // snippet that tools can re-render from the input if they want.
+                let full = e.to_string();
+                let first = full
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ");
+                let path = serde_saphyr::from_str::<serde_json::Value>(yaml)
+                    .ok()
+                    .map(field_path)
+                    .unwrap_or_default();
+                Err(ManifestError::single(
+                    path,
+                    format!("invalid YAML manifest: {first}"),
+                ))
+            }
+        }
     }
 
-    /// Parses a manifest from JSON. Errors carry the line/column and field.
+    /// Parses a manifest from JSON. Errors carry the line and column, and the path
+    /// of the field that does not fit.
     ///
     /// Only parses: call [`compile`] to validate. An omitted `name` is filled in.
     pub fn from_json_str(json: &str) -> Result<ToolManifest, ManifestError> {
-        let mut m: ToolManifest = serde_json::from_str(json)
-            .map_err(|e| ManifestError::single("", format!("invalid JSON manifest: {e}")))?;
-        m.fill_defaults();
-        Ok(m)
+        match serde_json::from_str::<ToolManifest>(json) {
+            Ok(mut m) => {
+                m.fill_defaults();
+                Ok(m)
+            }
+            Err(e) => {
+                let path = serde_json::from_str::<serde_json::Value>(json)
+                    .ok()
+                    .map(field_path)
+                    .unwrap_or_default();
+                Err(ManifestError::single(
+                    path,
+                    format!("invalid JSON manifest: {e}"),
+                ))
+            }
+        }
     }
 
     /// Fills defaults that depend on other fields (`name` from the id).
@@ -335,4 +360,16 @@ pub struct Obligation {
     /// watermark text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+}
+
+/// The dotted path (`limits.timeout_ms`, `tags[2]`) of the first field of a parsed
+/// document that does not fit a manifest; empty when it is the document itself.
+fn field_path(doc: serde_json::Value) -> String {
+    match serde_path_to_error::deserialize::<_, ToolManifest>(doc) {
+        Ok(_) => String::new(),
+        Err(e) => {
+            let path = e.path().to_string();
+            if path == "." { String::new() } else { path }
+        }
+    }
 }

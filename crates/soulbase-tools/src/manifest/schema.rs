@@ -1,7 +1,6 @@
 //! JSON Schema compilation: offline, once, with the dialect defaulting to 2020-12.
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 
 use jsonschema::{Draft, PatternOptions, Validator};
 use serde_json::Value;
@@ -96,6 +95,27 @@ pub(crate) fn compile_schema(
     }
     let draft = draft?;
 
+    // Every way the schema breaks its dialect's meta-schema, not just the first.
+    if let Some(meta) = meta_validator(draft) {
+        let mut bad = false;
+        for e in meta.iter_errors(schema) {
+            bad = true;
+            let at = e.instance_path().as_str();
+            let path = if at.is_empty() {
+                field.to_owned()
+            } else {
+                format!("{field}#{at}")
+            };
+            out.push(Problem::new(
+                path,
+                format!("is not a valid JSON Schema: {e}"),
+            ));
+        }
+        if bad {
+            return None;
+        }
+    }
+
     let built = jsonschema::options()
         .with_draft(draft)
         .offline()
@@ -117,6 +137,18 @@ pub(crate) fn compile_schema(
             ));
             None
         }
+    }
+}
+
+/// The meta-schema validator of a bundled dialect.
+fn meta_validator(draft: Draft) -> Option<jsonschema::meta::MetaValidator<'static>> {
+    match draft {
+        Draft::Draft4 => Some(jsonschema::draft4::meta::validator()),
+        Draft::Draft6 => Some(jsonschema::draft6::meta::validator()),
+        Draft::Draft7 => Some(jsonschema::draft7::meta::validator()),
+        Draft::Draft201909 => Some(jsonschema::draft201909::meta::validator()),
+        Draft::Draft202012 => Some(jsonschema::draft202012::meta::validator()),
+        _ => None,
     }
 }
 
@@ -209,44 +241,7 @@ pub(crate) fn type_set(schema: &Value) -> Option<BTreeSet<String>> {
 /// Independent of serde_json's `preserve_order` feature, so a digest computed here
 /// never changes because some other crate in the build toggled it.
 pub(crate) fn canonical_json(v: &Value) -> String {
-    let mut s = String::new();
-    write_canonical(v, &mut s);
-    s
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                // Serializing a string cannot fail.
-                let _ = write!(out, "{}", Value::String(k.clone()));
-                out.push(':');
-                if let Some(child) = map.get(k) {
-                    write_canonical(child, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => {
-            let _ = write!(out, "{other}");
-        }
-    }
+    String::from_utf8(soulbase_observe::canonical_json(v)).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -38,23 +38,23 @@ fn bump(prev: &Version, next: &Version) -> Bump {
 /// Rules:
 /// - same `id`; `next.version` has higher SemVer precedence than `prev.version`;
 /// - a MAJOR bump may change anything;
-/// - a MINOR bump may only add *optional* input properties (and widen a
-///   property's type); removing an input property, making one required (new or
-///   existing), narrowing or changing its type, or closing `additionalProperties`
-///   needs a MAJOR bump;
+/// - below MAJOR the contract holds: what the tool may do and what callers must
+///   bring (`side_effect`, `safety_class`, `capabilities`, `scopes`, `consent.required`,
+///   `idempotency`) is unchanged, so an upgrade can never widen a live tool's
+///   permissions without a MAJOR (which operators review);
+/// - a MINOR bump may only *widen* the input schema: add optional properties, widen
+///   a type, drop a `required` name, open `additionalProperties`, widen an `enum`,
+///   relax a bound (`minimum`, `maxLength`, …) or remove a constraint. The
+///   comparison is default-deny: any other difference in a keyword that constrains
+///   values (`pattern`, `format`, `$ref`, `$defs`, `anyOf`, `allOf`, `if`, …) counts
+///   as breaking;
 /// - a PATCH bump may not change the input schema at all (canonical comparison);
-/// - below MAJOR, output properties may not be removed, stop being required, or
-///   have their type widened/changed (callers rely on them).
+/// - below MAJOR the output may only narrow: properties are not removed and stay
+///   required, types do not widen, an `enum` does not grow, bounds do not relax, and
+///   any other constraint keyword stays as it was.
 ///
 /// `0.y.z` follows Cargo: a `y` bump counts as MAJOR and a `z` bump as MINOR; every
 /// `0.0.z` bump and any bump from a pre-release counts as MAJOR.
-///
-/// Limits of the comparison: it is structural over `type`, `properties`,
-/// `required` and `additionalProperties`, recursing into nested object
-/// `properties` and into `items`. It does not resolve `$ref`, does not look inside
-/// `anyOf`/`oneOf`/`allOf`/`if`, and does not compare value constraints (`enum`,
-/// `pattern`, `minimum`, `maxLength`, …); a MINOR that tightens those is not caught
-/// (a PATCH that changes them is, since a PATCH may not change the schema at all).
 pub fn check_upgrade(prev: &ToolManifest, next: &ToolManifest) -> Vec<Problem> {
     let mut out = Vec::new();
     if prev.id != next.id {
@@ -78,6 +78,7 @@ pub fn check_upgrade(prev: &ToolManifest, next: &ToolManifest) -> Vec<Problem> {
     if level == Bump::Breaking {
         return out;
     }
+    check_contract(prev, next, &mut out);
 
     let mut changes = Vec::new();
     diff_input(&prev.input_schema, &next.input_schema, "", &mut changes);
@@ -118,6 +119,173 @@ pub fn check_upgrade(prev: &ToolManifest, next: &ToolManifest) -> Vec<Problem> {
     out
 }
 
+/// The parts of a manifest that say what the tool may do and what callers must
+/// bring: any change needs a MAJOR version.
+fn check_contract(prev: &ToolManifest, next: &ToolManifest, out: &mut Vec<Problem>) {
+    let fields: [(&str, bool); 6] = [
+        ("side_effect", prev.side_effect == next.side_effect),
+        ("safety_class", prev.safety_class == next.safety_class),
+        (
+            "capabilities",
+            same_json(&prev.capabilities, &next.capabilities),
+        ),
+        ("scopes", same_json(&prev.scopes, &next.scopes)),
+        (
+            "consent.required",
+            prev.consent.required == next.consent.required,
+        ),
+        ("idempotency", prev.idempotency == next.idempotency),
+    ];
+    for (field, unchanged) in fields {
+        if !unchanged {
+            out.push(Problem::new(
+                field,
+                format!(
+                    "changed below a MAJOR version ({} → {}): what a tool may do and what \
+                     callers must bring change only with a MAJOR bump",
+                    prev.version, next.version
+                ),
+            ));
+        }
+    }
+}
+
+/// Whether two serializable values have the same canonical JSON.
+fn same_json<T: serde::Serialize>(a: &T, b: &T) -> bool {
+    match (serde_json::to_value(a), serde_json::to_value(b)) {
+        (Ok(a), Ok(b)) => canonical_json(&a) == canonical_json(&b),
+        _ => false,
+    }
+}
+
+/// Keywords that describe and never constrain: changes are always allowed.
+const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "examples",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+    "$schema",
+    "$id",
+    "$anchor",
+];
+
+/// Keywords compared structurally by `diff_input`/`diff_output` themselves.
+const STRUCTURAL: &[&str] = &["type", "properties", "required", "items"];
+
+/// Lower bounds: relaxing means lowering (or removing) them.
+const LOWER_BOUNDS: &[&str] = &[
+    "minimum",
+    "exclusiveMinimum",
+    "minLength",
+    "minItems",
+    "minProperties",
+    "minContains",
+];
+
+/// Upper bounds: relaxing means raising (or removing) them.
+const UPPER_BOUNDS: &[&str] = &[
+    "maximum",
+    "exclusiveMaximum",
+    "maxLength",
+    "maxItems",
+    "maxProperties",
+    "maxContains",
+];
+
+/// Keywords whose presence admits more values (removing them narrows).
+const WIDENING_WHEN_PRESENT: &[&str] = &[
+    "additionalProperties",
+    "patternProperties",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+];
+
+/// How a keyword's value moved from `prev` to `next`, for values accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Same,
+    Wider,
+    Narrower,
+    /// Different in a way not known to be either (default-deny treats it as both).
+    Changed,
+}
+
+fn direction(keyword: &str, prev: Option<&Value>, next: Option<&Value>) -> Direction {
+    use Direction::*;
+    if prev == next {
+        return Same;
+    }
+    if let (Some(p), Some(n)) = (prev, next)
+        && canonical_json(p) == canonical_json(n)
+    {
+        return Same;
+    }
+    let num = |v: Option<&Value>| v.and_then(Value::as_f64);
+    if LOWER_BOUNDS.contains(&keyword) {
+        return match (num(prev), num(next)) {
+            (_, None) => Wider,
+            (None, Some(_)) => Narrower,
+            (Some(p), Some(n)) if n < p => Wider,
+            _ => Narrower,
+        };
+    }
+    if UPPER_BOUNDS.contains(&keyword) {
+        return match (num(prev), num(next)) {
+            (_, None) => Wider,
+            (None, Some(_)) => Narrower,
+            (Some(p), Some(n)) if n > p => Wider,
+            _ => Narrower,
+        };
+    }
+    if keyword == "enum" {
+        let set = |v: Option<&Value>| -> Option<BTreeSet<String>> {
+            v.and_then(Value::as_array)
+                .map(|a| a.iter().map(canonical_json).collect())
+        };
+        return match (set(prev), set(next)) {
+            (_, None) => Wider,
+            (None, Some(_)) => Narrower,
+            (Some(p), Some(n)) if n.is_superset(&p) => Wider,
+            (Some(p), Some(n)) if n.is_subset(&p) => Narrower,
+            _ => Changed,
+        };
+    }
+    if keyword == "additionalProperties" {
+        let open = |v: Option<&Value>| v.is_none() || v == Some(&Value::Bool(true));
+        return match (open(prev), open(next)) {
+            (false, true) | (true, true) => Wider,
+            (true, false) => Narrower,
+            _ => Changed,
+        };
+    }
+    if WIDENING_WHEN_PRESENT.contains(&keyword) {
+        return Changed;
+    }
+    // Any other constraint: removing it widens, adding or changing it is unknown.
+    match next {
+        None => Wider,
+        Some(_) => Changed,
+    }
+}
+
+/// Every keyword of `prev` or `next` outside the structural and annotation sets,
+/// with how it moved.
+fn keyword_moves(prev: &Value, next: &Value) -> Vec<(String, Direction)> {
+    let empty = Map::new();
+    let pm = prev.as_object().unwrap_or(&empty);
+    let nm = next.as_object().unwrap_or(&empty);
+    let keys: BTreeSet<&str> = pm.keys().chain(nm.keys()).map(String::as_str).collect();
+    keys.into_iter()
+        .filter(|k| !ANNOTATIONS.contains(k) && !STRUCTURAL.contains(k))
+        .map(|k| (k.to_owned(), direction(k, pm.get(k), nm.get(k))))
+        .filter(|(_, d)| *d != Direction::Same)
+        .collect()
+}
+
 /// One structural difference between two schemas.
 struct Change {
     pointer: String,
@@ -156,12 +324,28 @@ fn show(t: &Option<BTreeSet<String>>) -> String {
     }
 }
 
-fn closes_additional(prev: &Value, next: &Value) -> bool {
-    let closed = |s: &Value| s.get("additionalProperties") == Some(&Value::Bool(false));
-    !closed(prev) && closed(next)
+/// Boolean schemas: `true` accepts everything, `false` nothing. `Some(widened)` when
+/// either side is one (and the comparison is done), `None` otherwise.
+fn boolean_schemas(prev: &Value, next: &Value) -> Option<bool> {
+    match (prev, next) {
+        (Value::Bool(p), Value::Bool(n)) => Some(n >= p),
+        (_, Value::Bool(n)) => Some(*n),
+        (Value::Bool(p), _) => Some(!*p),
+        _ => None,
+    }
 }
 
 fn diff_input(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
+    if let Some(widened) = boolean_schemas(prev, next) {
+        if !widened {
+            out.push(Change {
+                pointer: at.to_owned(),
+                what: "the input schema was narrowed to a boolean schema".to_owned(),
+                breaking: true,
+            });
+        }
+        return;
+    }
     let (pt, nt) = (type_set(prev), type_set(next));
     if !covers(&nt, &pt) {
         out.push(Change {
@@ -209,22 +393,42 @@ fn diff_input(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
             });
         }
     }
-    if closes_additional(prev, next) {
-        out.push(Change {
-            pointer: format!("{at}/additionalProperties"),
-            what: "additionalProperties was closed (false)".to_owned(),
-            breaking: true,
-        });
+    for (keyword, moved) in keyword_moves(prev, next) {
+        if matches!(moved, Direction::Narrower | Direction::Changed) {
+            out.push(Change {
+                pointer: format!("{at}/{}", escape_pointer(&keyword)),
+                what: format!("input keyword `{keyword}` was added or tightened"),
+                breaking: true,
+            });
+        }
     }
-    if let (Some(pi), Some(ni)) = (prev.get("items"), next.get("items"))
-        && pi.is_object()
-        && ni.is_object()
-    {
-        diff_input(pi, ni, &format!("{at}/items"), out);
+    match (prev.get("items"), next.get("items")) {
+        (Some(pi), Some(ni)) if pi.is_object() && ni.is_object() => {
+            diff_input(pi, ni, &format!("{at}/items"), out);
+        }
+        (_, None) => {}
+        (pi, Some(ni)) if pi.is_none_or(|p| canonical_json(p) != canonical_json(ni)) => {
+            out.push(Change {
+                pointer: format!("{at}/items"),
+                what: "input `items` was added or changed".to_owned(),
+                breaking: true,
+            });
+        }
+        _ => {}
     }
 }
 
 fn diff_output(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
+    if let Some(widened) = boolean_schemas(prev, next) {
+        if widened && prev != next {
+            out.push(Change {
+                pointer: at.to_owned(),
+                what: "the output schema was widened to a boolean schema".to_owned(),
+                breaking: true,
+            });
+        }
+        return;
+    }
     let (pt, nt) = (type_set(prev), type_set(next));
     if !covers(&pt, &nt) {
         out.push(Change {
@@ -236,7 +440,7 @@ fn diff_output(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
     if let Some(pp) = props(prev) {
         let empty = Map::new();
         let np = props(next).unwrap_or(&empty);
-        let nr = required(next);
+        let (pr, nr) = (required(prev), required(next));
         for (name, ps) in pp {
             let here = format!("{at}/properties/{}", escape_pointer(name));
             match np.get(name) {
@@ -246,7 +450,7 @@ fn diff_output(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
                     breaking: true,
                 }),
                 Some(ns) => {
-                    if required(prev).contains(name.as_str()) && !nr.contains(name.as_str()) {
+                    if pr.contains(name.as_str()) && !nr.contains(name.as_str()) {
                         out.push(Change {
                             pointer: here.clone(),
                             what: format!("output property {name:?} is no longer required"),
@@ -258,10 +462,27 @@ fn diff_output(prev: &Value, next: &Value, at: &str, out: &mut Vec<Change>) {
             }
         }
     }
-    if let (Some(pi), Some(ni)) = (prev.get("items"), next.get("items"))
-        && pi.is_object()
-        && ni.is_object()
-    {
-        diff_output(pi, ni, &format!("{at}/items"), out);
+    for (keyword, moved) in keyword_moves(prev, next) {
+        if matches!(moved, Direction::Wider | Direction::Changed) {
+            out.push(Change {
+                pointer: format!("{at}/{}", escape_pointer(&keyword)),
+                what: format!("output keyword `{keyword}` was removed, relaxed or changed"),
+                breaking: true,
+            });
+        }
+    }
+    match (prev.get("items"), next.get("items")) {
+        (Some(pi), Some(ni)) if pi.is_object() && ni.is_object() => {
+            diff_output(pi, ni, &format!("{at}/items"), out);
+        }
+        (None, _) => {}
+        (Some(pi), ni) if ni.is_none_or(|n| canonical_json(pi) != canonical_json(n)) => {
+            out.push(Change {
+                pointer: format!("{at}/items"),
+                what: "output `items` was removed or changed".to_owned(),
+                breaking: true,
+            });
+        }
+        _ => {}
     }
 }

@@ -153,6 +153,7 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
             let terms = IndexTerms::of(&manifest);
             Ok(CompiledTool {
                 terms,
+                version_text: manifest.version.to_string().into_boxed_str(),
                 manifest: Arc::new(manifest),
                 input: Arc::new(input),
                 output: Arc::new(output),
@@ -255,14 +256,23 @@ fn check_coverage(m: &ToolManifest, out: &mut Vec<Problem>) {
 }
 
 fn check_consent(m: &ToolManifest, out: &mut Vec<Problem>) {
+    // What the capabilities allow counts as much as the declared side effect: a tool
+    // declaring `read` but granted fs write or a command is a write/process tool.
+    let grants_write = m.capabilities.iter().any(|c| c.grants_fs(FsAccess::Write));
+    let grants_proc = m
+        .capabilities
+        .iter()
+        .any(|c| c.domain() == CapabilityDomain::Proc);
     let why = if m.safety_class == SafetyClass::High {
         Some("safety_class is high")
-    } else if matches!(m.side_effect, SideEffect::Write | SideEffect::Process) {
-        Some(if m.side_effect == SideEffect::Write {
-            "side_effect is write"
-        } else {
-            "side_effect is process"
-        })
+    } else if m.side_effect == SideEffect::Write {
+        Some("side_effect is write")
+    } else if m.side_effect == SideEffect::Process {
+        Some("side_effect is process")
+    } else if grants_write {
+        Some("a capability grants file system write access")
+    } else if grants_proc {
+        Some("a capability grants running commands (proc)")
     } else {
         None
     };

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{TenantId, ToolId};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::CallResult;
 
@@ -67,20 +68,69 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 }
 
 enum Entry {
-    InFlight { digest: String, done: Arc<Notify> },
-    Done(StoredOutcome),
+    InFlight {
+        digest: String,
+        done: Arc<Notify>,
+    },
+    Done {
+        outcome: Box<StoredOutcome>,
+        at: Instant,
+    },
 }
 
-/// Idempotency records in memory (one process). Records live as long as the store.
-#[derive(Default)]
+/// How long a completed record answers retries by default: a day, as common HTTP
+/// APIs keep `Idempotency-Key`s.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Completed records are swept for expiry once per this many completions.
+const SWEEP_EVERY: u64 = 1024;
+
+/// Idempotency records in memory (one process). A completed record answers retries
+/// for its retention period and is then forgotten, so memory stays bounded by the
+/// keys of one period.
 pub struct MemoryIdempotency {
-    entries: Mutex<HashMap<IdempotencyKey, Entry>>,
+    entries: Mutex<Entries>,
+    retention: Duration,
+}
+
+#[derive(Default)]
+struct Entries {
+    map: HashMap<IdempotencyKey, Entry>,
+    completions: u64,
+}
+
+impl Default for MemoryIdempotency {
+    fn default() -> Self {
+        Self::with_retention(DEFAULT_RETENTION)
+    }
 }
 
 impl MemoryIdempotency {
-    /// An empty store.
+    /// An empty store keeping completed records for [`DEFAULT_RETENTION`].
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store keeping completed records for `retention`.
+    pub fn with_retention(retention: Duration) -> Self {
+        Self {
+            entries: Mutex::new(Entries::default()),
+            retention,
+        }
+    }
+
+    fn expired(&self, at: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(at) >= self.retention
+    }
+
+    /// How many keys the store holds (in flight or completed, expired or not).
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.map.len()).unwrap_or(0)
+    }
+
+    /// Whether the store holds no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -108,6 +158,13 @@ impl IdempotencyStore for MemoryIdempotency {
         loop {
             let notified = {
                 let mut entries = self.entries.lock().map_err(|_| poisoned())?;
+                let now = Instant::now();
+                let entries = &mut entries.map;
+                if let Some(Entry::Done { at, .. }) = entries.get(key)
+                    && self.expired(*at, now)
+                {
+                    entries.remove(key);
+                }
                 match entries.get(key) {
                     None => {
                         entries.insert(
@@ -119,8 +176,8 @@ impl IdempotencyStore for MemoryIdempotency {
                         );
                         return Ok(Claim::Owner);
                     }
-                    Some(Entry::Done(outcome)) if outcome.args_digest == args_digest => {
-                        return Ok(Claim::Completed(Box::new(outcome.clone())));
+                    Some(Entry::Done { outcome, .. }) if outcome.args_digest == args_digest => {
+                        return Ok(Claim::Completed(outcome.clone()));
                     }
                     Some(Entry::InFlight { digest, done }) if digest == args_digest => done.clone(),
                     Some(_) => return Err(conflict()),
@@ -133,7 +190,7 @@ impl IdempotencyStore for MemoryIdempotency {
             wait_for.as_mut().enable();
             let still_in_flight = {
                 let entries = self.entries.lock().map_err(|_| poisoned())?;
-                matches!(entries.get(key), Some(Entry::InFlight { done, .. }) if Arc::ptr_eq(done, &notified))
+                matches!(entries.map.get(key), Some(Entry::InFlight { done, .. }) if Arc::ptr_eq(done, &notified))
             };
             if still_in_flight && tokio::time::timeout_at(deadline, wait_for).await.is_err() {
                 return Err(SoulError::new(
@@ -152,9 +209,20 @@ impl IdempotencyStore for MemoryIdempotency {
         outcome: StoredOutcome,
     ) -> Result<(), SoulError> {
         let mut entries = self.entries.lock().map_err(|_| poisoned())?;
-        if let Some(Entry::InFlight { done, .. }) =
-            entries.insert(key.clone(), Entry::Done(outcome))
-        {
+        let now = Instant::now();
+        entries.completions += 1;
+        if entries.completions.is_multiple_of(SWEEP_EVERY) {
+            entries
+                .map
+                .retain(|_, e| !matches!(e, Entry::Done { at, .. } if self.expired(*at, now)));
+        }
+        if let Some(Entry::InFlight { done, .. }) = entries.map.insert(
+            key.clone(),
+            Entry::Done {
+                outcome: Box::new(outcome),
+                at: now,
+            },
+        ) {
             done.notify_waiters();
         }
         Ok(())
@@ -162,11 +230,76 @@ impl IdempotencyStore for MemoryIdempotency {
 
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {
         let mut entries = self.entries.lock().map_err(|_| poisoned())?;
+        let entries = &mut entries.map;
         if let Some(Entry::InFlight { .. }) = entries.get(key)
             && let Some(Entry::InFlight { done, .. }) = entries.remove(key)
         {
             done.notify_waiters();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soulbase_types::CallId;
+
+    use super::*;
+
+    fn key(k: &str) -> IdempotencyKey {
+        IdempotencyKey {
+            tenant: TenantId::new("acme").unwrap(),
+            tool: ToolId::new("demo.calc.add").unwrap(),
+            key: k.to_owned(),
+        }
+    }
+
+    fn outcome(digest: &str) -> StoredOutcome {
+        StoredOutcome {
+            args_digest: digest.to_owned(),
+            result: CallResult::ok(CallId::generate(), serde_json::json!({"n": 1}), None),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn completed_records_answer_retries_until_their_retention_ends() {
+        let store = MemoryIdempotency::with_retention(Duration::from_secs(60));
+        let wait = Duration::from_secs(1);
+        assert_eq!(
+            store.claim(&key("k"), "d1", wait).await.unwrap(),
+            Claim::Owner
+        );
+        store.complete(&key("k"), outcome("d1")).await.unwrap();
+
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(matches!(
+            store.claim(&key("k"), "d1", wait).await.unwrap(),
+            Claim::Completed(_)
+        ));
+        let err = store.claim(&key("k"), "d2", wait).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Expired: the key is free again, even for other arguments.
+        assert_eq!(
+            store.claim(&key("k"), "d2", wait).await.unwrap(),
+            Claim::Owner
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_records_are_swept_as_new_ones_complete() {
+        let store = MemoryIdempotency::with_retention(Duration::from_secs(1));
+        let wait = Duration::from_secs(1);
+        for i in 0..SWEEP_EVERY - 1 {
+            let k = key(&format!("old{i}"));
+            store.claim(&k, "d", wait).await.unwrap();
+            store.complete(&k, outcome("d")).await.unwrap();
+        }
+        assert_eq!(store.len(), (SWEEP_EVERY - 1) as usize);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        store.claim(&key("new"), "d", wait).await.unwrap();
+        store.complete(&key("new"), outcome("d")).await.unwrap();
+        assert_eq!(store.len(), 1, "only the fresh record is left");
     }
 }

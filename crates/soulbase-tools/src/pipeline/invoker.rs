@@ -11,29 +11,38 @@ use soulbase_auth::{ACTION_INVOKE, Authorizer, AuthzRequest, ConsentRequest, Con
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
     BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceSink,
-    digest_bytes,
+    canonical_json, digest_bytes,
 };
 use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, Sandbox};
-use soulbase_types::{CallId, Envelope, EnvelopeId, TenantId, ToolId, UnixMillis};
+use soulbase_types::{
+    ActorId, CallId, Envelope, EnvelopeId, Origin, Subject, TenantId, ToolId, TraceContext,
+    UnixMillis,
+};
 
 use super::concurrency::ConcurrencyLimiter;
 use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
 use super::obligations::apply_obligations;
 use super::{CallResult, PreflightReport, ToolCall};
 use crate::manifest::{CompiledTool, Concurrency, Idempotency};
-use crate::registry::{Registry, ResolvedTool, ToolOwner};
+use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolOwner};
 
 /// Finds the enabled tool a tenant may see: `TOOL.NOT_FOUND` when invisible,
 /// `TOOL.DISABLED` when visible but not enabled. The registry implements it.
 pub trait ToolResolver: Send + Sync + 'static {
     /// Resolves `id` for `tenant`.
     fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError>;
+    /// The enabled tools `tenant` sees (before authorization).
+    fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec>;
 }
 
 impl ToolResolver for Registry {
     fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError> {
         Registry::resolve(self, tenant, id)
+    }
+
+    fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec> {
+        Registry::available_specs(self, tenant)
     }
 }
 
@@ -107,15 +116,24 @@ impl InvokerBuilder {
 /// What preflight established, carried into execution.
 struct Cleared {
     resolved: ResolvedTool,
-    args_bytes: Vec<u8>,
+    bytes_in: u64,
     args_digest: String,
     policy_hash: String,
+}
+
+/// Who a call's evidence belongs to: copied into every envelope the call produces.
+#[derive(Clone)]
+struct Header {
+    tenant: TenantId,
+    actor: ActorId,
+    origin: Origin,
+    trace: Option<TraceContext>,
 }
 
 /// Makes sure a call that began gets an End even if its future is dropped.
 struct EndGuard {
     sink: Arc<dyn EvidenceSink>,
-    header: Option<(Envelope<()>, CallId, EnvelopeId, Instant)>,
+    header: Option<(Header, CallId, EnvelopeId, Instant)>,
 }
 
 impl EndGuard {
@@ -164,7 +182,7 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// A new envelope with `header`'s tenant, actor, origin and trace.
-fn stamp<T>(header: &Envelope<()>, payload: T) -> Envelope<T> {
+fn stamp<T>(header: &Header, payload: T) -> Envelope<T> {
     Envelope {
         id: EnvelopeId::generate(),
         tenant: header.tenant.clone(),
@@ -177,20 +195,49 @@ fn stamp<T>(header: &Envelope<()>, payload: T) -> Envelope<T> {
 }
 
 impl Invoker {
+    /// The tool `id` as `tenant` sees it (`TOOL.NOT_FOUND` when invisible,
+    /// `TOOL.DISABLED` when not enabled): what a call would run.
+    pub fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError> {
+        self.seams.tools.resolve(tenant, id)
+    }
+
+    /// The AvailableSpec view (R2) for `subject`: the enabled tools its tenant sees
+    /// (manifest ∩ tenant config) that policy lets it invoke — what a model should
+    /// be offered. A tool the authorizer refuses (or cannot decide) is left out.
+    pub async fn available_specs(&self, subject: &Subject) -> Vec<AvailableSpec> {
+        let s = &self.seams;
+        let mut out = Vec::new();
+        for spec in s.tools.available_specs(&subject.tenant) {
+            let decision = s
+                .authorizer
+                .authorize(AuthzRequest {
+                    subject,
+                    tool: spec.id(),
+                    tool_tenant: match &spec.owner {
+                        ToolOwner::Tenant(t) => Some(t),
+                        ToolOwner::Global => None,
+                    },
+                    action: ACTION_INVOKE,
+                })
+                .await;
+            if decision.is_ok() {
+                out.push(spec);
+            }
+        }
+        out
+    }
+
     /// Replaces the recorded configuration hash (after a config reload).
     pub fn set_config_hash(&self, hash: impl Into<String>) {
         self.seams.config_hash.store(Arc::new(hash.into()));
     }
 
-    fn header(call: &ToolCall) -> Envelope<()> {
-        Envelope {
-            id: EnvelopeId::generate(),
+    fn header(call: &ToolCall) -> Header {
+        Header {
             tenant: call.subject.tenant.clone(),
             actor: call.subject.actor.clone(),
             origin: call.origin,
             trace: call.trace,
-            at: UnixMillis::now(),
-            payload: (),
         }
     }
 
@@ -201,7 +248,8 @@ impl Invoker {
         let tool = &resolved.tool;
         let manifest = &tool.manifest;
         tool.validate_input(&call.args)?;
-        let args_bytes = serde_json::to_vec(&call.args).map_err(SoulError::internal)?;
+        // Canonical, so that the digest (idempotency, replay) ignores key order.
+        let args_bytes = canonical_json(&call.args);
         if args_bytes.len() as u64 > manifest.limits.max_bytes_in {
             return Err(SoulError::new(
                 ErrorCode::SchemaValidationFailed,
@@ -234,7 +282,7 @@ impl Invoker {
         let args_digest = digest_bytes(&args_bytes);
         Ok(Cleared {
             resolved,
-            args_bytes,
+            bytes_in: args_bytes.len() as u64,
             args_digest,
             policy_hash: decision.policy_hash,
         })
@@ -276,20 +324,22 @@ impl Invoker {
         }
     }
 
-    /// A dry run: every preflight check, nothing consumed, nothing executed or recorded.
-    pub async fn preflight(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
+    fn quota_request(call: &ToolCall) -> QuotaRequest<'_> {
+        QuotaRequest {
+            tenant: &call.subject.tenant,
+            actor: &call.subject.actor,
+            tool: &call.tool,
+        }
+    }
+
+    /// The call's profile (Grant ∩ Manifest ∩ PolicyConfig), checked by the sandbox's
+    /// guard against what the tool plans to do.
+    fn guarded_profile(
+        &self,
+        call: &ToolCall,
+        tool: &CompiledTool,
+    ) -> Result<Arc<Profile>, SoulError> {
         let s = &self.seams;
-        let cleared = self.clear(call).await?;
-        let tool = &cleared.resolved.tool;
-        let budget = s
-            .quota
-            .check(QuotaRequest {
-                tenant: &call.subject.tenant,
-                actor: &call.subject.actor,
-                tool: &call.tool,
-            })
-            .await?;
-        self.check_consent(call, &cleared).await?;
         let profile = s.profiles.build(
             &call.subject.tenant,
             &tool.digest,
@@ -297,6 +347,17 @@ impl Invoker {
         )?;
         s.sandbox
             .guard(&Self::exec_request(call, tool, &profile, Value::Null))?;
+        Ok(profile)
+    }
+
+    /// A dry run: every preflight check, nothing consumed, nothing executed or recorded.
+    pub async fn preflight(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
+        let s = &self.seams;
+        let cleared = self.clear(call).await?;
+        let tool = &cleared.resolved.tool;
+        let budget = s.quota.check(Self::quota_request(call)).await?;
+        self.check_consent(call, &cleared).await?;
+        let profile = self.guarded_profile(call, tool)?;
         Ok(PreflightReport {
             tool: call.tool.clone(),
             version: tool.manifest.version.to_string(),
@@ -310,12 +371,14 @@ impl Invoker {
 
     /// Runs one call through the whole pipeline. Never panics; every failure is a
     /// result with a stable code.
-    pub async fn invoke(&self, call: ToolCall) -> CallResult {
+    pub async fn invoke(&self, mut call: ToolCall) -> CallResult {
         let header = Self::header(&call);
         let cleared = match self.clear(&call).await {
             Ok(c) => c,
             Err(e) => return self.denied(&header, &call, e).await,
         };
+        // Validated, measured and digested: from here on only the executor needs them.
+        let args = std::mem::take(&mut call.args);
         let key = match (
             &cleared.resolved.tool.manifest.idempotency,
             &call.idempotency_key,
@@ -355,7 +418,7 @@ impl Invoker {
             }
         }
         let args_digest = cleared.args_digest.clone();
-        let result = self.execute_cleared(&header, &call, cleared).await;
+        let result = self.execute_cleared(&header, &call, cleared, args).await;
         if let Some(key) = &key {
             let stored = match &result {
                 // Refused before execution: nothing happened, the key may be used again.
@@ -387,28 +450,18 @@ impl Invoker {
     /// `Err` means refused before execution (no evidence besides a denial).
     async fn execute_cleared(
         &self,
-        header: &Envelope<()>,
+        header: &Header,
         call: &ToolCall,
         cleared: Cleared,
+        args: Value,
     ) -> Result<CallResult, SoulError> {
         let s = &self.seams;
         let tool = cleared.resolved.tool.clone();
         let manifest = &tool.manifest;
-        let reservation = s
-            .quota
-            .reserve(QuotaRequest {
-                tenant: &call.subject.tenant,
-                actor: &call.subject.actor,
-                tool: &call.tool,
-            })
-            .await?;
+        let reservation = s.quota.reserve(Self::quota_request(call)).await?;
         let before_exec = async {
             self.check_consent(call, &cleared).await?;
-            let profile =
-                s.profiles
-                    .build(&call.subject.tenant, &tool.digest, &manifest.capabilities)?;
-            s.sandbox
-                .guard(&Self::exec_request(call, &tool, &profile, Value::Null))?;
+            let profile = self.guarded_profile(call, &tool)?;
             let permits = match manifest.concurrency {
                 Concurrency::Serial => 1,
                 Concurrency::Parallel => manifest.limits.max_concurrency,
@@ -428,7 +481,7 @@ impl Invoker {
                 EvidenceEvent::Begin(EvidenceBegin {
                     call_id: call.call_id.clone(),
                     tool_id: call.tool.clone(),
-                    tool_version: manifest.version.to_string(),
+                    tool_version: tool.version_text().to_owned(),
                     manifest_digest: tool.digest.clone(),
                     profile_hash: profile.hash().to_owned(),
                     policy_hash: cleared.policy_hash.clone(),
@@ -463,7 +516,8 @@ impl Invoker {
                 call,
                 &tool,
                 &profile,
-                &cleared.args_bytes,
+                args,
+                cleared.bytes_in,
                 begin_id,
                 reservation,
                 permit,
@@ -474,11 +528,12 @@ impl Invoker {
     #[allow(clippy::too_many_arguments)]
     async fn run_and_end(
         &self,
-        header: &Envelope<()>,
+        header: &Header,
         call: &ToolCall,
         tool: &CompiledTool,
         profile: &Profile,
-        args_bytes: &[u8],
+        args: Value,
+        bytes_in: u64,
         begin_id: EnvelopeId,
         reservation: Reservation,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -496,7 +551,7 @@ impl Invoker {
             )),
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
-        let req = Self::exec_request(call, tool, profile, call.args.clone());
+        let req = Self::exec_request(call, tool, profile, args);
         let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
         let outcome: Result<ExecOutput, SoulError> = match tokio::time::timeout(timeout, run).await
         {
@@ -523,7 +578,7 @@ impl Invoker {
 
         // Output checks belong to the outcome the End records.
         let checked = outcome.and_then(|out| {
-            let bytes = serde_json::to_vec(&out.output).map_err(SoulError::internal)?;
+            let bytes = canonical_json(&out.output);
             if bytes.len() as u64 > manifest.limits.max_bytes_out {
                 return Err(SoulError::new(
                     ErrorCode::ToolExecutionFailed,
@@ -543,7 +598,7 @@ impl Invoker {
         };
         let usage = BudgetUsage {
             calls: 1,
-            bytes_in: args_bytes.len() as u64,
+            bytes_in,
             bytes_out: checked.as_ref().map(|c| c.2).unwrap_or(0),
             cpu_ms: checked.as_ref().ok().and_then(|c| c.0.cpu_ms).unwrap_or(0),
         };
@@ -586,7 +641,7 @@ impl Invoker {
     }
 
     /// A call refused before execution: a denial event, no Begin/End.
-    async fn denied(&self, header: &Envelope<()>, call: &ToolCall, err: SoulError) -> CallResult {
+    async fn denied(&self, header: &Header, call: &ToolCall, err: SoulError) -> CallResult {
         let denial = stamp(
             header,
             EvidenceEvent::Denied(Denial {

@@ -14,7 +14,7 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{CallId, Origin, Subject};
 
 use super::{CallResult, Invoker, ToolCall};
-use crate::discovery::NameMap;
+use crate::discovery::{NameMap, openai};
 
 /// A `role: tool` message answering one tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,12 +56,27 @@ fn result_content(result: &CallResult) -> Value {
 pub struct ToolCallRouter {
     invoker: Invoker,
     names: NameMap,
+    strict: bool,
 }
 
 impl ToolCallRouter {
-    /// A router resolving names with `names` (the map used when exporting the tools).
+    /// A router resolving names with `names` (the map used when exporting the tools),
+    /// for tools exported without `strict`.
     pub fn new(invoker: Invoker, names: NameMap) -> Self {
-        Self { invoker, names }
+        Self {
+            invoker,
+            names,
+            strict: false,
+        }
+    }
+
+    /// Declares that the tools were exported with OpenAI `strict` mode, where every
+    /// optional field became required and nullable: a `null` the model sends for a
+    /// field that is optional in the tool's own schema then means "absent" and is
+    /// removed before validation ([`openai::restore_optional`]).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
     }
 
     fn parse(&self, subject: &Subject, entry: &Value) -> Result<ToolCall, (String, SoulError)> {
@@ -89,7 +104,7 @@ impl ToolCallRouter {
                 SoulError::of(ErrorCode::ToolNotFound).with_field("name", name),
             )
         })?;
-        let args = match function.get("arguments") {
+        let mut args = match function.get("arguments") {
             Some(Value::String(text)) if text.trim().is_empty() => json!({}),
             Some(Value::String(text)) => serde_json::from_str(text).map_err(|_| {
                 bad(
@@ -106,6 +121,11 @@ impl ToolCallRouter {
                 ));
             }
         };
+        if self.strict
+            && let Ok(resolved) = self.invoker.resolve(&subject.tenant, &tool)
+        {
+            openai::restore_optional(&resolved.tool.manifest.input_schema, &mut args);
+        }
         let call_id = CallId::new(id.as_str()).unwrap_or_else(|_| CallId::generate());
         Ok(ToolCall::new(subject.clone(), tool, args)
             .with_call_id(call_id)

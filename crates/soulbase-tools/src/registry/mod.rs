@@ -20,6 +20,7 @@
 //! Schemas are compiled by [`compile`] *before* the writer lock is
 //! taken, so slow manifests never hold up other writers.
 
+mod export;
 mod snapshot;
 mod types;
 
@@ -31,6 +32,7 @@ use soulbase_errors::{ErrorCode, SoulError, SoulResult};
 use soulbase_types::{TenantId, ToolId};
 use tokio::sync::broadcast;
 
+pub use self::export::{ExportedOverride, ExportedTool, RegistryExport, RestoreReport};
 use self::snapshot::{Criteria, Entry, Snapshot};
 use self::types::effective_state;
 pub use self::types::{
@@ -112,9 +114,22 @@ impl Registry {
         self.inner.current.load().version
     }
 
-    /// Subscribes to changes published from now on.
+    /// Subscribes to every change published from now on, for every tenant: for
+    /// operators and persistence. Anything facing a tenant uses [`Self::subscribe_for`].
     pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// Subscribes to the changes `tenant` may see: its own tools, its overrides and
+    /// allow-list, and global tools it can see (its allow-list admits them and no tool
+    /// of its own shadows them). Another tenant's events never pass. Feeds MCP
+    /// `list_changed` and gRPC watchers.
+    pub fn subscribe_for(&self, tenant: &TenantId) -> TenantEvents {
+        TenantEvents {
+            rx: self.subscribe(),
+            registry: self.clone(),
+            tenant: tenant.clone(),
+        }
     }
 
     /// Runs one serialized write: `f` edits a copy of the current snapshot and lists
@@ -252,42 +267,97 @@ impl Registry {
         manifests: Vec<ToolManifest>,
         options: LoadOptions,
     ) -> LoadReport {
-        let mut report = LoadReport::default();
-        let mut latest: BTreeMap<ToolId, (usize, Arc<CompiledTool>)> = BTreeMap::new();
+        let mut failed = Vec::new();
+        let mut batch = Vec::with_capacity(manifests.len());
         for (index, m) in manifests.into_iter().enumerate() {
             let id = m.id.clone();
             match compile(m) {
-                Ok(c) => {
-                    if let Some((earlier, _)) = latest.insert(id.clone(), (index, Arc::new(c))) {
-                        tracing::warn!(
-                            tool_id = %id,
-                            earlier,
-                            later = index,
-                            "tool defined more than once in one load; the later definition wins"
-                        );
-                        report.duplicates.push(id);
-                    }
-                }
-                Err(e) => report.failed.push(LoadFailure {
+                Ok(c) => batch.push((index, Arc::new(c), options.enable_new)),
+                Err(e) => failed.push(LoadFailure {
                     index,
                     id: Some(id),
                     error: e.into(),
                 }),
             }
         }
-        let mut ordered: Vec<(usize, Arc<CompiledTool>)> = latest.into_values().collect();
-        ordered.sort_by_key(|(i, _)| *i);
+        let mut report = self.apply_batch(owner, batch, Vec::new(), options.upgrade);
+        report.failed.extend(failed);
+        report.failed.sort_by_key(|f| f.index);
+        report
+    }
+
+    /// Like [`Registry::load`] for already compiled tools, and also removes the
+    /// tools `remove` of `owner`, all in one published snapshot: a reader sees the
+    /// whole batch or none of it (a skills directory reload). Each tool carries
+    /// whether it starts `enabled` when it is new (`false`: `registered`); existing
+    /// tools keep their state. Ids in `remove` that `owner` does not have are
+    /// ignored; an id both loaded and removed is loaded. Failure indexes refer to
+    /// positions in `tools`.
+    pub fn load_compiled(
+        &self,
+        owner: &ToolOwner,
+        tools: Vec<(Arc<CompiledTool>, bool)>,
+        remove: Vec<ToolId>,
+        upgrade: UpgradePolicy,
+    ) -> LoadReport {
+        let batch = tools
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, e))| (i, t, e))
+            .collect();
+        self.apply_batch(owner, batch, remove, upgrade)
+    }
+
+    fn apply_batch(
+        &self,
+        owner: &ToolOwner,
+        batch: Vec<(usize, Arc<CompiledTool>, bool)>,
+        remove: Vec<ToolId>,
+        upgrade: UpgradePolicy,
+    ) -> LoadReport {
+        let mut report = LoadReport::default();
+        let mut latest: BTreeMap<ToolId, (usize, Arc<CompiledTool>, bool)> = BTreeMap::new();
+        for (index, tool, enable_new) in batch {
+            let id = tool.manifest.id.clone();
+            if let Some((earlier, _, _)) = latest.insert(id.clone(), (index, tool, enable_new)) {
+                tracing::warn!(
+                    tool_id = %id,
+                    earlier,
+                    later = index,
+                    "tool defined more than once in one load; the later definition wins"
+                );
+                report.duplicates.push(id);
+            }
+        }
+        let mut ordered: Vec<(usize, Arc<CompiledTool>, bool)> = latest.into_values().collect();
+        ordered.sort_by_key(|(i, _, _)| *i);
+        let loaded: BTreeSet<ToolId> = ordered
+            .iter()
+            .map(|(_, t, _)| t.manifest.id.clone())
+            .collect();
 
         let tenant = owner.tenant_id();
         let applied = self.write(|snap, events| {
             let mut done = LoadReport::default();
-            for (index, tool) in ordered {
+            for id in remove.iter().filter(|id| !loaded.contains(*id)) {
+                if let Some(old) = snap.table_mut(tenant).remove(id) {
+                    events.push(RegistryEvent::Unregistered {
+                        tenant: tenant.cloned(),
+                        id: id.clone(),
+                        version: old.tool.manifest.version.clone(),
+                    });
+                    if tenant.is_none() {
+                        Self::drop_enabling_overrides(snap, id, events);
+                    }
+                }
+            }
+            for (index, tool, enable_new) in ordered {
                 let id = tool.manifest.id.clone();
                 let prev = snap.table(tenant).and_then(|t| t.get(&id)).cloned();
                 match prev {
                     Some(prev) if prev.tool.digest == tool.digest => done.unchanged.push(id),
                     Some(prev) => {
-                        if options.upgrade == UpgradePolicy::Enforce {
+                        if upgrade == UpgradePolicy::Enforce {
                             let problems = check_upgrade(&prev.tool.manifest, &tool.manifest);
                             if !problems.is_empty() {
                                 let list: Vec<String> =
@@ -322,7 +392,7 @@ impl Registry {
                         done.updated.push(id);
                     }
                     None => {
-                        let state = if options.enable_new {
+                        let state = if enable_new {
                             ToolState::Enabled
                         } else {
                             ToolState::Registered
@@ -332,7 +402,7 @@ impl Registry {
                             id: id.clone(),
                             version: tool.manifest.version.clone(),
                         });
-                        if options.enable_new {
+                        if enable_new {
                             events.push(RegistryEvent::StateChanged {
                                 tenant: tenant.cloned(),
                                 id: id.clone(),
@@ -345,6 +415,9 @@ impl Registry {
                         done.registered.push(id);
                     }
                 }
+            }
+            if let Some(t) = tenant {
+                snap.prune_tenant(t);
             }
             Ok(done)
         });
@@ -376,11 +449,34 @@ impl Registry {
                     version: old.tool.manifest.version.clone(),
                 });
             }
-            if let Some(t) = tenant {
-                snap.prune_tenant(t);
+            match tenant {
+                Some(t) => snap.prune_tenant(t),
+                None => Self::drop_enabling_overrides(snap, id, events),
             }
             Ok(())
         })
+    }
+
+    /// A tenant's `Enabled` override was a decision about the tool that was just
+    /// unregistered; a different tool registered later under the same id must not
+    /// inherit it and go live unreviewed. `Paused` overrides only restrict, so they
+    /// stay as the tenant's policy about the id.
+    fn drop_enabling_overrides(snap: &mut Snapshot, id: &ToolId, events: &mut Vec<RegistryEvent>) {
+        let mut emptied = Vec::new();
+        for (tenant, data) in snap.tenants.iter_mut() {
+            if data.overrides.get(id) == Some(&TenantOverride::Enabled) {
+                data.overrides.remove(id);
+                events.push(RegistryEvent::OverrideChanged {
+                    tenant: tenant.clone(),
+                    id: id.clone(),
+                    value: None,
+                });
+                emptied.push(tenant.clone());
+            }
+        }
+        for t in &emptied {
+            snap.prune_tenant(t);
+        }
     }
 
     fn transition(&self, owner: &ToolOwner, id: &ToolId, to: ToolState) -> SoulResult<()> {
@@ -540,6 +636,50 @@ impl Registry {
     }
 }
 
+/// A tenant's filtered view of the registry's change events; see
+/// [`Registry::subscribe_for`].
+pub struct TenantEvents {
+    rx: broadcast::Receiver<RegistryEvent>,
+    registry: Registry,
+    tenant: TenantId,
+}
+
+impl TenantEvents {
+    /// The next event this tenant may see. `Lagged(n)` when the subscriber fell more
+    /// than the channel's capacity behind (re-list to resync); `Closed` when the
+    /// registry is gone.
+    pub async fn recv(&mut self) -> Result<RegistryEvent, broadcast::error::RecvError> {
+        loop {
+            let event = self.rx.recv().await?;
+            if self.visible(&event) {
+                return Ok(event);
+            }
+        }
+    }
+
+    /// The tenant these events are for.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// Judged against the registry as it is when the event is received: a global
+    /// tool's visibility that changed in between may add or drop one notification,
+    /// but a tenant-scoped event reaches its own tenant only.
+    fn visible(&self, event: &RegistryEvent) -> bool {
+        match event {
+            RegistryEvent::Registered { tenant, id, .. }
+            | RegistryEvent::Updated { tenant, id, .. }
+            | RegistryEvent::StateChanged { tenant, id, .. }
+            | RegistryEvent::Unregistered { tenant, id, .. } => match tenant {
+                Some(t) => *t == self.tenant,
+                None => self.registry.view().global_visible_to(&self.tenant, id),
+            },
+            RegistryEvent::OverrideChanged { tenant, .. }
+            | RegistryEvent::AllowListChanged { tenant } => *tenant == self.tenant,
+        }
+    }
+}
+
 /// An immutable snapshot of the registry: every read answers from the same instant.
 #[derive(Clone)]
 pub struct RegistryView {
@@ -555,6 +695,15 @@ impl std::fmt::Debug for RegistryView {
 }
 
 impl RegistryView {
+    /// Whether global tool `id` (present or not) is one `tenant` could see: its
+    /// allow-list admits it and no tool of its own shadows it.
+    pub fn global_visible_to(&self, tenant: &TenantId, id: &ToolId) -> bool {
+        self.snap
+            .tenants
+            .get(tenant)
+            .is_none_or(|d| d.allows(id) && !d.table.contains(id))
+    }
+
     /// The snapshot counter of this view.
     pub fn version(&self) -> u64 {
         self.snap.version
@@ -737,10 +886,11 @@ impl RegistryView {
     }
 }
 
-/// The static criteria of a filter, normalized (tag and keyword lower-cased).
+/// The static criteria of a filter, normalized (group, tag and keyword lower-cased:
+/// tool ids are lower case, tags and keywords match case-insensitively).
 fn criteria(filter: &ToolFilter) -> Criteria {
     Criteria {
-        group: filter.group.clone(),
+        group: filter.group.as_ref().map(|g| g.to_lowercase()),
         tag: filter.tag.as_ref().map(|t| t.to_lowercase()),
         safety: filter.safety_class,
         side_effect: filter.side_effect,
