@@ -1,0 +1,301 @@
+//! The drainer: ships committed spool records to the store in batches, exactly once.
+//!
+//! It reads only what the writer has made durable, writes a batch with one
+//! idempotent store write, then advances and persists the checkpoint. A store
+//! failure (outage) is retried with backoff from the same position; a batch that
+//! landed just before a crash is re-sent after it and skipped by the store (envelope
+//! ids are unique), so every record lands exactly once. Drained segments are deleted
+//! unless a Begin in them still waits for its End (recovery needs it).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use soulbase_observe::{EvidenceRecord, EvidenceStore};
+
+use crate::segment::{self, Pos};
+use crate::shared::{Shared, lock};
+
+/// Tuning of the drainer.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainOptions {
+    /// Most records read from the spool per round.
+    pub batch: usize,
+    /// Store writes per round, run concurrently on slices of the batch (a database
+    /// ingests faster on several connections); the checkpoint advances once all landed.
+    pub parallel: usize,
+    /// First retry delay after a store failure (doubles up to `max_backoff`).
+    pub min_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// Shortest interval between checkpoint writes (a file write, fsync and
+    /// rename each, on the disk the spool fsyncs to), except on reaching a new
+    /// segment and at shutdown; the last position is written once this much time
+    /// has passed, also when idle. The drained position is published with each
+    /// checkpoint. A checkpoint lost to a crash only makes batches be re-sent,
+    /// which the store skips.
+    pub checkpoint_every: Duration,
+}
+
+impl Default for DrainOptions {
+    fn default() -> Self {
+        Self {
+            batch: 4_000,
+            parallel: 2,
+            min_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_secs(1),
+            checkpoint_every: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Reads the next run of committed records after `pos`; the new position follows them.
+fn next_batch(
+    shared: &Shared,
+    pos: Pos,
+    max: usize,
+) -> std::io::Result<(Vec<EvidenceRecord>, Pos)> {
+    let committed = *lock(&shared.committed);
+    let mut pos = pos;
+    loop {
+        if pos >= committed {
+            return Ok((Vec::new(), pos));
+        }
+        let limit = (pos.segment == committed.segment).then_some(committed.offset);
+        let (records, offset, corrupt) = match segment::read_range(&shared.dir, pos, limit, max) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), pos.offset, true),
+            Err(e) => return Err(e),
+        };
+        if !records.is_empty() {
+            return Ok((
+                records,
+                Pos {
+                    segment: pos.segment,
+                    offset,
+                },
+            ));
+        }
+        if pos.segment < committed.segment {
+            // The end of a sealed segment (or a corrupt or missing one): move on.
+            if corrupt {
+                tracing::error!(
+                    segment = pos.segment,
+                    offset,
+                    "corrupt spool segment; skipping its tail"
+                );
+            }
+            let ids = segment::list_segments(&shared.dir)?;
+            let following = ids
+                .into_iter()
+                .find(|&id| id > pos.segment)
+                .unwrap_or(committed.segment);
+            pos = Pos {
+                segment: following,
+                offset: 0,
+            };
+            continue;
+        }
+        let next = Pos {
+            segment: pos.segment,
+            offset,
+        };
+        return Ok((Vec::new(), next));
+    }
+}
+
+/// Deletes segments wholly before `drained` that no open Begin pins.
+fn delete_drained(shared: &Shared, drained: Pos) {
+    let pin = shared.min_pin.load(Ordering::Acquire);
+    let active = shared.active.load(Ordering::Acquire);
+    let Ok(ids) = segment::list_segments(&shared.dir) else {
+        return;
+    };
+    let mut deleted = false;
+    for id in ids {
+        if id >= drained.segment || id >= pin || id >= active {
+            break;
+        }
+        let path = segment::segment_path(&shared.dir, id);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if std::fs::remove_file(&path).is_ok() {
+            let mut a = lock(&shared.acct);
+            a.disk = a.disk.saturating_sub(len);
+            deleted = true;
+        }
+    }
+    if deleted {
+        let _ = segment::sync_dir(&shared.dir);
+    }
+}
+
+/// A read of the spool in progress: the records and the position after them.
+type Read = tokio::task::JoinHandle<std::io::Result<(Vec<EvidenceRecord>, Pos)>>;
+
+/// Reads the next batch after `pos` on the blocking pool.
+fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || next_batch(&shared, pos, max))
+}
+
+/// Runs until the sink stops and everything committed is drained (or it is told to
+/// stop while the store is down).
+///
+/// Pipelined: while a batch is being written to the store, the next one is read
+/// (and decoded) from the spool, and a checkpoint is made durable. Checkpoints are
+/// persisted in order, each after its batch landed, at most every
+/// `checkpoint_every` (sooner on reaching a new segment, and at shutdown); the
+/// drained position is published with each checkpoint.
+pub async fn run(shared: Arc<Shared>, store: Arc<dyn EvidenceStore>, opts: DrainOptions) {
+    let mut pos = *lock(&shared.drained);
+    let mut backoff = opts.min_backoff;
+    // Segments drained before a restart need no new record to be cleaned up.
+    {
+        let s = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || delete_drained(&s, pos)).await;
+    }
+    let mut prefetched: Option<Read> = None;
+    let mut checkpoint: Option<tokio::task::JoinHandle<()>> = None;
+    // The last position handed to a checkpoint write, and when.
+    let mut persisted = pos;
+    let mut persisted_at = tokio::time::Instant::now();
+    loop {
+        let notified = shared.committed_notify.notified();
+        // A prefetched batch is used only if it holds records: an empty one may
+        // predate a commit whose notification came before `notified` was armed.
+        let early = match prefetched.take() {
+            Some(h) => match h.await {
+                Ok(Ok((records, next))) if !records.is_empty() => Some((records, next)),
+                _ => None,
+            },
+            None => None,
+        };
+        let read = match early {
+            Some(r) => Ok(Ok(r)),
+            None => spawn_read(&shared, pos, opts.batch).await,
+        };
+        let (records, next) = match read {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "reading the evidence spool failed");
+                *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));
+                if wait_or_stop(&shared, backoff).await {
+                    finish(checkpoint).await;
+                    return;
+                }
+                backoff = (backoff * 2).min(opts.max_backoff);
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the spool reader panicked");
+                finish(checkpoint).await;
+                return;
+            }
+        };
+        if records.is_empty() {
+            pos = next;
+            let stopping = shared.stopping.load(Ordering::Acquire);
+            let pending = persisted != pos;
+            if pending
+                && (stopping
+                    || pos.segment != persisted.segment
+                    || persisted_at.elapsed() >= opts.checkpoint_every)
+            {
+                finish(checkpoint.take()).await;
+                persist(&shared, pos).await;
+                (persisted, persisted_at) = (pos, tokio::time::Instant::now());
+                continue;
+            }
+            if stopping {
+                finish(checkpoint).await;
+                return;
+            }
+            let due = persisted_at + opts.checkpoint_every;
+            tokio::select! {
+                () = notified => {}
+                () = shared.stop_notify.notified() => {}
+                () = tokio::time::sleep_until(due), if pending => {}
+            }
+            continue;
+        }
+        prefetched = Some(spawn_read(&shared, next, opts.batch));
+        // Write the batch, retrying from the same position until the store takes it.
+        let slice = records.len().div_ceil(opts.parallel.max(1)).max(1);
+        loop {
+            let writes = records.chunks(slice).map(|c| store.write_batch(c));
+            let outcome: Result<(), soulbase_errors::SoulError> =
+                futures_util::future::join_all(writes)
+                    .await
+                    .into_iter()
+                    .collect();
+            match outcome {
+                Ok(()) => {
+                    backoff = opts.min_backoff;
+                    *lock(&shared.store_error) = None;
+                    shared
+                        .records_drained
+                        .fetch_add(records.len() as u64, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    let cause = e.audit().causes.join("; ");
+                    tracing::warn!(error = %e, cause, "evidence store write failed; retrying");
+                    *lock(&shared.store_error) = Some(format!("{}: {cause}", e.message()));
+                    if wait_or_stop(&shared, backoff).await {
+                        finish(checkpoint).await;
+                        return;
+                    }
+                    backoff = (backoff * 2).min(opts.max_backoff);
+                }
+            }
+        }
+        pos = next;
+        if pos.segment != persisted.segment || persisted_at.elapsed() >= opts.checkpoint_every {
+            // The previous checkpoint first (in order), then this one in the background.
+            finish(checkpoint.take()).await;
+            let s = shared.clone();
+            checkpoint = Some(tokio::spawn(async move { persist(&s, pos).await }));
+            (persisted, persisted_at) = (pos, tokio::time::Instant::now());
+        }
+    }
+}
+
+/// Waits for a checkpoint being persisted, if any.
+async fn finish(checkpoint: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(h) = checkpoint
+        && let Err(e) = h.await
+    {
+        tracing::error!(error = %e, "checkpoint task failed");
+    }
+}
+
+/// Persists the checkpoint, publishes it and deletes what is no longer needed.
+async fn persist(shared: &Arc<Shared>, pos: Pos) {
+    let s = shared.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        let r = segment::write_checkpoint(&s.dir, pos);
+        if r.is_ok() {
+            delete_drained(&s, pos);
+        }
+        r
+    })
+    .await;
+    match written {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "could not persist the spool checkpoint"),
+        Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
+    }
+    *lock(&shared.drained) = pos;
+    shared.drained_notify.notify_waiters();
+}
+
+/// Sleeps `d` unless the sink is stopping; true when it is.
+async fn wait_or_stop(shared: &Shared, d: Duration) -> bool {
+    if shared.stopping.load(Ordering::Acquire) {
+        return true;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(d) => shared.stopping.load(Ordering::Acquire),
+        () = shared.stop_notify.notified() => true,
+    }
+}

@@ -1,0 +1,82 @@
+//! The spool's on-disk framing: `[len: u32 LE][crc32c: u32 LE][payload]`.
+//!
+//! A torn write (the process died mid-append) leaves a short or mismatching frame at
+//! the tail; readers stop there and recovery truncates it. Segments are extended
+//! with zeros ahead of the data (so an fsync rarely has to journal a size change):
+//! a zero length marks the end of the data.
+
+/// Bytes of a frame header.
+pub const HEADER: usize = 8;
+/// Largest payload accepted (a record is a few hundred bytes; this only bounds garbage).
+pub const MAX_PAYLOAD: usize = 16 << 20;
+
+const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// Appends one frame holding `payload` to `out`.
+pub fn encode_into(payload: &[u8], out: &mut Vec<u8>) {
+    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// What is at the start of `buf`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A whole, intact frame and its total length.
+    Frame(&'a [u8], usize),
+    /// Not enough bytes for a whole frame (a torn tail, or end of data).
+    Incomplete,
+    /// A zero length: the preallocated space after the data.
+    End,
+    /// A frame whose checksum or length is wrong.
+    Corrupt,
+}
+
+/// Decodes the frame at the start of `buf`.
+pub fn decode(buf: &[u8]) -> Decoded<'_> {
+    let Some((head, rest)) = buf.split_at_checked(HEADER) else {
+        return Decoded::Incomplete;
+    };
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if len == 0 {
+        return Decoded::End;
+    }
+    if len > MAX_PAYLOAD {
+        return Decoded::Corrupt;
+    }
+    let Some(payload) = rest.get(..len) else {
+        return Decoded::Incomplete;
+    };
+    if CRC.checksum(payload) != crc {
+        return Decoded::Corrupt;
+    }
+    Decoded::Frame(payload, HEADER + len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_torn_and_corrupt() {
+        let mut buf = Vec::new();
+        encode_into(b"hello", &mut buf);
+        encode_into(b"world!", &mut buf);
+        let Decoded::Frame(p, n) = decode(&buf) else {
+            panic!("no frame")
+        };
+        assert_eq!((p, n), (&b"hello"[..], HEADER + 5));
+        assert_eq!(decode(&buf[n..]), Decoded::Frame(b"world!", HEADER + 6));
+        assert_eq!(decode(&buf[n..buf.len() - 1]), Decoded::Incomplete);
+        assert_eq!(decode(&buf[..3]), Decoded::Incomplete);
+        let mut bad = buf.clone();
+        bad[HEADER] ^= 1;
+        assert_eq!(decode(&bad), Decoded::Corrupt);
+        assert_eq!(decode(&[0u8; 64]), Decoded::End);
+        let mut huge = vec![0xff; 16];
+        huge[4] = 0;
+        assert_eq!(decode(&huge), Decoded::Corrupt);
+    }
+}

@@ -1,0 +1,33 @@
+//! Evidence that is never lost (R11, SB-08 invariant 4 / SLO-4).
+//!
+//! [`DurableSink`] is the [`EvidenceSink`](soulbase_observe::EvidenceSink) the
+//! pipeline writes through in production. Every record goes first to a local,
+//! append-only **spool** on disk, then a **drainer** ships it to an
+//! [`EvidenceStore`](soulbase_observe::EvidenceStore) (SQLite or Postgres, in
+//! `soulbase-store`) in batches:
+//!
+//! - **sync** durability (the default): `record` returns once the record is fsynced
+//!   in the spool. Concurrent callers share one `fdatasync` (group commit), so a
+//!   Begin is durable before its call executes at the cost of one batched fsync.
+//! - **async** durability: `record` returns once queued; the writer commits within
+//!   milliseconds. A crash can lose that window — for those who accept it.
+//! - a **store outage** loses nothing: records accumulate in the spool and drain
+//!   when the store returns; writes are idempotent by envelope id (exactly once).
+//! - a **crash** loses nothing acknowledged: on [`DurableSink::open`] the spool is
+//!   recovered (torn tail cut), and every Begin without an End is closed `aborted`.
+//! - **full spool** (over its cap, or the disk is full): new Begins are refused with
+//!   `EVIDENCE.UNAVAILABLE`, so the pipeline refuses the call before execution; the
+//!   End of every accepted Begin has room reserved and is never refused for space.
+
+mod drain;
+mod frame;
+mod recovery;
+mod segment;
+mod shared;
+mod sink;
+mod writer;
+
+pub use drain::DrainOptions;
+pub use recovery::{RecoveryReport, aborted_end};
+pub use segment::Pos;
+pub use sink::{Durability, DurableSink, SpoolOptions, SpoolStats};

@@ -1,0 +1,196 @@
+//! Spool files: numbered segments, the drain checkpoint, scanning and reading.
+//!
+//! Layout of a spool directory:
+//! - `seg-<20-digit id>.log` — append-only segments of frames, ids increasing;
+//! - `checkpoint` — `<segment> <offset>`: everything before it is in the store;
+//! - `reserve` — zero-filled bytes released when the disk fills, so the End of an
+//!   accepted Begin can still be written;
+//! - `LOCK` — held (advisory lock) by the one process using the spool.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use soulbase_observe::EvidenceRecord;
+
+use crate::frame::{self, Decoded};
+
+/// A position in the spool: a segment id and a byte offset in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pos {
+    /// The segment id.
+    pub segment: u64,
+    /// Bytes into the segment.
+    pub offset: u64,
+}
+
+/// The file name of segment `id`.
+pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("seg-{id:020}.log"))
+}
+
+/// The ids of the segments in `dir`, ascending.
+pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut ids: Vec<u64> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            name.strip_prefix("seg-")?
+                .strip_suffix(".log")?
+                .parse::<u64>()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Makes a directory entry change (create, rename, delete) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Reads the drain checkpoint; `None` when there is none (nothing drained yet).
+pub fn read_checkpoint(dir: &Path) -> io::Result<Option<Pos>> {
+    let text = match fs::read_to_string(dir.join("checkpoint")) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut parts = text.split_whitespace().map(str::parse::<u64>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(segment)), Some(Ok(offset))) => Ok(Some(Pos { segment, offset })),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "malformed spool checkpoint",
+        )),
+    }
+}
+
+/// Atomically replaces the checkpoint (write, fsync, rename).
+pub fn write_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
+    let tmp = dir.join("checkpoint.tmp");
+    let mut f = File::create(&tmp)?;
+    writeln!(f, "{} {}", pos.segment, pos.offset)?;
+    f.sync_data()?;
+    fs::rename(&tmp, dir.join("checkpoint"))
+}
+
+/// The intact frames of one segment, and where the intact prefix ends.
+pub struct Scan {
+    /// Each record with the offset just past its frame.
+    pub records: Vec<(u64, EvidenceRecord)>,
+    /// Length of the intact prefix (the file is longer when its tail is torn or
+    /// corrupt, or preallocated).
+    pub valid_len: u64,
+    /// The file's length.
+    pub file_len: u64,
+    /// Whether anything but zeros follows the intact prefix (a torn or corrupt tail).
+    pub torn: bool,
+}
+
+/// Reads a whole segment, stopping at the first torn or corrupt frame. A frame that
+/// is intact but does not decode as a record is skipped (and logged).
+pub fn scan(path: &Path) -> io::Result<Scan> {
+    let bytes = fs::read(path)?;
+    let mut records = Vec::new();
+    let mut at = 0usize;
+    while let Decoded::Frame(payload, n) = frame::decode(&bytes[at..]) {
+        at += n;
+        match serde_json::from_slice::<EvidenceRecord>(payload) {
+            Ok(r) => records.push((at as u64, r)),
+            Err(e) => tracing::error!(path = %path.display(), offset = at, error = %e,
+                "skipping an undecodable spool record"),
+        }
+    }
+    Ok(Scan {
+        records,
+        valid_len: at as u64,
+        file_len: bytes.len() as u64,
+        torn: bytes[at..].iter().any(|b| *b != 0),
+    })
+}
+
+/// Reads records from `from` (within one segment) up to `limit` bytes into the
+/// segment (`None`: to its end) or `max` records, whichever comes first.
+/// Returns the records and the offset just past the last one read.
+pub fn read_range(
+    dir: &Path,
+    from: Pos,
+    limit: Option<u64>,
+    max: usize,
+) -> io::Result<(Vec<EvidenceRecord>, u64, bool)> {
+    let mut file = File::open(segment_path(dir, from.segment))?;
+    let len = file.metadata()?.len();
+    let end = limit.unwrap_or(len).min(len);
+    if from.offset >= end {
+        return Ok((Vec::new(), from.offset, false));
+    }
+    file.seek(SeekFrom::Start(from.offset))?;
+    let mut reader = BufReader::with_capacity(256 << 10, file.take(end - from.offset));
+    let mut out = Vec::new();
+    let mut offset = from.offset;
+    let mut header = [0u8; frame::HEADER];
+    let mut buf = Vec::new();
+    let mut corrupt = false;
+    while out.len() < max && offset < end {
+        if reader.read_exact(&mut header).is_err() {
+            corrupt = true;
+            break;
+        }
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        if len == 0 {
+            // Preallocated space: the end of the data.
+            break;
+        }
+        if len > frame::MAX_PAYLOAD {
+            corrupt = true;
+            break;
+        }
+        buf.clear();
+        buf.extend_from_slice(&header);
+        buf.resize(frame::HEADER + len, 0);
+        if reader.read_exact(&mut buf[frame::HEADER..]).is_err() {
+            corrupt = true;
+            break;
+        }
+        let Decoded::Frame(payload, n) = frame::decode(&buf) else {
+            corrupt = true;
+            break;
+        };
+        offset += n as u64;
+        match serde_json::from_slice::<EvidenceRecord>(payload) {
+            Ok(r) => out.push(r),
+            Err(e) => tracing::error!(segment = from.segment, offset, error = %e,
+                "skipping an undecodable spool record"),
+        }
+    }
+    Ok((out, offset, corrupt))
+}
+
+/// Creates (or re-creates) the zero-filled reserve file of `bytes`.
+pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
+    let path = dir.join("reserve");
+    if fs::metadata(&path).is_ok_and(|m| m.len() == bytes) {
+        return Ok(());
+    }
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)?;
+    let chunk = vec![0u8; 64 << 10];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    f.sync_all()
+}
+
+/// Frees the reserve (when the disk is full). Returns whether there was one.
+pub fn release_reserve(dir: &Path) -> bool {
+    fs::remove_file(dir.join("reserve")).is_ok()
+}

@@ -1,0 +1,140 @@
+//! State shared by the sink (callers), the writer thread and the drainer task.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_types::EnvelopeId;
+use tokio::sync::{Notify, oneshot};
+
+use crate::segment::Pos;
+
+/// What the writer needs to know about a record besides its bytes.
+#[derive(Debug)]
+pub enum Kind {
+    /// A Begin: pins its segment until its End is written.
+    Begin(EnvelopeId),
+    /// An End, closing the Begin with this id.
+    End(EnvelopeId),
+    /// A denial.
+    Other,
+    /// No record: acknowledge once everything queued before is durable.
+    Flush,
+}
+
+/// One append for the writer.
+pub struct Request {
+    /// The framed record (empty for a flush).
+    pub bytes: Vec<u8>,
+    /// What it is.
+    pub kind: Kind,
+    /// Answered once the bytes are durable (sync mode and flushes).
+    pub ack: Option<oneshot::Sender<Result<(), SoulError>>>,
+}
+
+/// Space accounting against the spool cap.
+#[derive(Default)]
+pub struct Accounting {
+    /// Bytes in live segments plus bytes accepted but not yet written.
+    pub disk: u64,
+    /// Room held back for the Ends of open Begins.
+    pub reserved: u64,
+    /// Begins accepted whose End has not been accepted yet.
+    pub open: HashSet<EnvelopeId>,
+}
+
+/// Shared state.
+pub struct Shared {
+    /// The spool directory.
+    pub dir: PathBuf,
+    /// The cap on spool bytes.
+    pub max_bytes: u64,
+    /// Room held for each open Begin's End.
+    pub end_reserve: u64,
+    /// Space accounting.
+    pub acct: Mutex<Accounting>,
+    /// Everything before this is durable in the spool.
+    pub committed: Mutex<Pos>,
+    /// Signalled by the writer after each commit.
+    pub committed_notify: Notify,
+    /// Everything before this is in the store.
+    pub drained: Mutex<Pos>,
+    /// Signalled by the drainer after each batch.
+    pub drained_notify: Notify,
+    /// The segment the writer appends to.
+    pub active: AtomicU64,
+    /// The oldest segment holding a Begin whose End is not yet written (`u64::MAX`: none).
+    pub min_pin: AtomicU64,
+    /// The last append failed (disk full, IO error): new Begins are refused until one succeeds.
+    pub broken: AtomicBool,
+    /// The last store error, cleared by a successful batch.
+    pub store_error: Mutex<Option<String>>,
+    /// Records written to the store by this process.
+    pub records_drained: AtomicU64,
+    /// Set when the sink is shutting down.
+    pub stopping: AtomicBool,
+    /// Wakes the drainer for shutdown.
+    pub stop_notify: Notify,
+}
+
+/// Locks a mutex, recovering from poisoning (the data is plain counters).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The stable refusal.
+pub fn unavailable(message: &'static str) -> SoulError {
+    SoulError::new(ErrorCode::EvidenceUnavailable, message)
+}
+
+impl Shared {
+    /// Admits a record of `len` bytes against the cap. Begins need room for
+    /// themselves plus their End's reserve; Ends are always admitted (their room was
+    /// reserved); denials need room for themselves.
+    pub fn admit(&self, kind: &Kind, len: u64) -> Result<(), SoulError> {
+        let mut a = lock(&self.acct);
+        match kind {
+            Kind::Begin(id) => {
+                if self.broken.load(Ordering::Acquire) {
+                    return Err(unavailable(
+                        "the evidence spool cannot be written (disk full or IO error); call refused",
+                    ));
+                }
+                if a.disk + a.reserved + len + self.end_reserve > self.max_bytes {
+                    return Err(unavailable("the evidence spool is full; call refused")
+                        .with_field("spool_max_bytes", self.max_bytes.to_string()));
+                }
+                a.disk += len;
+                a.reserved += self.end_reserve;
+                a.open.insert(id.clone());
+            }
+            Kind::End(begin) => {
+                a.disk += len;
+                if a.open.remove(begin) {
+                    a.reserved = a.reserved.saturating_sub(self.end_reserve);
+                }
+            }
+            Kind::Other => {
+                if a.disk + a.reserved + len > self.max_bytes {
+                    return Err(unavailable("the evidence spool is full"));
+                }
+                a.disk += len;
+            }
+            Kind::Flush => {}
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Shared::admit`] for a record that was never written.
+    pub fn unadmit(&self, kind: &Kind, len: u64) {
+        let mut a = lock(&self.acct);
+        a.disk = a.disk.saturating_sub(len);
+        if let Kind::Begin(id) = kind
+            && a.open.remove(id)
+        {
+            a.reserved = a.reserved.saturating_sub(self.end_reserve);
+        }
+    }
+}

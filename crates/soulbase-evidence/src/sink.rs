@@ -1,0 +1,373 @@
+//! The durable evidence sink: spool first, store second.
+
+use std::fs::{File, OpenOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::{EvidenceEvent, EvidenceRecord, EvidenceSink, EvidenceStore};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use crate::drain::{self, DrainOptions};
+use crate::recovery::{self, RecoveryReport};
+use crate::segment::{self, Pos};
+use crate::shared::{Accounting, Kind, Request, Shared, lock, unavailable};
+use crate::{frame, writer};
+
+/// When a record counts as recorded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `record` returns once the record is fsynced in the spool (group commit): a
+    /// Begin is durable before the call executes, an End before its result returns.
+    #[default]
+    Sync,
+    /// `record` returns once the record is queued for the spool writer; a crash may
+    /// lose the last few milliseconds of evidence.
+    Async,
+}
+
+/// How to open a spool.
+#[derive(Debug, Clone)]
+pub struct SpoolOptions {
+    /// The spool directory (created if missing; one process at a time).
+    pub dir: PathBuf,
+    /// Sync or async durability.
+    pub durability: Durability,
+    /// Cap on spool bytes; a Begin that would cross it is refused (`EVIDENCE.UNAVAILABLE`).
+    pub max_bytes: u64,
+    /// Size at which the writer starts a new segment.
+    pub segment_bytes: u64,
+    /// Room held back per open Begin for its End.
+    pub end_reserve: u64,
+    /// Bytes of disk kept in a reserve file, released when the disk fills up so that
+    /// the Ends of accepted calls can still be written.
+    pub disk_reserve: u64,
+    /// Requests queued for the writer before callers wait.
+    pub queue: usize,
+    /// Drainer tuning.
+    pub drain: DrainOptions,
+}
+
+impl SpoolOptions {
+    /// Defaults for `dir`: sync, 1 GiB cap, 16 MiB segments.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            durability: Durability::Sync,
+            max_bytes: 1 << 30,
+            segment_bytes: 16 << 20,
+            end_reserve: 2 << 10,
+            disk_reserve: 1 << 20,
+            queue: 65_536,
+            drain: DrainOptions::default(),
+        }
+    }
+
+    /// Sets the durability mode.
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Sets the cap (segments shrink to at most an eighth of it).
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes;
+        self.segment_bytes = self.segment_bytes.min((bytes / 8).max(4 << 10));
+        self
+    }
+
+    fn validate(&self) -> Result<(), SoulError> {
+        let bad = |field: &str, msg: &str| {
+            Err(SoulError::new(ErrorCode::ConfigInvalid, msg.to_owned())
+                .with_field("field", field.to_owned()))
+        };
+        if self.max_bytes < 4 * self.end_reserve.max(1) {
+            return bad("evidence.spool_max_bytes", "the spool cap is too small");
+        }
+        if self.segment_bytes == 0 {
+            return bad("segment_bytes", "must be positive");
+        }
+        if self.queue == 0 || self.drain.batch == 0 || self.drain.parallel == 0 {
+            return bad("queue", "queue and batch sizes must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// A snapshot of the spool's state, for health checks and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpoolStats {
+    /// Bytes in the spool (and accepted but not yet written).
+    pub disk_bytes: u64,
+    /// Bytes held for the Ends of open calls.
+    pub reserved_bytes: u64,
+    /// Calls whose Begin was accepted and whose End was not yet.
+    pub open_calls: usize,
+    /// Everything before this is durable in the spool.
+    pub committed: Pos,
+    /// Everything before this is in the store.
+    pub drained: Pos,
+    /// Records written to the store by this process.
+    pub records_drained: u64,
+    /// The last store failure, `None` once a batch lands again.
+    pub store_error: Option<String>,
+    /// Whether the last append failed (new calls are refused until one succeeds).
+    pub broken: bool,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Request>,
+    durability: Durability,
+    drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    _lock: File,
+}
+
+/// An [`EvidenceSink`] that never loses what it accepted: records go to an
+/// append-only spool on disk (group commit), and a drainer ships them to an
+/// [`EvidenceStore`] in batches, exactly once, surviving store outages and crashes.
+///
+/// Cheap to clone. Needs a tokio runtime (the drainer is a task; the writer is a
+/// thread of its own).
+#[derive(Clone)]
+pub struct DurableSink {
+    inner: Arc<Inner>,
+}
+
+impl DurableSink {
+    /// Opens (recovering) the spool and starts the writer and the drainer.
+    ///
+    /// `EVIDENCE.UNAVAILABLE` when the directory cannot be used or another process
+    /// holds it; `CONFIG.INVALID` for bad options.
+    pub async fn open(
+        options: SpoolOptions,
+        store: Arc<dyn EvidenceStore>,
+    ) -> Result<(DurableSink, RecoveryReport), SoulError> {
+        options.validate()?;
+        let opts = options.clone();
+        let opened = tokio::task::spawn_blocking(move || prepare(&opts))
+            .await
+            .map_err(SoulError::internal)??;
+        let (lock_file, report, active_file) = opened;
+        let shared = Arc::new(Shared {
+            dir: options.dir.clone(),
+            max_bytes: options.max_bytes,
+            end_reserve: options.end_reserve,
+            acct: Mutex::new(Accounting {
+                disk: report.disk_bytes,
+                ..Accounting::default()
+            }),
+            committed: Mutex::new(Pos {
+                segment: report.active_segment,
+                offset: active_file.1,
+            }),
+            committed_notify: Notify::new(),
+            drained: Mutex::new(report.resume_at),
+            drained_notify: Notify::new(),
+            active: AtomicU64::new(report.active_segment),
+            min_pin: AtomicU64::new(u64::MAX),
+            broken: AtomicBool::new(false),
+            store_error: Mutex::new(None),
+            records_drained: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            stop_notify: Notify::new(),
+        });
+        let (tx, rx) = mpsc::channel(options.queue);
+        let active = writer::Active {
+            file: active_file.0,
+            id: report.active_segment,
+            len: active_file.1,
+            allocated: active_file.1,
+            chunk: 0,
+        };
+        let w_shared = shared.clone();
+        let segment_bytes = options.segment_bytes;
+        let writer = std::thread::Builder::new()
+            .name("evidence-spool".into())
+            .spawn(move || writer::run(w_shared, rx, active, segment_bytes))
+            .map_err(|e| unavailable("cannot start the spool writer").with_note(e.to_string()))?;
+        let drainer = tokio::spawn(drain::run(shared.clone(), store, options.drain));
+        Ok((
+            DurableSink {
+                inner: Arc::new(Inner {
+                    shared,
+                    tx,
+                    durability: options.durability,
+                    drainer: Mutex::new(Some(drainer)),
+                    writer: Mutex::new(Some(writer)),
+                    _lock: lock_file,
+                }),
+            },
+            report,
+        ))
+    }
+
+    /// Returns once everything recorded before the call is durable in the spool.
+    pub async fn flush(&self) -> Result<(), SoulError> {
+        let (ack, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Request {
+                bytes: Vec::new(),
+                kind: Kind::Flush,
+                ack: Some(ack),
+            })
+            .await
+            .map_err(|_| unavailable("the spool writer has stopped"))?;
+        rx.await
+            .map_err(|_| unavailable("the spool writer has stopped"))?
+    }
+
+    /// Flushes, then waits until everything recorded so far is in the store.
+    /// `EVIDENCE.UNAVAILABLE` (with the last store error) if that takes longer than `limit`.
+    pub async fn wait_drained(&self, limit: Duration) -> Result<(), SoulError> {
+        self.flush().await?;
+        let target = *lock(&self.inner.shared.committed);
+        let shared = &self.inner.shared;
+        let reached = tokio::time::timeout(limit, async {
+            loop {
+                let notified = shared.drained_notify.notified();
+                if *lock(&shared.drained) >= target {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+        reached.map_err(|_| {
+            let cause = lock(&shared.store_error).clone().unwrap_or_default();
+            unavailable("the evidence store has not caught up with the spool").with_note(cause)
+        })
+    }
+
+    /// The spool's state.
+    pub fn stats(&self) -> SpoolStats {
+        let s = &self.inner.shared;
+        let a = lock(&s.acct);
+        SpoolStats {
+            disk_bytes: a.disk,
+            reserved_bytes: a.reserved,
+            open_calls: a.open.len(),
+            committed: *lock(&s.committed),
+            drained: *lock(&s.drained),
+            records_drained: s.records_drained.load(Ordering::Relaxed),
+            store_error: lock(&s.store_error).clone(),
+            broken: s.broken.load(Ordering::Acquire),
+        }
+    }
+
+    /// Stops the drainer after it drains what it can within `limit`; the spool keeps
+    /// the rest for the next start. Records already accepted are durable either way.
+    pub async fn shutdown(&self, limit: Duration) {
+        let drained = self.wait_drained(limit).await;
+        if let Err(e) = drained {
+            tracing::warn!(error = %e, "shutting down with evidence left in the spool");
+        }
+        let s = &self.inner.shared;
+        s.stopping.store(true, Ordering::Release);
+        s.stop_notify.notify_waiters();
+        let handle = lock(&self.inner.drainer).take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.stop_notify.notify_waiters();
+        if let Some(h) = lock(&self.drainer).take() {
+            h.abort();
+        }
+        // The writer thread ends once the channel closes (after `tx` is dropped with
+        // this struct); it acknowledges nothing it has not made durable.
+        let _ = lock(&self.writer).take();
+    }
+}
+
+type Prepared = (File, RecoveryReport, (File, u64));
+
+/// Locks the directory, recovers it, recreates the reserve and opens the active segment.
+fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
+    let dir = &options.dir;
+    let io = |what: &str, e: std::io::Error| {
+        unavailable("the evidence spool cannot be opened")
+            .with_field("dir", dir.display().to_string())
+            .with_note(format!("{what}: {e}"))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("creating the directory", e))?;
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))
+        .map_err(|e| io("opening LOCK", e))?;
+    if lock_file.try_lock().is_err() {
+        return Err(
+            unavailable("the evidence spool is in use by another process")
+                .with_field("dir", dir.display().to_string()),
+        );
+    }
+    let report = recovery::recover(dir)?;
+    if let Err(e) = segment::ensure_reserve(dir, options.disk_reserve) {
+        tracing::warn!(error = %e, "could not create the spool's disk reserve");
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(segment::segment_path(dir, report.active_segment))
+        .map_err(|e| io("opening the active segment", e))?;
+    let len = file.metadata().map_err(|e| io("stat", e))?.len();
+    segment::sync_dir(dir).map_err(|e| io("syncing the directory", e))?;
+    Ok((lock_file, report, (file, len)))
+}
+
+#[async_trait]
+impl EvidenceSink for DurableSink {
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        let payload = serde_json::to_vec(&record).map_err(SoulError::internal)?;
+        let mut bytes = Vec::with_capacity(payload.len() + frame::HEADER);
+        frame::encode_into(&payload, &mut bytes);
+        let kind = match &record.payload {
+            EvidenceEvent::Begin(_) => Kind::Begin(record.id.clone()),
+            EvidenceEvent::End(e) => Kind::End(e.begin_id.clone()),
+            EvidenceEvent::Denied(_) => Kind::Other,
+        };
+        let len = bytes.len() as u64;
+        let shared = &self.inner.shared;
+        shared.admit(&kind, len)?;
+        let (ack, rx) = match self.inner.durability {
+            Durability::Sync => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Durability::Async => (None, None),
+        };
+        let unadmit = match &kind {
+            Kind::Begin(id) => Kind::Begin(id.clone()),
+            _ => Kind::Other,
+        };
+        if self
+            .inner
+            .tx
+            .send(Request { bytes, kind, ack })
+            .await
+            .is_err()
+        {
+            shared.unadmit(&unadmit, len);
+            return Err(unavailable("the spool writer has stopped"));
+        }
+        match rx {
+            Some(rx) => rx
+                .await
+                .map_err(|_| unavailable("the spool writer has stopped"))?,
+            None => Ok(()),
+        }
+    }
+}

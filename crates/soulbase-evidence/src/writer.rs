@@ -1,0 +1,228 @@
+//! The writer thread: appends to the active segment with group commit.
+//!
+//! Requests queue up while an fsync is in flight; the next round takes all of them,
+//! writes them with one `write` and makes them durable with one `fdatasync`. Under
+//! load many callers share one fsync; idle, a lone caller pays one fsync.
+//!
+//! The segment is extended with zeros a chunk at a time ahead of the data, so most
+//! rounds overwrite allocated blocks and their `fdatasync` flushes data only — no
+//! file-size change for the filesystem to journal, which is what makes an fsync
+//! slow and jittery on a busy disk. A segment is cut to its data when sealed.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use soulbase_types::EnvelopeId;
+use tokio::sync::mpsc;
+
+use crate::segment::{self, Pos};
+use crate::shared::{Kind, Request, Shared, lock, unavailable};
+
+/// Most requests taken in one round.
+const MAX_ROUND: usize = 32_768;
+/// Bytes of zeros a segment is extended by ahead of its data.
+const CHUNK: u64 = 4 << 20;
+
+/// Opens (creating) segment `id` for writing.
+pub fn open_segment(shared: &Shared, id: u64) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(segment::segment_path(&shared.dir, id))?;
+    segment::sync_dir(&shared.dir)?;
+    Ok(f)
+}
+
+/// The active segment being appended to.
+pub struct Active {
+    /// Its file, opened for writing.
+    pub file: File,
+    /// Its id.
+    pub id: u64,
+    /// Length of its data.
+    pub len: u64,
+    /// Length of the file (data plus zeros ahead of it).
+    pub allocated: u64,
+    /// Bytes of zeros to extend by.
+    pub chunk: u64,
+}
+
+impl Active {
+    /// Writes `bytes` after the data and makes them durable (one `fdatasync`).
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let end = self.len + bytes.len() as u64;
+        if end > self.allocated {
+            let target = end + self.chunk;
+            let zeros = vec![0u8; (64u64 << 10).min(target - end) as usize];
+            let mut at = end.max(self.allocated);
+            while at < target {
+                let n = (target - at).min(zeros.len() as u64) as usize;
+                self.file.write_all_at(&zeros[..n], at)?;
+                at += n as u64;
+            }
+            self.allocated = target;
+        }
+        self.file.write_all_at(bytes, self.len)?;
+        self.file.sync_data()
+    }
+
+    /// Cuts the file back to its data (sealing, or after a failed write).
+    fn trim(&mut self) -> io::Result<()> {
+        self.file.set_len(self.len)?;
+        self.allocated = self.len;
+        Ok(())
+    }
+}
+
+/// Runs until every sender is gone; every batch is durable before it is acknowledged.
+pub fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<Request>,
+    mut active: Active,
+    segment_bytes: u64,
+) {
+    active.chunk = CHUNK.min(segment_bytes.max(4 << 10));
+    let mut pins: HashMap<EnvelopeId, u64> = HashMap::new();
+    let mut batch: Vec<Request> = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_ROUND {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        buf.clear();
+        for r in &batch {
+            buf.extend_from_slice(&r.bytes);
+        }
+        match active.append(&buf) {
+            Ok(()) => {
+                active.len += buf.len() as u64;
+                commit(&shared, &mut pins, &mut batch, &active);
+                shared.broken.store(false, Ordering::Release);
+            }
+            Err(e) => recover_from_failed_append(&shared, &mut pins, &mut batch, &mut active, e),
+        }
+        if active.len >= segment_bytes {
+            if let Err(e) = active.trim().and_then(|()| active.file.sync_all()) {
+                tracing::warn!(error = %e, "could not trim a sealed spool segment");
+            }
+            match open_segment(&shared, active.id + 1) {
+                Ok(file) => {
+                    active = Active {
+                        file,
+                        id: active.id + 1,
+                        len: 0,
+                        allocated: 0,
+                        chunk: active.chunk,
+                    };
+                    shared.active.store(active.id, Ordering::Release);
+                    *lock(&shared.committed) = Pos {
+                        segment: active.id,
+                        offset: 0,
+                    };
+                    shared.committed_notify.notify_one();
+                }
+                Err(e) => tracing::error!(error = %e, "could not open a new spool segment"),
+            }
+        }
+    }
+}
+
+/// Records a successful round: pins, the committed position, acknowledgements.
+fn commit(
+    shared: &Shared,
+    pins: &mut HashMap<EnvelopeId, u64>,
+    batch: &mut Vec<Request>,
+    active: &Active,
+) {
+    for r in batch.iter() {
+        match &r.kind {
+            Kind::Begin(id) => {
+                pins.insert(id.clone(), active.id);
+            }
+            Kind::End(begin) => {
+                pins.remove(begin);
+            }
+            Kind::Other | Kind::Flush => {}
+        }
+    }
+    shared.min_pin.store(
+        pins.values().copied().min().unwrap_or(u64::MAX),
+        Ordering::Release,
+    );
+    *lock(&shared.committed) = Pos {
+        segment: active.id,
+        offset: active.len,
+    };
+    shared.committed_notify.notify_one();
+    for r in batch.drain(..) {
+        if let Some(ack) = r.ack {
+            let _ = ack.send(Ok(()));
+        }
+    }
+}
+
+/// An append failed (typically the disk is full). Ends must still land: free the
+/// reserve and try them alone. Everything else in the round is refused and its
+/// accounting undone.
+fn recover_from_failed_append(
+    shared: &Shared,
+    pins: &mut HashMap<EnvelopeId, u64>,
+    batch: &mut Vec<Request>,
+    active: &mut Active,
+    error: io::Error,
+) {
+    tracing::error!(error = %error, segment = active.id, "evidence spool append failed");
+    shared.broken.store(true, Ordering::Release);
+    let _ = active.trim();
+    let (mut ends, others): (Vec<Request>, Vec<Request>) = batch
+        .drain(..)
+        .partition(|r| matches!(r.kind, Kind::End(_) | Kind::Flush));
+    for r in others {
+        shared.unadmit(&r.kind, r.bytes.len() as u64);
+        if let Some(ack) = r.ack {
+            let _ = ack.send(Err(unavailable(
+                "the evidence spool cannot be written (disk full or IO error)",
+            )
+            .with_note(error.to_string())));
+        }
+    }
+    if ends.is_empty() {
+        return;
+    }
+    let bytes: Vec<u8> = ends.iter().flat_map(|r| r.bytes.iter().copied()).collect();
+    let mut result = active.append(&bytes);
+    if result.is_err() && segment::release_reserve(&shared.dir) {
+        tracing::warn!("released the spool reserve to write the Ends of accepted calls");
+        let _ = active.trim();
+        result = active.append(&bytes);
+    }
+    match result {
+        Ok(()) => {
+            active.len += bytes.len() as u64;
+            commit(shared, pins, &mut ends, active);
+        }
+        Err(e) => {
+            let _ = active.trim();
+            tracing::error!(error = %e, "could not write the End of an accepted call; recovery will close it as aborted");
+            for r in ends {
+                shared.unadmit(&Kind::Other, r.bytes.len() as u64);
+                if let Some(ack) = r.ack {
+                    let _ = ack.send(Err(unavailable("the evidence spool cannot be written")
+                        .with_note(e.to_string())));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The durable sink against an in-process store: durability, recovery, caps, outages.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_evidence::{Durability, DurableSink, SpoolOptions};
+use soulbase_observe::{
+    BudgetUsage, CallEvidence, CallPage, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
+    EvidenceQuery, EvidenceRecord, EvidenceSink, EvidenceStore, MemoryStore,
+};
+use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId, UnixMillis};
+
+fn begin() -> EvidenceRecord {
+    Envelope::new(
+        TenantId::new("acme").unwrap(),
+        ActorId::new("alice").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Begin(EvidenceBegin {
+            call_id: CallId::generate(),
+            tool_id: ToolId::new("demo.echo.say").unwrap(),
+            tool_version: "1.0.0".into(),
+            manifest_digest: "m".into(),
+            profile_hash: "p".into(),
+            policy_hash: "pol".into(),
+            config_hash: "c".into(),
+            args_digest: "sha256:00".into(),
+            idempotency_key: None,
+            calling_skill: None,
+        }),
+    )
+}
+
+fn end(b: &EvidenceRecord) -> EvidenceRecord {
+    let EvidenceEvent::Begin(x) = &b.payload else {
+        unreachable!()
+    };
+    Envelope::new(
+        b.tenant.clone(),
+        b.actor.clone(),
+        b.origin,
+        EvidenceEvent::End(EvidenceEnd {
+            call_id: x.call_id.clone(),
+            begin_id: b.id.clone(),
+            status: EndStatus::Ok,
+            error_code: None,
+            output_digest: Some("sha256:11".into()),
+            side_effects: vec![],
+            usage: BudgetUsage::default(),
+            duration_us: 5,
+        }),
+    )
+}
+
+/// A store in front of a [`MemoryStore`] that can be switched down, and that can
+/// lose its acknowledgement after writing (the batch landed, the reply did not).
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryStore,
+    down: AtomicBool,
+    lose_acks: AtomicUsize,
+    writes: AtomicUsize,
+}
+
+#[async_trait]
+impl EvidenceStore for Flaky {
+    async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SoulError::of(ErrorCode::EvidenceUnavailable).with_note("down"));
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.write_batch(records).await?;
+        if self
+            .lose_acks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(SoulError::of(ErrorCode::EvidenceUnavailable).with_note("ack lost"));
+        }
+        Ok(())
+    }
+    async fn call(&self, t: Option<&TenantId>, c: &CallId) -> Result<CallEvidence, SoulError> {
+        self.inner.call(t, c).await
+    }
+    async fn list(&self, q: &EvidenceQuery) -> Result<CallPage, SoulError> {
+        self.inner.list(q).await
+    }
+    async fn purge_before(&self, c: UnixMillis) -> Result<u64, SoulError> {
+        self.inner.purge_before(c).await
+    }
+}
+
+fn count(store: &MemoryStore) -> (usize, usize, usize) {
+    let rs = store.records();
+    let b = rs
+        .iter()
+        .filter(|r| matches!(r.payload, EvidenceEvent::Begin(_)))
+        .count();
+    let e = rs
+        .iter()
+        .filter(|r| matches!(r.payload, EvidenceEvent::End(_)))
+        .count();
+    let aborted = rs
+        .iter()
+        .filter(|r| matches!(&r.payload, EvidenceEvent::End(e) if e.status == EndStatus::Aborted))
+        .count();
+    (b, e, aborted)
+}
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_records_drain_to_the_store_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    assert_eq!(report.segments, 0);
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let sink = sink.clone();
+        tasks.push(tokio::spawn(async move {
+            let b = begin();
+            sink.record(b.clone()).await.unwrap();
+            sink.record(end(&b)).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (200, 200, 0));
+    let stats = sink.stats();
+    assert_eq!(stats.open_calls, 0);
+    assert_eq!(stats.reserved_bytes, 0);
+    assert_eq!(stats.records_drained, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_closes_orphaned_begins_as_aborted_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Arc::new(Flaky::default());
+    down.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), down.clone())
+        .await
+        .unwrap();
+    let finished = begin();
+    sink.record(finished.clone()).await.unwrap();
+    sink.record(end(&finished)).await.unwrap();
+    let orphan = begin();
+    sink.record(orphan.clone()).await.unwrap();
+    // "Crash": the process goes away with the store down and one call in flight.
+    drop(sink);
+
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = loop {
+        // The old writer thread may still hold the lock for a moment.
+        match DurableSink::open(SpoolOptions::new(dir.path()), store.clone()).await {
+            Ok(v) => break v,
+            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    let EvidenceEvent::Begin(b) = &orphan.payload else {
+        unreachable!()
+    };
+    assert_eq!(report.aborted, vec![b.call_id.clone()]);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (2, 2, 1));
+    let ev = store.call(None, &b.call_id).await.unwrap();
+    assert_eq!(ev.ends().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_tail_is_cut_and_intact_records_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Arc::new(Flaky::default());
+    down.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), down.clone())
+        .await
+        .unwrap();
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    drop(sink);
+    // A half-written frame at the end of the newest segment.
+    let mut segs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segs.sort();
+    let last = segs.last().unwrap();
+    let mut bytes = std::fs::read(last).unwrap();
+    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"']);
+    std::fs::write(last, bytes).unwrap();
+
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = loop {
+        match DurableSink::open(SpoolOptions::new(dir.path()), store.clone()).await {
+            Ok(v) => break v,
+            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    assert!(report.truncated_bytes >= 10, "{report:?}");
+    assert!(report.aborted.is_empty());
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (1, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_refuses_begins_but_never_the_end_of_an_accepted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    store.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(
+        SpoolOptions::new(dir.path()).max_bytes(64 << 10),
+        store.clone(),
+    )
+    .await
+    .unwrap();
+    let mut open = Vec::new();
+    let refused = loop {
+        let b = begin();
+        match sink.record(b.clone()).await {
+            Ok(()) => open.push(b),
+            Err(e) => break e,
+        }
+        assert!(open.len() < 10_000, "the cap never bit");
+    };
+    assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+    assert!(open.len() > 5);
+    // Every accepted Begin still gets its End in, although the spool is "full".
+    for b in &open {
+        sink.record(end(b)).await.unwrap();
+    }
+    assert!(sink.stats().store_error.is_some());
+    assert_eq!(sink.stats().open_calls, 0);
+    // The store comes back: everything accepted lands, nothing else.
+    store.down.store(false, Ordering::SeqCst);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (open.len(), open.len(), 0));
+    // Room again once drained.
+    sink.record(begin()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_resent_after_a_lost_ack_lands_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    store.lose_acks.store(2, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        let b = begin();
+        sink.record(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (50, 50, 0));
+    assert!(store.writes.load(Ordering::SeqCst) >= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_mode_and_segment_rotation_delete_drained_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let mut opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
+    opts.segment_bytes = 8 << 10;
+    let (sink, _) = DurableSink::open(opts, store.clone()).await.unwrap();
+    for _ in 0..500 {
+        let b = begin();
+        sink.record(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (500, 500, 0));
+    // One more round so the drainer deletes what it finished with.
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    sink.wait_drained(LIMIT).await.unwrap();
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments <= 2, "{segments} segments left");
+    assert!(sink.stats().disk_bytes < 32 << 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_process_per_spool() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (_sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let err = DurableSink::open(SpoolOptions::new(dir.path()), store)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::EvidenceUnavailable);
+    assert!(err.message().contains("in use"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = SpoolOptions::new(dir.path());
+    opts.max_bytes = 10;
+    let err = DurableSink::open(opts, Arc::new(MemoryStore::new()))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::ConfigInvalid);
+    assert_eq!(err.field("field"), Some("evidence.spool_max_bytes"));
+}

@@ -1,0 +1,94 @@
+//! Connecting to the two backends, with the settings evidence needs.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use soulbase_errors::{ErrorCode, SoulError};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlitePool};
+
+use crate::migrations;
+
+/// A connection pool on one of the supported backends.
+#[derive(Clone, Debug)]
+pub enum Db {
+    /// PostgreSQL (production; shared by replicas).
+    Postgres(PgPool),
+    /// SQLite (the embedded default; one process).
+    Sqlite(SqlitePool),
+}
+
+/// A database failure as `EVIDENCE.UNAVAILABLE` with the cause in the audit view.
+pub fn db_error(what: &str, e: impl std::fmt::Display) -> SoulError {
+    SoulError::new(
+        ErrorCode::EvidenceUnavailable,
+        "the database is unavailable",
+    )
+    .with_note(format!("{what}: {e}"))
+}
+
+fn bad_url(message: &'static str) -> SoulError {
+    SoulError::new(ErrorCode::ConfigInvalid, message).with_field("field", "evidence.url")
+}
+
+impl Db {
+    /// Connects to `url` (`postgres://…`, `postgresql://…` or `sqlite:…`); with
+    /// `migrate`, creates the SQLite file if needed and applies pending migrations.
+    ///
+    /// Postgres connects lazily: a server that is down now is retried by each use, so
+    /// a process can start during an outage (the spool holds evidence meanwhile).
+    pub async fn connect(url: &str, migrate: bool) -> Result<Db, SoulError> {
+        let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            // The spool checkpoint advances once a batch is committed: the commit
+            // must be durable even on a server that defaults to asynchronous commit.
+            let opts = PgConnectOptions::from_str(url)
+                .map_err(|_| bad_url("not a valid postgres:// URL"))?
+                .options([("synchronous_commit", "on")]);
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect_lazy_with(opts);
+            Db::Postgres(pool)
+        } else if url.starts_with("sqlite:") {
+            let opts = SqliteConnectOptions::from_str(url)
+                .map_err(|_| bad_url("not a valid sqlite: URL"))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // The spool checkpoint advances after a commit: the commit must be durable.
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(opts)
+                .await
+                .map_err(|e| db_error("opening SQLite", e))?;
+            Db::Sqlite(pool)
+        } else {
+            return Err(bad_url(
+                "the database URL must start with postgres://, postgresql:// or sqlite:",
+            ));
+        };
+        if migrate {
+            db.migrate().await?;
+        }
+        Ok(db)
+    }
+
+    /// Applies every pending migration of this backend.
+    pub async fn migrate(&self) -> Result<(), SoulError> {
+        match self {
+            Db::Postgres(pool) => migrations::postgres().run(pool).await,
+            Db::Sqlite(pool) => migrations::sqlite().run(pool).await,
+        }
+        .map_err(|e| db_error("applying migrations", e))
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        match self {
+            Db::Postgres(p) => p.close().await,
+            Db::Sqlite(p) => p.close().await,
+        }
+    }
+}

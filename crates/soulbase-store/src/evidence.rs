@@ -1,0 +1,478 @@
+//! [`EvidenceStore`] on Postgres (partitioned by day) and SQLite.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use soulbase_errors::SoulError;
+use soulbase_observe::{
+    CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceStore,
+    PageCursor, summarize,
+};
+use soulbase_types::{CallId, TenantId, UnixMillis};
+use sqlx::QueryBuilder;
+
+use crate::db::{Db, db_error};
+
+/// Milliseconds per day (the Postgres partition width).
+const DAY_MS: i64 = 86_400_000;
+/// Rows per SQLite insert statement (9 parameters each, under SQLite's limit).
+const SQLITE_CHUNK: usize = 500;
+
+/// Evidence in a SQL database. Writes are atomic and idempotent by envelope id.
+/// Postgres: one binary `COPY` per batch (no conflict handling, so the fastest
+/// ingest); a batch part of which is already stored (re-sent after a crash) makes
+/// the COPY fail whole with a unique violation, and is then written with
+/// `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`. SQLite: multi-row
+/// `VALUES … ON CONFLICT DO NOTHING` in one transaction.
+pub struct SqlEvidenceStore {
+    db: Db,
+    /// Days whose Postgres partition is known to exist.
+    partitions: Mutex<HashSet<i64>>,
+}
+
+/// The columns of one evidence row.
+struct Row {
+    id: String,
+    at_ms: i64,
+    tenant: String,
+    kind: &'static str,
+    call_id: String,
+    tool_id: Option<String>,
+    begin_id: Option<String>,
+    status: Option<String>,
+    record: String,
+}
+
+/// The lowercase name of an End status, as stored.
+pub fn status_name(s: EndStatus) -> &'static str {
+    match s {
+        EndStatus::Ok => "ok",
+        EndStatus::Error => "error",
+        EndStatus::Timeout => "timeout",
+        EndStatus::Cancelled => "cancelled",
+        EndStatus::Aborted => "aborted",
+    }
+}
+
+fn row(r: &EvidenceRecord) -> Result<Row, SoulError> {
+    let record = serde_json::to_string(r).map_err(SoulError::internal)?;
+    let (kind, call_id, tool_id, begin_id, status) = match &r.payload {
+        EvidenceEvent::Begin(b) => (
+            "begin",
+            b.call_id.to_string(),
+            Some(b.tool_id.to_string()),
+            None,
+            None,
+        ),
+        EvidenceEvent::End(e) => (
+            "end",
+            e.call_id.to_string(),
+            None,
+            Some(e.begin_id.to_string()),
+            Some(status_name(e.status).to_owned()),
+        ),
+        EvidenceEvent::Denied(d) => (
+            "denied",
+            d.call_id.to_string(),
+            Some(d.tool.clone()),
+            None,
+            None,
+        ),
+    };
+    Ok(Row {
+        id: r.id.to_string(),
+        at_ms: r.at.0,
+        tenant: r.tenant.to_string(),
+        kind,
+        call_id,
+        tool_id,
+        begin_id,
+        status,
+        record,
+    })
+}
+
+fn decode(text: &str) -> Result<EvidenceRecord, SoulError> {
+    serde_json::from_str(text).map_err(|e| db_error("decoding a stored evidence record", e))
+}
+
+/// The statement of the fast path (binary `COPY`, columns in [`copy_binary`]'s order).
+const COPY_EVIDENCE: &str = "COPY evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
+     FROM STDIN (FORMAT binary)";
+
+/// Appends a nullable `text` field in `COPY` binary format.
+fn put_text(buf: &mut Vec<u8>, value: Option<&str>) -> Result<(), SoulError> {
+    match value {
+        Some(v) => {
+            let len = i32::try_from(v.len()).map_err(SoulError::internal)?;
+            buf.extend_from_slice(&len.to_be_bytes());
+            buf.extend_from_slice(v.as_bytes());
+        }
+        None => buf.extend_from_slice(&(-1i32).to_be_bytes()),
+    }
+    Ok(())
+}
+
+/// `records` as `COPY … (FORMAT binary)` data: the header, one tuple per record
+/// (text columns as UTF-8, `at_ms` as a big-endian int8, `record` as jsonb version 1
+/// followed by the JSON), the trailer. The JSON is serialized straight into the
+/// buffer — no per-row strings, no text-format escaping for the server to undo.
+fn copy_binary(records: &[EvidenceRecord]) -> Result<Vec<u8>, SoulError> {
+    let mut buf = Vec::with_capacity(records.len() * 1_024 + 32);
+    buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    buf.extend_from_slice(&0i32.to_be_bytes()); // flags
+    buf.extend_from_slice(&0i32.to_be_bytes()); // header extension length
+    for r in records {
+        let (kind, call_id, tool_id, begin_id, status) = match &r.payload {
+            EvidenceEvent::Begin(b) => (
+                "begin",
+                b.call_id.as_str(),
+                Some(b.tool_id.as_str()),
+                None,
+                None,
+            ),
+            EvidenceEvent::End(e) => (
+                "end",
+                e.call_id.as_str(),
+                None,
+                Some(e.begin_id.as_str()),
+                Some(status_name(e.status)),
+            ),
+            EvidenceEvent::Denied(d) => (
+                "denied",
+                d.call_id.as_str(),
+                Some(d.tool.as_str()),
+                None,
+                None,
+            ),
+        };
+        buf.extend_from_slice(&9i16.to_be_bytes());
+        put_text(&mut buf, Some(r.id.as_str()))?;
+        buf.extend_from_slice(&8i32.to_be_bytes());
+        buf.extend_from_slice(&r.at.0.to_be_bytes());
+        put_text(&mut buf, Some(r.tenant.as_str()))?;
+        put_text(&mut buf, Some(kind))?;
+        put_text(&mut buf, Some(call_id))?;
+        put_text(&mut buf, tool_id)?;
+        put_text(&mut buf, begin_id)?;
+        put_text(&mut buf, status)?;
+        let at = buf.len();
+        buf.extend_from_slice(&[0; 4]);
+        buf.push(1); // jsonb binary format version
+        serde_json::to_writer(&mut buf, r).map_err(SoulError::internal)?;
+        let len = i32::try_from(buf.len() - at - 4).map_err(SoulError::internal)?;
+        buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    buf.extend_from_slice(&(-1i16).to_be_bytes());
+    Ok(buf)
+}
+
+/// The fast path: one binary `COPY` straight into `evidence`. Atomic (one
+/// statement): a record already stored fails the whole COPY with a unique
+/// violation and nothing of the batch is written.
+async fn copy_in(pool: &sqlx::PgPool, records: &[EvidenceRecord]) -> Result<(), sqlx::Error> {
+    let data = copy_binary(records).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    let mut conn = pool.acquire().await?;
+    let mut copy = conn.copy_in_raw(COPY_EVIDENCE).await?;
+    copy.send(data).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+/// A batch as one array per column (bound to `UNNEST`).
+#[derive(Default)]
+struct Columns {
+    id: Vec<String>,
+    at_ms: Vec<i64>,
+    tenant: Vec<String>,
+    kind: Vec<&'static str>,
+    call_id: Vec<String>,
+    tool_id: Vec<Option<String>>,
+    begin_id: Vec<Option<String>>,
+    status: Vec<Option<String>>,
+    record: Vec<String>,
+}
+
+/// The idempotent path, for a batch part of which is already stored: one
+/// `INSERT … SELECT FROM UNNEST(…) ON CONFLICT DO NOTHING`.
+async fn insert_skipping_stored(pool: &sqlx::PgPool, rows: Vec<Row>) -> Result<(), sqlx::Error> {
+    let mut cols = Columns::default();
+    for r in rows {
+        cols.id.push(r.id);
+        cols.at_ms.push(r.at_ms);
+        cols.tenant.push(r.tenant);
+        cols.kind.push(r.kind);
+        cols.call_id.push(r.call_id);
+        cols.tool_id.push(r.tool_id);
+        cols.begin_id.push(r.begin_id);
+        cols.status.push(r.status);
+        cols.record.push(r.record);
+    }
+    sqlx::query(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
+         SELECT id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record::jsonb \
+         FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
+                     $6::text[], $7::text[], $8::text[], $9::text[]) \
+              AS t(id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(cols.id)
+    .bind(cols.at_ms)
+    .bind(cols.tenant)
+    .bind(cols.kind)
+    .bind(cols.call_id)
+    .bind(cols.tool_id)
+    .bind(cols.begin_id)
+    .bind(cols.status)
+    .bind(cols.record)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+impl SqlEvidenceStore {
+    /// A store on `db` (migrated).
+    pub fn new(db: Db) -> Self {
+        Self {
+            db,
+            partitions: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    async fn ensure_partitions(
+        &self,
+        pool: &sqlx::PgPool,
+        records: &[EvidenceRecord],
+    ) -> Result<(), SoulError> {
+        let days: BTreeSet<i64> = records.iter().map(|r| r.at.0.div_euclid(DAY_MS)).collect();
+        let missing: Vec<i64> = {
+            let known = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
+            days.into_iter().filter(|d| !known.contains(d)).collect()
+        };
+        for day in missing {
+            sqlx::query("SELECT soulbase_evidence_ensure_partition($1)")
+                .bind(day * DAY_MS)
+                .execute(pool)
+                .await
+                .map_err(|e| db_error("creating an evidence partition", e))?;
+            self.partitions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(day);
+        }
+        Ok(())
+    }
+
+    fn forget_partitions(&self) {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+#[async_trait]
+impl EvidenceStore for SqlEvidenceStore {
+    async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        match &self.db {
+            Db::Postgres(pool) => {
+                self.ensure_partitions(pool, records).await?;
+                let written = match copy_in(pool, records).await {
+                    Ok(()) => Ok(()),
+                    // Some of the batch is already stored (a batch re-sent after a
+                    // crash or a lost acknowledgement): the COPY wrote nothing, so
+                    // write the batch again, skipping what is there.
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                        let rows = records.iter().map(row).collect::<Result<Vec<_>, _>>()?;
+                        insert_skipping_stored(pool, rows).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = written {
+                    // A partition may have been dropped by retention meanwhile.
+                    self.forget_partitions();
+                    return Err(db_error("writing evidence", e));
+                }
+                Ok(())
+            }
+            Db::Sqlite(pool) => {
+                let rows = records.iter().map(row).collect::<Result<Vec<_>, _>>()?;
+                let mut tx = pool
+                    .begin()
+                    .await
+                    .map_err(|e| db_error("writing evidence", e))?;
+                for chunk in rows.chunks(SQLITE_CHUNK) {
+                    let mut qb = QueryBuilder::new(
+                        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
+                    );
+                    qb.push_values(chunk, |mut b, r| {
+                        b.push_bind(r.id.clone())
+                            .push_bind(r.at_ms)
+                            .push_bind(r.tenant.clone())
+                            .push_bind(r.kind)
+                            .push_bind(r.call_id.clone())
+                            .push_bind(r.tool_id.clone())
+                            .push_bind(r.begin_id.clone())
+                            .push_bind(r.status.clone())
+                            .push_bind(r.record.clone());
+                    });
+                    qb.push(" ON CONFLICT DO NOTHING");
+                    qb.build()
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| db_error("writing evidence", e))?;
+                }
+                tx.commit()
+                    .await
+                    .map_err(|e| db_error("committing evidence", e))
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        tenant: Option<&TenantId>,
+        call_id: &CallId,
+    ) -> Result<CallEvidence, SoulError> {
+        let tenant = tenant.map(|t| t.to_string());
+        let texts: Vec<(String,)> = match &self.db {
+            Db::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT record::text FROM evidence \
+                 WHERE call_id = $1 AND ($2::text IS NULL OR tenant = $2) ORDER BY at_ms, id",
+                )
+                .bind(call_id.as_str())
+                .bind(tenant)
+                .fetch_all(pool)
+                .await
+            }
+            Db::Sqlite(pool) => {
+                sqlx::query_as(
+                    "SELECT record FROM evidence \
+                 WHERE call_id = ?1 AND (?2 IS NULL OR tenant = ?2) ORDER BY at_ms, id",
+                )
+                .bind(call_id.as_str())
+                .bind(tenant)
+                .fetch_all(pool)
+                .await
+            }
+        }
+        .map_err(|e| db_error("reading evidence", e))?;
+        let records = texts
+            .iter()
+            .map(|(t,)| decode(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CallEvidence { records })
+    }
+
+    async fn list(&self, q: &EvidenceQuery) -> Result<CallPage, SoulError> {
+        q.validate()?;
+        let limit = i64::from(q.limit) + 1;
+        let tool = q.tool.as_ref().map(|t| t.to_string());
+        let status = q.status.map(status_name);
+        let (after_at, after_id) = match &q.after {
+            Some(c) => (Some(c.at.0), Some(c.id.to_string())),
+            None => (None, None),
+        };
+        let rows: Vec<(String, Option<String>)> = match &self.db {
+            Db::Postgres(pool) => sqlx::query_as(
+                "SELECT b.record::text, e.record::text FROM evidence b \
+                 LEFT JOIN LATERAL (SELECT x.record, x.status FROM evidence x \
+                     WHERE x.call_id = b.call_id AND x.kind = 'end' AND x.begin_id = b.id ORDER BY x.at_ms LIMIT 1) e ON true \
+                 WHERE b.kind = 'begin' AND b.tenant = $1 \
+                   AND ($2::int8 IS NULL OR b.at_ms >= $2) AND ($3::int8 IS NULL OR b.at_ms < $3) \
+                   AND ($4::text IS NULL OR b.tool_id = $4) AND ($5::text IS NULL OR e.status = $5) \
+                   AND ($6::int8 IS NULL OR (b.at_ms, b.id) < ($6, $7::text)) \
+                 ORDER BY b.at_ms DESC, b.id DESC LIMIT $8",
+            )
+            .bind(q.tenant.as_str())
+            .bind(q.from.map(|t| t.0))
+            .bind(q.to.map(|t| t.0))
+            .bind(tool)
+            .bind(status)
+            .bind(after_at)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await,
+            Db::Sqlite(pool) => sqlx::query_as(
+                "SELECT b.record, (SELECT x.record FROM evidence x \
+                     WHERE x.call_id = b.call_id AND x.kind = 'end' AND x.begin_id = b.id ORDER BY x.at_ms LIMIT 1) \
+                 FROM evidence b \
+                 WHERE b.kind = 'begin' AND b.tenant = ?1 \
+                   AND (?2 IS NULL OR b.at_ms >= ?2) AND (?3 IS NULL OR b.at_ms < ?3) \
+                   AND (?4 IS NULL OR b.tool_id = ?4) \
+                   AND (?5 IS NULL OR (SELECT x.status FROM evidence x \
+                        WHERE x.call_id = b.call_id AND x.kind = 'end' AND x.begin_id = b.id ORDER BY x.at_ms LIMIT 1) = ?5) \
+                   AND (?6 IS NULL OR b.at_ms < ?6 OR (b.at_ms = ?6 AND b.id < ?7)) \
+                 ORDER BY b.at_ms DESC, b.id DESC LIMIT ?8",
+            )
+            .bind(q.tenant.as_str())
+            .bind(q.from.map(|t| t.0))
+            .bind(q.to.map(|t| t.0))
+            .bind(tool)
+            .bind(status)
+            .bind(after_at)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(pool)
+            .await,
+        }
+        .map_err(|e| db_error("listing evidence", e))?;
+        let more = rows.len() > q.limit as usize;
+        let mut calls = Vec::with_capacity(rows.len());
+        for (begin, end) in rows.iter().take(q.limit as usize) {
+            let begin = decode(begin)?;
+            let end = end.as_deref().map(decode).transpose()?;
+            if let Some(s) = summarize(&begin, end.as_ref()) {
+                calls.push(s);
+            }
+        }
+        let next = if more {
+            calls.last().map(|c| PageCursor {
+                at: c.began_at,
+                id: c.begin_id.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(CallPage { calls, next })
+    }
+
+    async fn purge_before(&self, cutoff: UnixMillis) -> Result<u64, SoulError> {
+        match &self.db {
+            Db::Postgres(pool) => {
+                let before: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM evidence WHERE at_ms < $1")
+                        .bind(cutoff.0)
+                        .fetch_one(pool)
+                        .await
+                        .map_err(|e| db_error("counting expired evidence", e))?;
+                sqlx::query("SELECT soulbase_evidence_drop_before($1)")
+                    .bind(cutoff.0)
+                    .execute(pool)
+                    .await
+                    .map_err(|e| db_error("dropping expired evidence", e))?;
+                self.forget_partitions();
+                Ok(u64::try_from(before).unwrap_or(0))
+            }
+            Db::Sqlite(pool) => {
+                let done = sqlx::query("DELETE FROM evidence WHERE at_ms < ?1")
+                    .bind(cutoff.0)
+                    .execute(pool)
+                    .await
+                    .map_err(|e| db_error("deleting expired evidence", e))?;
+                Ok(done.rows_affected())
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Soulbase's SQL stores, on PostgreSQL (production, shared by replicas) and SQLite
+//! (the embedded default: a newcomer needs no server).
+//!
+//! - [`SqlEvidenceStore`] — the [`EvidenceStore`](soulbase_observe::EvidenceStore):
+//!   idempotent batch writes keyed by envelope id (Postgres: one `INSERT … SELECT
+//!   FROM UNNEST` per batch into a table partitioned by day, partitions created on
+//!   demand and dropped by retention), queries by call and by tenant/time/tool/status
+//!   with keyset pagination.
+//! - [`SqlIdempotency`] — the pipeline's `IdempotencyStore`: a unique
+//!   (tenant, tool, key) makes a keyed call execute once, across replicas too.
+//! - [`RegistryStore`] — registry manifests, states, overrides and allow-lists,
+//!   saved on change and restored at start-up.
+//! - [`Persistence`] — all of the above plus the durable spool sink
+//!   (`soulbase-evidence`), opened from the configuration.
+//!
+//! Migrations live in the workspace's `migrations/{postgres,sqlite}` and are embedded
+//! here ([`migrations`]) so start-up can apply them (`evidence.migrate_on_start`).
+
+mod db;
+mod evidence;
+mod idempotency;
+pub mod migrations;
+mod open;
+mod registry;
+
+pub use db::{Db, db_error};
+pub use evidence::{SqlEvidenceStore, status_name};
+pub use idempotency::SqlIdempotency;
+pub use open::{Persistence, database_url, spool_options};
+pub use registry::RegistryStore;

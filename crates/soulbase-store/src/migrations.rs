@@ -1,0 +1,60 @@
+//! The migrations of `migrations/`, embedded so a deployed binary can apply them at
+//! start-up (`evidence.migrate_on_start`). `cargo xtask migrate` applies the same
+//! files from the directory; the checksums agree (a test keeps the lists in step).
+
+use std::borrow::Cow;
+
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+fn migration(version: i64, description: &'static str, sql: &'static str) -> Migration {
+    Migration::new(
+        version,
+        Cow::Borrowed(description),
+        MigrationType::Simple,
+        sql.into_sql_str(),
+        false,
+    )
+}
+
+/// The Postgres migrations (`migrations/postgres`).
+pub fn postgres() -> Migrator {
+    Migrator::with_migrations(vec![
+        migration(
+            1,
+            "evidence",
+            include_str!("../../../migrations/postgres/0001_evidence.sql"),
+        ),
+        migration(
+            2,
+            "idempotency",
+            include_str!("../../../migrations/postgres/0002_idempotency.sql"),
+        ),
+        migration(
+            3,
+            "registry",
+            include_str!("../../../migrations/postgres/0003_registry.sql"),
+        ),
+    ])
+}
+
+/// The SQLite migrations (`migrations/sqlite`).
+pub fn sqlite() -> Migrator {
+    Migrator::with_migrations(vec![
+        migration(
+            1,
+            "evidence",
+            include_str!("../../../migrations/sqlite/0001_evidence.sql"),
+        ),
+        migration(
+            2,
+            "idempotency",
+            include_str!("../../../migrations/sqlite/0002_idempotency.sql"),
+        ),
+        migration(
+            3,
+            "registry",
+            include_str!("../../../migrations/sqlite/0003_registry.sql"),
+        ),
+    ])
+}

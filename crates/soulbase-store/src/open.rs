@@ -1,0 +1,124 @@
+//! Wiring from configuration: the database, the durable sink over its evidence
+//! store, the idempotency store and the registry store, plus retention.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use soulbase_config::{Config, DurabilityMode, EvidenceBackend};
+use soulbase_errors::SoulError;
+use soulbase_evidence::{Durability, DurableSink, RecoveryReport, SpoolOptions};
+use soulbase_observe::EvidenceStore;
+use soulbase_types::UnixMillis;
+
+use crate::{Db, RegistryStore, SqlEvidenceStore, SqlIdempotency};
+
+/// Everything persistent, opened from one configuration.
+pub struct Persistence {
+    /// The database.
+    pub db: Db,
+    /// The durable sink to give the pipeline.
+    pub sink: DurableSink,
+    /// The evidence store (queries, replay).
+    pub evidence: Arc<SqlEvidenceStore>,
+    /// The idempotency store to give the pipeline.
+    pub idempotency: Arc<SqlIdempotency>,
+    /// Registry persistence.
+    pub registry: RegistryStore,
+    /// What spool recovery found at start-up.
+    pub recovery: RecoveryReport,
+}
+
+/// The database URL `config` selects: `evidence.url`, or for SQLite
+/// `<data_dir>/evidence.db` when unset.
+pub fn database_url(config: &Config) -> String {
+    match (&config.evidence.url, config.evidence.backend) {
+        (Some(url), _) => url.clone(),
+        (None, EvidenceBackend::Sqlite | EvidenceBackend::Postgres) => {
+            format!("sqlite://{}", config.data_dir.join("evidence.db").display())
+        }
+    }
+}
+
+/// Spool options for `config`: `<data_dir>/spool`, its durability and cap.
+pub fn spool_options(config: &Config) -> SpoolOptions {
+    let durability = match config.evidence.durability {
+        DurabilityMode::Sync => Durability::Sync,
+        DurabilityMode::Async => Durability::Async,
+    };
+    SpoolOptions::new(config.data_dir.join("spool"))
+        .durability(durability)
+        .max_bytes(config.evidence.spool_max_bytes)
+}
+
+impl Persistence {
+    /// Connects (migrating when `evidence.migrate_on_start`), recovers the spool and
+    /// starts draining it.
+    pub async fn open(config: &Config) -> Result<Persistence, SoulError> {
+        Self::open_with(
+            &database_url(config),
+            config.evidence.migrate_on_start,
+            spool_options(config),
+        )
+        .await
+    }
+
+    /// Like [`Persistence::open`] with explicit parts.
+    pub async fn open_with(
+        url: &str,
+        migrate: bool,
+        spool: SpoolOptions,
+    ) -> Result<Persistence, SoulError> {
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .map(|p| p.split('?').next().unwrap_or(p))
+            .and_then(|p| Path::new(p).parent())
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(path)
+                .map_err(|e| crate::db::db_error("creating the SQLite directory", e))?;
+        }
+        let db = Db::connect(url, migrate).await?;
+        let evidence = Arc::new(SqlEvidenceStore::new(db.clone()));
+        let (sink, recovery) =
+            DurableSink::open(spool, evidence.clone() as Arc<dyn EvidenceStore>).await?;
+        Ok(Persistence {
+            idempotency: Arc::new(SqlIdempotency::new(db.clone())),
+            registry: RegistryStore::new(db.clone()),
+            db,
+            sink,
+            evidence,
+            recovery,
+        })
+    }
+
+    /// Deletes evidence and finished idempotency records older than `days`.
+    pub async fn apply_retention(&self, days: u32) -> Result<u64, SoulError> {
+        let cutoff = UnixMillis(
+            UnixMillis::now()
+                .0
+                .saturating_sub(i64::from(days).saturating_mul(86_400_000)),
+        );
+        let n = self.evidence.purge_before(cutoff).await?;
+        let m = self.idempotency.purge_before(cutoff).await?;
+        Ok(n + m)
+    }
+
+    /// Runs retention now and then every `every` (until the task is aborted).
+    pub fn spawn_retention(
+        self: &Arc<Self>,
+        days: u32,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = this.apply_retention(days).await {
+                    tracing::warn!(error = %e, "evidence retention failed");
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+}

@@ -1,0 +1,312 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Issue 4's acceptance: a database outage, a SIGKILL, a full spool and two replicas
+//! sharing idempotency — each against real databases and a real pipeline.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{KEYED, WORK, call, counts, fresh_postgres_on, open_begins, pipeline};
+use soulbase_errors::ErrorCode;
+use soulbase_evidence::SpoolOptions;
+use soulbase_observe::{EndStatus, EvidenceEvent, EvidenceSink, EvidenceStore, MemorySink};
+use soulbase_store::{Db, Persistence, SqlIdempotency};
+use soulbase_testkit::PgCluster;
+use soulbase_tools::pipeline::{CallStatus, MemoryIdempotency};
+use soulbase_types::CallId;
+
+async fn run_calls(invoker: &soulbase_tools::pipeline::Invoker, n: usize, wave: usize) {
+    for start in (0..n).step_by(wave) {
+        let mut tasks = Vec::new();
+        for i in start..(start + wave).min(n) {
+            let inv = invoker.clone();
+            tasks.push(tokio::spawn(async move {
+                inv.invoke(call(WORK, i as i64)).await
+            }));
+        }
+        for t in tasks {
+            let r = t.await.unwrap();
+            assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+        }
+    }
+}
+
+/// Postgres stops in the middle of a run of N calls and comes back: calls go on,
+/// and afterwards the database holds exactly N Begins and N Ends, no duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_loses_nothing_and_duplicates_nothing() {
+    let cluster = Arc::new(PgCluster::start());
+    let (_, url) = fresh_postgres_on(&cluster.url()).await;
+    let spool = tempfile::tempdir().unwrap();
+    let p = Persistence::open_with(&url, true, SpoolOptions::new(spool.path()))
+        .await
+        .unwrap();
+    let (invoker, executed) = pipeline(
+        Arc::new(p.sink.clone()),
+        Arc::new(MemoryIdempotency::new()),
+        Duration::ZERO,
+    );
+    run_calls(&invoker, 100, 10).await;
+
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop_server())
+        .await
+        .unwrap();
+    run_calls(&invoker, 100, 10).await;
+    // The drainer has noticed the outage (poll with a deadline).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while p.sink.stats().store_error.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "outage never seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.start_server())
+        .await
+        .unwrap();
+    run_calls(&invoker, 100, 10).await;
+
+    p.sink.wait_drained(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(executed.load(Ordering::SeqCst), 300);
+    assert_eq!(counts(&p.db).await, (300, 300, 300, 0));
+    assert_eq!(open_begins(&p.db).await, 0);
+    assert!(p.sink.stats().store_error.is_none());
+}
+
+/// With the store down, the spool fills up: new calls are refused with
+/// `EVIDENCE.UNAVAILABLE` before execution (the handler counter proves it), and
+/// everything accepted reaches the database once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_refuses_calls_before_execution_and_loses_nothing() {
+    let cluster = Arc::new(PgCluster::start());
+    let (_, url) = fresh_postgres_on(&cluster.url()).await;
+    let spool = tempfile::tempdir().unwrap();
+    let p = Persistence::open_with(
+        &url,
+        true,
+        SpoolOptions::new(spool.path()).max_bytes(48 << 10),
+    )
+    .await
+    .unwrap();
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop_server())
+        .await
+        .unwrap();
+    let (invoker, executed) = pipeline(
+        Arc::new(p.sink.clone()),
+        Arc::new(MemoryIdempotency::new()),
+        Duration::ZERO,
+    );
+    let mut accepted = 0usize;
+    let refused = loop {
+        let r = invoker.invoke(call(WORK, accepted as i64)).await;
+        if r.status != CallStatus::Ok {
+            break r;
+        }
+        accepted += 1;
+        assert!(accepted < 100_000, "the spool never filled");
+    };
+    assert_eq!(refused.error_code, Some(ErrorCode::EvidenceUnavailable));
+    assert!(refused.evidence_ref.is_none());
+    assert!(accepted > 10, "{accepted}");
+    for i in 0..5 {
+        let r = invoker.invoke(call(WORK, i)).await;
+        assert_eq!(r.error_code, Some(ErrorCode::EvidenceUnavailable));
+    }
+    // Nothing ran for the refused calls.
+    assert_eq!(executed.load(Ordering::SeqCst), accepted);
+
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.start_server())
+        .await
+        .unwrap();
+    p.sink.wait_drained(Duration::from_secs(60)).await.unwrap();
+    let n = accepted as i64;
+    assert_eq!(counts(&p.db).await, (n, n, n, 0));
+    // Drained, the spool has room again.
+    assert_eq!(invoker.invoke(call(WORK, 0)).await.status, CallStatus::Ok);
+}
+
+/// Two pipeline instances (own pools, own idempotency stores) sharing one Postgres:
+/// 50 concurrent same-key calls to a keyed tool execute exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_sharing_postgres_execute_a_keyed_call_once() {
+    let (_, url) = fresh_postgres_on(&soulbase_testkit::database_url()).await;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let db = Db::connect(&url, false).await.unwrap();
+        replicas.push(pipeline(
+            Arc::new(MemorySink::new()),
+            Arc::new(SqlIdempotency::new(db)),
+            Duration::from_millis(200),
+        ));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let inv = replicas[i % 2].0.clone();
+        tasks.push(tokio::spawn(async move {
+            inv.invoke(call(KEYED, 7).with_idempotency_key("order-42"))
+                .await
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let executions: usize = replicas.iter().map(|(_, n)| n.load(Ordering::SeqCst)).sum();
+    assert_eq!(executions, 1);
+    assert!(
+        results.iter().all(|r| r.status == CallStatus::Ok),
+        "{results:?}"
+    );
+    assert_eq!(results.iter().filter(|r| !r.replayed).count(), 1);
+    let output = &results[0].output;
+    assert!(results.iter().all(|r| &r.output == output));
+}
+
+// ---- Crash: the test re-executes its own binary as the process to kill. ----
+
+const CHILD_MODE: &str = "SOULBASE_CRASH_CHILD";
+const CHILD_URL: &str = "SOULBASE_CRASH_URL";
+const CHILD_SPOOL: &str = "SOULBASE_CRASH_SPOOL";
+
+/// The child side of the crash test. Does nothing unless the crash test started
+/// this binary with `SOULBASE_CRASH_CHILD` set: `run` drives calls forever,
+/// printing `OK <call id>` for each success; `recover` opens the spool (recovery),
+/// drains it and exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Ok(mode) = std::env::var(CHILD_MODE) else {
+        return;
+    };
+    let url = std::env::var(CHILD_URL).unwrap();
+    let spool = std::env::var(CHILD_SPOOL).unwrap();
+    let p = Persistence::open_with(&url, true, SpoolOptions::new(&spool))
+        .await
+        .unwrap();
+    if mode == "recover" {
+        p.sink.wait_drained(Duration::from_secs(60)).await.unwrap();
+        println!("RECOVERED {}", p.recovery.aborted.len());
+        return;
+    }
+    let (invoker, _) = pipeline(
+        Arc::new(p.sink.clone()),
+        Arc::new(MemoryIdempotency::new()),
+        Duration::from_millis(15),
+    );
+    let mut workers = Vec::new();
+    for w in 0..8i64 {
+        let inv = invoker.clone();
+        workers.push(tokio::spawn(async move {
+            for i in 0.. {
+                let r = inv.invoke(call(WORK, w * 1_000_000 + i)).await;
+                if r.status == CallStatus::Ok {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "OK {}", r.call_id);
+                    let _ = out.flush();
+                }
+            }
+        }));
+    }
+    // Killed long before this.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+fn child(mode: &str, url: &str, spool: &std::path::Path) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_MODE, mode)
+        .env(CHILD_URL, url)
+        .env(CHILD_SPOOL, spool)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    cmd
+}
+
+async fn crash_and_recover(db: Db, url: String) {
+    let spool = tempfile::tempdir().unwrap();
+    // Run, then SIGKILL mid-run once enough calls have succeeded.
+    let mut proc = child("run", &url, spool.path()).spawn().unwrap();
+    let stdout = proc.stdout.take().unwrap();
+    let seen = tokio::task::spawn_blocking(move || {
+        let mut ok = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // libtest may print its own "test crash_child ... " before the first line.
+            if let Some(id) = line.split("OK ").nth(1) {
+                ok.push(id.to_owned());
+                if ok.len() == 150 {
+                    break;
+                }
+            }
+        }
+        ok
+    })
+    .await
+    .unwrap();
+    proc.kill().unwrap(); // SIGKILL
+    proc.wait().unwrap();
+    assert_eq!(seen.len(), 150, "the child stopped before 150 calls");
+
+    // Restart: recovery closes orphans and drains everything.
+    let out = child("recover", &url, spool.path()).output().unwrap();
+    assert!(out.status.success(), "recovery run failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let aborted: i64 = text
+        .lines()
+        .find_map(|l| l.split("RECOVERED ").nth(1))
+        .unwrap_or_else(|| panic!("no RECOVERED line in: {text}"))
+        .trim()
+        .parse()
+        .unwrap();
+
+    // Every Begin has an End, real or aborted.
+    assert_eq!(open_begins(&db).await, 0);
+    let (begins, ends, distinct, aborted_rows) = counts(&db).await;
+    assert_eq!(begins, ends);
+    assert_eq!(begins, distinct);
+    assert_eq!(aborted_rows, aborted);
+    assert!(begins >= 150);
+    // Every call the client saw succeed has its real End.
+    let store = soulbase_store::SqlEvidenceStore::new(db.clone());
+    for id in &seen {
+        let ev = store
+            .call(None, &CallId::new(id.clone()).unwrap())
+            .await
+            .unwrap();
+        let ends: Vec<_> = ev
+            .ends()
+            .map(|r| match &r.payload {
+                EvidenceEvent::End(e) => e.status,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(ends, vec![EndStatus::Ok], "call {id}");
+    }
+}
+
+/// SIGKILL mid-run with SQLite (the embedded default) behind the spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loses_nothing_acknowledged_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("evidence.db").display());
+    let db = Db::connect(&url, true).await.unwrap();
+    crash_and_recover(db, url).await;
+}
+
+/// SIGKILL mid-run with Postgres behind the spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loses_nothing_acknowledged_on_postgres() {
+    let (db, url) = fresh_postgres_on(&soulbase_testkit::database_url()).await;
+    crash_and_recover(db, url).await;
+}
+
+/// The durable sink is an `EvidenceSink` the pipeline takes as is.
+#[allow(dead_code)]
+fn sink_is_a_sink(p: &Persistence) -> Arc<dyn EvidenceSink> {
+    Arc::new(p.sink.clone())
+}

@@ -1,0 +1,522 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The SQL stores on real Postgres and SQLite: same semantics on both.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{fresh_postgres, fresh_sqlite};
+use serde_json::json;
+use soulbase_errors::ErrorCode;
+use soulbase_observe::{
+    BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceQuery,
+    EvidenceRecord, EvidenceStore, ReplayOutcome, replay,
+};
+use soulbase_store::{Db, RegistryStore, SqlEvidenceStore, SqlIdempotency};
+use soulbase_tools::ToolManifest;
+use soulbase_tools::pipeline::{
+    CallResult, CallStatus, Claim, IdempotencyKey, IdempotencyStore, StoredOutcome,
+};
+use soulbase_tools::registry::{Registry, TenantOverride, ToolOwner, ToolState};
+use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId, UnixMillis};
+
+fn tenant(s: &str) -> TenantId {
+    TenantId::new(s).unwrap()
+}
+
+fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
+    let mut r = Envelope::new(
+        tenant(t),
+        ActorId::new("alice").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Begin(EvidenceBegin {
+            call_id: CallId::generate(),
+            tool_id: ToolId::new(tool).unwrap(),
+            tool_version: "1.0.0".into(),
+            manifest_digest: "m".into(),
+            profile_hash: "p".into(),
+            policy_hash: "pol".into(),
+            config_hash: "c".into(),
+            args_digest: "sha256:aa".into(),
+            idempotency_key: None,
+            calling_skill: Some("weather".into()),
+        }),
+    );
+    r.at = UnixMillis(at);
+    r
+}
+
+fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
+    let EvidenceEvent::Begin(x) = &b.payload else {
+        unreachable!()
+    };
+    let mut r = Envelope::new(
+        b.tenant.clone(),
+        b.actor.clone(),
+        b.origin,
+        EvidenceEvent::End(EvidenceEnd {
+            call_id: x.call_id.clone(),
+            begin_id: b.id.clone(),
+            status,
+            error_code: (status != EndStatus::Ok).then_some(ErrorCode::ToolExecutionFailed),
+            output_digest: Some("sha256:bb".into()),
+            side_effects: vec![],
+            usage: BudgetUsage {
+                calls: 1,
+                ..BudgetUsage::default()
+            },
+            duration_us: 9,
+        }),
+    );
+    r.at = UnixMillis(b.at.0 + 3);
+    r
+}
+
+fn call_of(r: &EvidenceRecord) -> CallId {
+    match &r.payload {
+        EvidenceEvent::Begin(b) => b.call_id.clone(),
+        EvidenceEvent::End(e) => e.call_id.clone(),
+        EvidenceEvent::Denied(d) => d.call_id.clone(),
+    }
+}
+
+const DAY: i64 = 86_400_000;
+
+async fn evidence_semantics(db: Db) {
+    let store = SqlEvidenceStore::new(db);
+    let now = UnixMillis::now().0;
+    // Spread over three days (three Postgres partitions).
+    let mut begins = Vec::new();
+    let mut batch = Vec::new();
+    for i in 0..30i64 {
+        let tool = if i % 3 == 0 { "demo.a.x" } else { "demo.b.y" };
+        let b = begin("acme", tool, now - (i % 3) * DAY - i * 10);
+        let status = if i % 4 == 0 {
+            EndStatus::Error
+        } else {
+            EndStatus::Ok
+        };
+        batch.push(b.clone());
+        if i != 7 {
+            batch.push(end_of(&b, status));
+        }
+        begins.push(b);
+    }
+    batch.push(begin("other", "demo.a.x", now));
+    let denial = Envelope::new(
+        tenant("acme"),
+        ActorId::new("bob").unwrap(),
+        Origin::Api,
+        EvidenceEvent::Denied(Denial {
+            call_id: CallId::generate(),
+            tool: "demo.z.z".into(),
+            code: ErrorCode::PolicyDenyTool,
+        }),
+    );
+    batch.push(denial.clone());
+    store.write_batch(&batch).await.unwrap();
+    // Re-sending is harmless.
+    store.write_batch(&batch).await.unwrap();
+    store.write_batch(&batch[..10]).await.unwrap();
+
+    // By call id, with tenant isolation.
+    let b0 = &begins[0];
+    let ev = store.call(None, &call_of(b0)).await.unwrap();
+    assert_eq!(ev.records.len(), 2);
+    assert_eq!(ev.records[0], *b0);
+    assert!(
+        store
+            .call(Some(&tenant("other")), &call_of(b0))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let r = replay(&ev).unwrap();
+    assert!(r.anomalies.is_empty());
+    let ReplayOutcome::Executed(x) = r.outcome else {
+        panic!("not executed")
+    };
+    assert_eq!(x.status, Some(EndStatus::Error));
+    assert_eq!(x.calling_skill.as_deref(), Some("weather"));
+    let d = store
+        .call(Some(&tenant("acme")), &call_of(&denial))
+        .await
+        .unwrap();
+    assert!(matches!(
+        replay(&d).unwrap().outcome,
+        ReplayOutcome::Denied { .. }
+    ));
+
+    // Paginated listing: every acme call once, newest first.
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 7);
+    let mut seen = Vec::new();
+    loop {
+        let page = store.list(&q).await.unwrap();
+        assert!(page.calls.len() <= 7);
+        seen.extend(page.calls.iter().map(|c| (c.began_at, c.begin_id.clone())));
+        match page.next {
+            Some(n) => q.after = Some(n),
+            None => break,
+        }
+    }
+    let mut expected: Vec<_> = begins.iter().map(|b| (b.at, b.id.clone())).collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, expected);
+
+    // Filters: tool + status + time range; open calls have no status.
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 100);
+    q.tool = Some(ToolId::new("demo.a.x").unwrap());
+    q.status = Some(EndStatus::Error);
+    let page = store.list(&q).await.unwrap();
+    let want: BTreeSet<_> = (0..30)
+        .filter(|i| i % 3 == 0 && i % 4 == 0 && *i != 7)
+        .map(|i| begins[i as usize].id.clone())
+        .collect();
+    assert_eq!(
+        page.calls
+            .iter()
+            .map(|c| c.begin_id.clone())
+            .collect::<BTreeSet<_>>(),
+        want
+    );
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 100);
+    q.from = Some(UnixMillis(now - DAY / 2));
+    let page = store.list(&q).await.unwrap();
+    assert_eq!(page.calls.len(), 10);
+    let open = store
+        .list(&EvidenceQuery::tenant(tenant("acme"), 100))
+        .await
+        .unwrap()
+        .calls
+        .into_iter()
+        .filter(|c| c.status.is_none())
+        .count();
+    assert_eq!(open, 1);
+    let bad = EvidenceQuery::tenant(tenant("acme"), 5000);
+    assert_eq!(
+        store.list(&bad).await.unwrap_err().field("field"),
+        Some("limit")
+    );
+
+    // Retention drops the older days (whole partitions on Postgres).
+    let purged = store
+        .purge_before(UnixMillis(now - DAY / 2 - 1_000))
+        .await
+        .unwrap();
+    // 20 Begins on the older days and their 19 Ends (call 7 never ended).
+    assert_eq!(purged, 39);
+    let left = store
+        .list(&EvidenceQuery::tenant(tenant("acme"), 100))
+        .await
+        .unwrap();
+    assert_eq!(left.calls.len(), 10);
+    // Writing into a day whose partition was dropped recreates it.
+    store
+        .write_batch(&[begin("acme", "demo.a.x", now - 2 * DAY)])
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_on_postgres() {
+    evidence_semantics(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    evidence_semantics(fresh_sqlite(dir.path()).await).await;
+}
+
+/// A batch part of which is already stored (re-sent after a crash, overlapping a
+/// new tail): the new records land, the stored ones are not doubled, and the
+/// whole-COPY fast path is taken again afterwards.
+async fn overlapping_batches(db: Db) {
+    let store = SqlEvidenceStore::new(db);
+    let now = UnixMillis::now().0;
+    let first: Vec<EvidenceRecord> = (0..20)
+        .flat_map(|i| {
+            let b = begin("acme", "demo.a.x", now - i);
+            let e = end_of(&b, EndStatus::Ok);
+            [b, e]
+        })
+        .collect();
+    store.write_batch(&first[..24]).await.unwrap();
+    store.write_batch(&first[10..]).await.unwrap();
+    let fresh = begin("acme", "demo.a.x", now);
+    store
+        .write_batch(std::slice::from_ref(&fresh))
+        .await
+        .unwrap();
+    for r in first.iter().step_by(2).chain([&fresh]) {
+        let ev = store.call(None, &call_of(r)).await.unwrap();
+        let ids: std::collections::BTreeSet<_> = ev.records.iter().map(|x| x.id.clone()).collect();
+        assert_eq!(ids.len(), ev.records.len(), "no duplicates");
+    }
+    let page = store
+        .list(&EvidenceQuery::tenant(tenant("acme"), 100))
+        .await
+        .unwrap();
+    assert_eq!(page.calls.len(), 21);
+    assert_eq!(
+        page.calls
+            .iter()
+            .filter(|c| c.status == Some(EndStatus::Ok))
+            .count(),
+        20,
+        "every End found for its Begin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_on_postgres() {
+    overlapping_batches(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    overlapping_batches(fresh_sqlite(dir.path()).await).await;
+}
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey {
+        tenant: tenant("acme"),
+        tool: ToolId::new("demo.keyed.run").unwrap(),
+        key: k.into(),
+    }
+}
+
+fn outcome(digest: &str) -> StoredOutcome {
+    StoredOutcome {
+        args_digest: digest.into(),
+        result: CallResult {
+            call_id: CallId::generate(),
+            status: CallStatus::Ok,
+            error_code: None,
+            error: None,
+            output: Some(json!({"v": 1})),
+            evidence_ref: None,
+            replayed: false,
+        },
+    }
+}
+
+async fn idempotency_semantics(db: Db) {
+    let a = SqlIdempotency::new(db.clone());
+    let b = SqlIdempotency::new(db.clone());
+    let wait = Duration::from_millis(200);
+    assert_eq!(a.claim(&key("k1"), "d1", wait).await.unwrap(), Claim::Owner);
+    // Another instance waits, then times out while the owner is in flight.
+    let err = b.claim(&key("k1"), "d1", wait).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    assert!(err.retry_after_ms().is_some());
+    // Different arguments: conflict at once.
+    let err = b.claim(&key("k1"), "d2", wait).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    assert_eq!(err.field("field"), Some("idempotency_key"));
+    // Completed: everyone gets the stored result.
+    let stored = outcome("d1");
+    a.complete(&key("k1"), stored.clone()).await.unwrap();
+    match b.claim(&key("k1"), "d1", wait).await.unwrap() {
+        Claim::Completed(s) => assert_eq!(*s, stored),
+        other => panic!("{other:?}"),
+    }
+    // Released: the next caller owns it.
+    assert_eq!(a.claim(&key("k2"), "d", wait).await.unwrap(), Claim::Owner);
+    a.release(&key("k2")).await.unwrap();
+    assert_eq!(b.claim(&key("k2"), "d", wait).await.unwrap(), Claim::Owner);
+    // A dead owner's key is taken over once its lease expires.
+    let short = SqlIdempotency::new(db.clone()).with_min_lease(Duration::from_millis(1));
+    assert_eq!(
+        short
+            .claim(&key("k3"), "d", Duration::from_millis(1))
+            .await
+            .unwrap(),
+        Claim::Owner
+    );
+    assert_eq!(
+        b.claim(&key("k3"), "d", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        Claim::Owner
+    );
+    // Finished records age out.
+    let n = a
+        .purge_before(UnixMillis(UnixMillis::now().0 + 1_000))
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_on_postgres() {
+    idempotency_semantics(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    idempotency_semantics(fresh_sqlite(dir.path()).await).await;
+}
+
+fn manifest(id: &str, version: &str) -> ToolManifest {
+    ToolManifest::from_json_str(
+        &json!({
+            "id": id,
+            "version": version,
+            "description": "a tool",
+            "input_schema": {"type": "object"},
+            "output_schema": {"type": "object"},
+            "side_effect": "none"
+        })
+        .to_string(),
+    )
+    .unwrap()
+}
+
+async fn registry_semantics(db: Db) {
+    let store = RegistryStore::new(db);
+    let registry = Registry::new();
+    let persisting = store.persist(&registry);
+    let g = ToolOwner::Global;
+    let acme = ToolOwner::Tenant(tenant("acme"));
+    let id = |s: &str| ToolId::new(s).unwrap();
+    registry
+        .register(manifest("demo.a.enabled", "1.0.0"))
+        .unwrap();
+    registry.enable(&g, &id("demo.a.enabled")).unwrap();
+    registry
+        .register(manifest("demo.a.paused", "2.1.0"))
+        .unwrap();
+    registry.enable(&g, &id("demo.a.paused")).unwrap();
+    registry.pause(&g, &id("demo.a.paused")).unwrap();
+    registry.register(manifest("demo.a.old", "1.0.0")).unwrap();
+    registry.deprecate(&g, &id("demo.a.old")).unwrap();
+    registry.register(manifest("demo.a.new", "0.1.0")).unwrap();
+    registry
+        .register_for(&tenant("acme"), manifest("demo.t.own", "1.0.0"))
+        .unwrap();
+    registry.enable(&acme, &id("demo.t.own")).unwrap();
+    registry
+        .set_tenant_override(
+            &tenant("beta"),
+            &id("demo.a.new"),
+            Some(TenantOverride::Enabled),
+        )
+        .unwrap();
+    registry
+        .set_allow_list(
+            &tenant("gamma"),
+            Some([id("demo.a.enabled")].into_iter().collect()),
+        )
+        .unwrap();
+    let want = registry.export();
+    // The persister catches up (poll with a deadline).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if store.load().await.unwrap() == want {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never persisted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    persisting.abort();
+
+    // "Restart": a new registry restored from the store is the same registry.
+    let restored = Registry::new();
+    let report = store.restore_into(&restored).await.unwrap();
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.restored, 5);
+    assert_eq!(restored.export(), want);
+    let states: Vec<(String, ToolState)> = restored
+        .list_owned(&g, &Default::default())
+        .into_iter()
+        .map(|r| (r.tool.manifest.id.to_string(), r.state))
+        .collect();
+    assert!(states.contains(&("demo.a.paused".into(), ToolState::Paused)));
+    assert!(states.contains(&("demo.a.old".into(), ToolState::Deprecated)));
+    assert!(restored.resolve(&tenant("beta"), &id("demo.a.new")).is_ok());
+    assert!(
+        restored
+            .resolve(&tenant("gamma"), &id("demo.a.paused"))
+            .is_err()
+    );
+    // Restoring twice changes nothing.
+    let again = store.restore_into(&restored).await.unwrap();
+    assert!(again.failed.is_empty(), "{:?}", again.failed);
+    assert_eq!(restored.export(), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_on_postgres() {
+    registry_semantics(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    registry_semantics(fresh_sqlite(dir.path()).await).await;
+}
+
+/// The embedded migrations are exactly the files in `migrations/` (what
+/// `cargo xtask migrate` applies), with the same checksums.
+#[tokio::test]
+async fn embedded_migrations_match_the_directory() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+    for (dir, embedded) in [
+        ("postgres", soulbase_store::migrations::postgres()),
+        ("sqlite", soulbase_store::migrations::sqlite()),
+    ] {
+        let from_dir = sqlx::migrate::Migrator::new(root.join(dir)).await.unwrap();
+        let a: Vec<_> = from_dir
+            .iter()
+            .map(|m| (m.version, m.description.to_string(), m.checksum.to_vec()))
+            .collect();
+        let b: Vec<_> = embedded
+            .iter()
+            .map(|m| (m.version, m.description.to_string(), m.checksum.to_vec()))
+            .collect();
+        assert_eq!(a, b, "migrations/{dir} and the embedded list differ");
+    }
+}
+
+#[tokio::test]
+async fn bad_urls_are_config_errors() {
+    let err = Db::connect("mysql://x", false).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ConfigInvalid);
+    assert_eq!(err.field("field"), Some("evidence.url"));
+    let _ = Arc::new(());
+}
+
+/// The zero-infrastructure default: SQLite and the spool under `data_dir`, from the
+/// configuration alone; evidence recorded before a restart is there after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistence_opens_from_config_with_the_embedded_default() {
+    use soulbase_observe::EvidenceSink;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = soulbase_config::Config {
+        data_dir: dir.path().join("data"),
+        ..Default::default()
+    };
+    config.evidence.migrate_on_start = true;
+    assert!(soulbase_store::database_url(&config).starts_with("sqlite://"));
+    let b = begin("acme", "demo.a.x", UnixMillis::now().0);
+    {
+        let p = soulbase_store::Persistence::open(&config).await.unwrap();
+        p.sink.record(b.clone()).await.unwrap();
+        p.sink.record(end_of(&b, EndStatus::Ok)).await.unwrap();
+        p.sink.shutdown(Duration::from_secs(20)).await;
+        p.db.close().await;
+    }
+    let p = soulbase_store::Persistence::open(&config).await.unwrap();
+    assert!(p.recovery.aborted.is_empty());
+    let ev = p.evidence.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(ev.records.len(), 2);
+    assert!(dir.path().join("data/spool").is_dir());
+    assert!(dir.path().join("data/evidence.db").is_file());
+    // Retention keeps what is recent.
+    assert_eq!(p.apply_retention(30).await.unwrap(), 0);
+}
