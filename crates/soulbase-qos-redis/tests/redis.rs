@@ -1,0 +1,341 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! RedisQuota against real Redis: exact shared limits across instances, budgets,
+//! refunds, and behaviour while Redis is down (fail-closed, fail-open, recovery).
+
+use std::net::TcpListener;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use soulbase_config::{BudgetWindow, FailMode, QuotaBudget, QuotaLimit};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::BudgetUsage;
+use soulbase_qos::{QuotaGate, QuotaPlan, QuotaRequest, Reservation};
+use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
+use soulbase_types::{ActorId, Rate, TenantId, ToolId};
+
+fn limit(rate: &str) -> QuotaLimit {
+    QuotaLimit {
+        tenant: "*".into(),
+        tool: "*".into(),
+        rate: Rate::parse(rate).unwrap(),
+    }
+}
+
+fn options(url: &str, prefix: &str) -> RedisQuotaOptions {
+    let mut o = RedisQuotaOptions::new(url);
+    o.prefix = format!("{prefix}:");
+    o
+}
+
+async fn reserve(
+    q: &dyn QuotaGate,
+    tenant: &str,
+    actor: &str,
+    tool: &str,
+) -> Result<Reservation, SoulError> {
+    let tenant = TenantId::new(tenant).unwrap();
+    let actor = ActorId::new(actor).unwrap();
+    let tool = ToolId::new(tool).unwrap();
+    q.reserve(QuotaRequest {
+        tenant: &tenant,
+        actor: &actor,
+        tool: &tool,
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_share_one_limit_exactly() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("qos_shared");
+    let plan = || QuotaPlan::new(&[limit("50/min")], &[]);
+    let a = Arc::new(RedisQuota::new(options(&url, &prefix), plan()).unwrap());
+    let b = Arc::new(RedisQuota::new(options(&url, &prefix), plan()).unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let q: Arc<RedisQuota> = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            reserve(q.as_ref(), "acme", "alice", "fs.files.read").await
+        }));
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::QuotaRateLimited);
+                let hint = e.retry_after_ms().expect("retry hint");
+                assert!(hint > 0 && hint <= 60_000, "{hint}");
+                assert_eq!(e.field("limit"), Some("50/min"));
+                limited += 1;
+            }
+        }
+    }
+    assert_eq!((ok, limited), (50, 150));
+    // Another tenant has its own bucket.
+    assert!(
+        reserve(a.as_ref(), "beta", "x", "fs.files.read")
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn snapshots_refunds_and_dry_runs() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("qos_refund");
+    let q = RedisQuota::new(
+        options(&url, &prefix),
+        QuotaPlan::new(&[limit("3/min")], &[]),
+    )
+    .unwrap();
+    let tenant = TenantId::new("acme").unwrap();
+    let actor = ActorId::new("a").unwrap();
+    let tool = ToolId::new("a.b.c").unwrap();
+    let req = QuotaRequest {
+        tenant: &tenant,
+        actor: &actor,
+        tool: &tool,
+    };
+    for _ in 0..5 {
+        assert_eq!(
+            q.check(req).await.unwrap().remaining,
+            Some(2),
+            "check consumes nothing"
+        );
+    }
+    let mut held = Vec::new();
+    for expected in [2, 1, 0] {
+        let r = q.reserve(req).await.unwrap();
+        assert_eq!(r.snapshot.remaining, Some(expected));
+        assert_eq!(r.snapshot.limit.as_deref(), Some("3/min"));
+        held.push(r);
+    }
+    assert!(q.reserve(req).await.is_err());
+    q.refund(held.pop().unwrap()).await.unwrap();
+    assert!(
+        q.reserve(req).await.is_ok(),
+        "the refunded call is available again"
+    );
+    assert!(q.reserve(req).await.is_err());
+}
+
+#[tokio::test]
+async fn budgets_count_calls_and_settled_bytes_across_instances() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("qos_budget");
+    let budgets = [QuotaBudget {
+        tenant: "*".into(),
+        tool: "fs.*".into(),
+        actor: "*".into(),
+        per_actor: true,
+        window: BudgetWindow::Day,
+        calls: Some(3),
+        bytes_in: None,
+        bytes_out: Some(100),
+        cpu_ms: None,
+    }];
+    let a = RedisQuota::new(options(&url, &prefix), QuotaPlan::new(&[], &budgets)).unwrap();
+    let b = RedisQuota::new(options(&url, &prefix), QuotaPlan::new(&[], &budgets)).unwrap();
+    let r = reserve(&a, "acme", "alice", "fs.files.read").await.unwrap();
+    assert_eq!(r.snapshot.budgets[0].calls, Some(2));
+    assert_eq!(r.snapshot.budgets[0].bytes_out, Some(100));
+    a.settle(
+        r,
+        BudgetUsage {
+            calls: 1,
+            bytes_in: 0,
+            bytes_out: 70,
+            cpu_ms: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let r = reserve(&b, "acme", "alice", "fs.files.read").await.unwrap();
+    assert_eq!(r.snapshot.budgets[0].calls, Some(1));
+    assert_eq!(r.snapshot.budgets[0].bytes_out, Some(30));
+    b.settle(
+        r,
+        BudgetUsage {
+            calls: 1,
+            bytes_in: 0,
+            bytes_out: 30,
+            cpu_ms: 0,
+        },
+    )
+    .await
+    .unwrap();
+    let err = reserve(&a, "acme", "alice", "fs.files.read")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::QuotaBudgetExceeded);
+    assert!(err.retry_after_ms().unwrap() <= 86_400_000);
+    assert!(
+        reserve(&a, "acme", "bob", "fs.files.read").await.is_ok(),
+        "per actor"
+    );
+    assert!(
+        reserve(&a, "acme", "alice", "net.http.get").await.is_ok(),
+        "not covered"
+    );
+
+    // A calls-only refusal and a refund of a budget call.
+    let r1 = reserve(&a, "acme", "carol", "fs.files.read").await.unwrap();
+    reserve(&a, "acme", "carol", "fs.files.read").await.unwrap();
+    reserve(&a, "acme", "carol", "fs.files.read").await.unwrap();
+    assert!(reserve(&a, "acme", "carol", "fs.files.read").await.is_err());
+    a.refund(r1).await.unwrap();
+    assert!(reserve(&b, "acme", "carol", "fs.files.read").await.is_ok());
+}
+
+/// A throwaway `redis-server` on a free port in a temp dir, so it can be stopped
+/// without harming the shared one.
+struct OwnRedis {
+    child: Option<tokio::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnRedis {
+    async fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut r = OwnRedis {
+            child: None,
+            port,
+            dir: tempfile::tempdir().unwrap(),
+        };
+        r.spawn().await;
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn spawn(&mut self) {
+        let child = tokio::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server must be installed for this test");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().await.unwrap();
+            c.wait().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_fails_closed_by_default_open_when_configured_and_recovers() {
+    let mut server = OwnRedis::start().await;
+    let plan = || QuotaPlan::new(&[limit("1000/min")], &[]);
+    let closed = RedisQuota::new(options(&server.url(), "down"), plan()).unwrap();
+    let mut open_opts = options(&server.url(), "down");
+    open_opts.fail_mode = FailMode::Open;
+    let open = RedisQuota::new(open_opts, plan()).unwrap();
+
+    assert!(reserve(&closed, "t", "a", "a.b.c").await.is_ok());
+    assert!(reserve(&open, "t", "a", "a.b.c").await.is_ok());
+
+    server.stop().await;
+    let err = reserve(&closed, "t", "a", "a.b.c").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+    assert_eq!(err.retry_after_ms(), Some(1_000));
+    assert_eq!(err.field("backend"), Some("redis"));
+    let tenant = TenantId::new("t").unwrap();
+    let actor = ActorId::new("a").unwrap();
+    let tool = ToolId::new("a.b.c").unwrap();
+    let req = QuotaRequest {
+        tenant: &tenant,
+        actor: &actor,
+        tool: &tool,
+    };
+    assert_eq!(
+        closed.check(req).await.unwrap_err().code(),
+        ErrorCode::QuotaRateLimited
+    );
+    let allowed = reserve(&open, "t", "a", "a.b.c").await.unwrap();
+    assert!(allowed.keys.is_empty(), "fail-open charges nothing");
+    open.refund(allowed).await.unwrap();
+
+    server.spawn().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match reserve(&closed, "t", "a", "a.b.c").await {
+            Ok(r) => {
+                assert_eq!(r.keys.len(), 1);
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), ErrorCode::QuotaRateLimited);
+                assert!(Instant::now() < deadline, "did not recover: {e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unreachable_from_the_start_is_refused_and_bad_urls_are_config_errors() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let q = RedisQuota::new(
+        options(&format!("redis://127.0.0.1:{port}"), "none"),
+        QuotaPlan::new(&[limit("5/sec")], &[]),
+    )
+    .unwrap();
+    assert_eq!(
+        reserve(&q, "t", "a", "a.b.c").await.unwrap_err().code(),
+        ErrorCode::QuotaRateLimited
+    );
+    let err = RedisQuota::new(options("http://nope", "x"), QuotaPlan::new(&[], &[]))
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), ErrorCode::ConfigInvalid);
+    assert_eq!(err.field("field"), Some("quota.redis_url"));
+    // With no applicable limit, no round trip is needed at all.
+    let free = RedisQuota::new(
+        options(&format!("redis://127.0.0.1:{port}"), "none"),
+        QuotaPlan::new(&[], &[]),
+    )
+    .unwrap();
+    assert!(reserve(&free, "t", "a", "a.b.c").await.is_ok());
+}
