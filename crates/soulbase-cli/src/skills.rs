@@ -1,0 +1,290 @@
+//! `soulbase skills …`: validate, list and inspect a skills directory.
+//!
+//! - `check [DIR]` — loads every skill and checks the cross-skill contracts; prints
+//!   one line per problem (`error: path:line: field: reason`) and exits 1 when any
+//!   is an error (for CI), 0 otherwise. `--format json` prints a JSON report.
+//! - `list [DIR]` — name and short description of every valid skill.
+//! - `show NAME [--dir DIR]` — the skill's document, verbatim.
+//! - `export [DIR] [--skill NAME] [--format openai|anthropic] [--strict]` — the
+//!   tool list a model would see (for a skill: core ∪ own ∪ imports).
+//! - `prompt [DIR]` — the system-prompt sections for the enabled tools and skills.
+//!
+//! `DIR` defaults to `skills.dir` of the configuration (`config.yaml`, `SKILLS_DIR`),
+//! then `./skills`. Files must resolve inside the
+//! working directory unless `--allow-outside-workdir` is given.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use soulbase_skills::model::Date;
+use soulbase_skills::{CatalogOptions, SkillCatalog, SkillSet, check_dir_at};
+use soulbase_tools::Registry;
+use soulbase_tools::discovery::{anthropic, openai};
+use soulbase_types::TenantId;
+
+/// Arguments of `soulbase skills`.
+#[derive(Debug, Args)]
+pub struct SkillsArgs {
+    #[command(subcommand)]
+    command: SkillsCommand,
+}
+
+#[derive(Debug, Clone, Args)]
+struct DirArgs {
+    /// The skills directory (default: skills.dir from config.yaml or $SKILLS_DIR, then ./skills).
+    dir: Option<PathBuf>,
+    /// Accept a directory or files outside the working directory.
+    #[arg(long)]
+    allow_outside_workdir: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Subcommand)]
+enum SkillsCommand {
+    /// Validate every skill and the cross-skill contracts; exit 1 on any error.
+    Check {
+        #[command(flatten)]
+        dir: DirArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: ReportFormat,
+        /// Treat warnings as errors.
+        #[arg(long)]
+        deny_warnings: bool,
+        /// Check deprecation windows as of this date (YYYY-MM-DD) instead of today.
+        #[arg(long)]
+        today: Option<String>,
+    },
+    /// List the valid skills: name and short description.
+    List {
+        #[command(flatten)]
+        dir: DirArgs,
+    },
+    /// Print a skill's document (SKILL.md or descriptor) verbatim.
+    Show {
+        /// The skill name.
+        name: String,
+        /// The skills directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Accept a directory or files outside the working directory.
+        #[arg(long)]
+        allow_outside_workdir: bool,
+    },
+    /// Print the tool list a model would see, in a provider's format.
+    Export {
+        #[command(flatten)]
+        dir: DirArgs,
+        /// Only what this skill may use (core ∪ own ∪ imports).
+        #[arg(long)]
+        skill: Option<String>,
+        /// Provider format.
+        #[arg(long, value_enum, default_value = "openai")]
+        format: ExportFormat,
+        /// OpenAI strict mode.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Print the system-prompt sections for the enabled tools and skills.
+    Prompt {
+        #[command(flatten)]
+        dir: DirArgs,
+    },
+}
+
+/// Runs `soulbase skills`.
+pub fn run(args: SkillsArgs) -> ExitCode {
+    let result = match args.command {
+        SkillsCommand::Check {
+            dir,
+            format,
+            deny_warnings,
+            today,
+        } => check(&dir, format, deny_warnings, today.as_deref()),
+        SkillsCommand::List { dir } => list(&dir),
+        SkillsCommand::Show {
+            name,
+            dir,
+            allow_outside_workdir,
+        } => show(
+            &DirArgs {
+                dir,
+                allow_outside_workdir,
+            },
+            &name,
+        ),
+        SkillsCommand::Export {
+            dir,
+            skill,
+            format,
+            strict,
+        } => export(&dir, skill.as_deref(), format, strict),
+        SkillsCommand::Prompt { dir } => prompt(&dir),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The directory: the argument, else `skills.dir` from the layered configuration
+/// (`config.yaml` or `SOULBASE_CONFIG`, then `SKILLS_DIR`), else `./skills`.
+fn resolve_dir(args: &DirArgs) -> Result<PathBuf, String> {
+    if let Some(d) = &args.dir {
+        return Ok(d.clone());
+    }
+    let snapshot = soulbase_config::ConfigLoader::from_process_env()
+        .load()
+        .map_err(|e| e.to_string())?;
+    let dir = &snapshot.config().skills.dir;
+    Ok(match dir.strip_prefix("./") {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
+        _ => dir.clone(),
+    })
+}
+
+fn within(args: &DirArgs) -> Result<Option<PathBuf>, String> {
+    if args.allow_outside_workdir {
+        return Ok(None);
+    }
+    std::env::current_dir()
+        .map(Some)
+        .map_err(|e| format!("cannot determine the working directory: {e}"))
+}
+
+fn check(
+    args: &DirArgs,
+    format: ReportFormat,
+    deny_warnings: bool,
+    today: Option<&str>,
+) -> Result<ExitCode, String> {
+    let dir = resolve_dir(args)?;
+    let today = match today {
+        Some(t) => Date::parse(t).ok_or_else(|| format!("--today {t:?} is not YYYY-MM-DD"))?,
+        None => Date::today(),
+    };
+    let set = check_dir_at(&dir, within(args)?.as_deref(), today).map_err(|p| p.to_string())?;
+    let errors = set.problems().iter().filter(|p| p.is_error()).count();
+    let warnings = set.problems().len() - errors;
+    let failed = errors > 0 || (deny_warnings && warnings > 0);
+    let mut out = std::io::stdout().lock();
+    match format {
+        ReportFormat::Text => {
+            for p in set.problems() {
+                let _ = writeln!(out, "{p}");
+            }
+            let _ = writeln!(
+                out,
+                "{}: {} skill(s) in {}, {errors} error(s), {warnings} warning(s)",
+                if failed { "FAILED" } else { "ok" },
+                set.len(),
+                dir.display()
+            );
+        }
+        ReportFormat::Json => {
+            let report = json!({
+                "ok": !failed,
+                "dir": dir.display().to_string(),
+                "skills": set.skills().map(|s| json!({
+                    "name": s.name,
+                    "kind": s.kind,
+                    "path": s.path.display().to_string(),
+                    "tools": s.tools.iter().map(|t| t.id().as_str()).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "errors": errors,
+                "warnings": warnings,
+                "problems": set.problems(),
+            });
+            let _ = writeln!(out, "{report:#}");
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn open(args: &DirArgs) -> Result<(SkillCatalog, std::sync::Arc<SkillSet>), String> {
+    let dir = resolve_dir(args)?;
+    let mut opts = CatalogOptions::new(&dir);
+    opts.within = within(args)?;
+    let (catalog, report) =
+        SkillCatalog::open(Registry::new(), opts).map_err(|e| e.message().to_owned())?;
+    for p in report.errors() {
+        eprintln!("{p}");
+    }
+    let set = catalog.current();
+    Ok((catalog, set))
+}
+
+fn list(args: &DirArgs) -> Result<ExitCode, String> {
+    let (_, set) = open(args)?;
+    let mut out = std::io::stdout().lock();
+    for s in soulbase_skills::list_skills(&set).iter() {
+        let _ = writeln!(out, "{}\t{}", s.name, s.description);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show(args: &DirArgs, name: &str) -> Result<ExitCode, String> {
+    let (_, set) = open(args)?;
+    let info = soulbase_skills::get_skill_info(&set, name).map_err(|e| e.message().to_owned())?;
+    let _ = std::io::stdout().lock().write_all(info.content.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tenant() -> Result<TenantId, String> {
+    TenantId::new("default").map_err(|e| e.to_string())
+}
+
+fn export(
+    args: &DirArgs,
+    skill: Option<&str>,
+    format: ExportFormat,
+    strict: bool,
+) -> Result<ExitCode, String> {
+    let (catalog, set) = open(args)?;
+    let view = catalog.registry().view();
+    let tenant = tenant()?;
+    let specs = match skill {
+        Some(s) => soulbase_skills::tools_for_skill(&set, &view, &tenant, s)
+            .map_err(|e| e.message().to_owned())?,
+        None => soulbase_skills::views::enabled_tools(&set, &view, &tenant),
+    };
+    let exported = match format {
+        ExportFormat::Openai => openai::export(&specs, strict),
+        ExportFormat::Anthropic => anthropic::export(&specs),
+    };
+    for w in &exported.warnings {
+        eprintln!("warning: {}: {}: {}", w.tool, w.location, w.message);
+    }
+    let _ = writeln!(std::io::stdout().lock(), "{:#}", json!(exported.tools));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prompt(args: &DirArgs) -> Result<ExitCode, String> {
+    let (catalog, set) = open(args)?;
+    let view = catalog.registry().view();
+    let tools = soulbase_skills::views::enabled_tools(&set, &view, &tenant()?);
+    let text = soulbase_skills::system_prompt_sections(&tools, &soulbase_skills::list_skills(&set));
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
