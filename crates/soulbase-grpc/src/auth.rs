@@ -1,0 +1,171 @@
+//! The authentication seam: request metadata → [`Subject`].
+//!
+//! gRPC metadata and HTTP headers are both an [`http::HeaderMap`], so one resolver
+//! serves the gRPC services, the HTTP/JSON API and MCP over HTTP. Credentials:
+//! `x-api-key: sbk_<id>_<secret>` or `authorization: Bearer <jwt>` (checked by
+//! [`Authenticator`], which follows configuration reloads). The development headers
+//! `x-soulbase-tenant` / `x-soulbase-actor` are honoured **only** when the resolver
+//! was built with `dev_headers = true` (`server.dev_insecure` in configuration);
+//! otherwise a request without valid credentials is `AUTH.UNAUTHENTICATED`.
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use soulbase_auth::{Authenticator, Credential};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_types::{ActorId, Subject, TenantId};
+
+/// Header carrying an API key.
+pub const API_KEY_HEADER: &str = "x-api-key";
+/// Development-only header naming the tenant.
+pub const DEV_TENANT_HEADER: &str = "x-soulbase-tenant";
+/// Development-only header naming the actor.
+pub const DEV_ACTOR_HEADER: &str = "x-soulbase-actor";
+
+/// Maps request metadata to the authenticated subject.
+///
+/// Implementations must answer every failure with `AUTH.UNAUTHENTICATED` and never
+/// reveal why (unknown key, expired token, …).
+pub trait SubjectResolver: Send + Sync + 'static {
+    /// The subject the request acts for.
+    fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError>;
+}
+
+/// The standard resolver: API keys and JWTs, plus development headers when enabled.
+pub struct MetadataAuth {
+    authenticator: Option<Arc<Authenticator>>,
+    dev_headers: bool,
+}
+
+impl std::fmt::Debug for MetadataAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataAuth")
+            .field("authenticator", &self.authenticator.is_some())
+            .field("dev_headers", &self.dev_headers)
+            .finish()
+    }
+}
+
+fn unauthenticated() -> SoulError {
+    SoulError::of(ErrorCode::AuthUnauthenticated)
+}
+
+impl MetadataAuth {
+    /// A resolver checking credentials with `authenticator` (none: every credential
+    /// is refused) and, only if `dev_headers`, accepting the development headers.
+    pub fn new(authenticator: Option<Arc<Authenticator>>, dev_headers: bool) -> Self {
+        Self {
+            authenticator,
+            dev_headers,
+        }
+    }
+
+    /// Whether the insecure development headers are accepted.
+    pub fn dev_headers(&self) -> bool {
+        self.dev_headers
+    }
+
+    fn dev_subject(headers: &HeaderMap) -> Result<Subject, SoulError> {
+        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let (Some(tenant), Some(actor)) = (get(DEV_TENANT_HEADER), get(DEV_ACTOR_HEADER)) else {
+            return Err(unauthenticated());
+        };
+        let tenant = TenantId::new(tenant).map_err(|e| {
+            unauthenticated()
+                .with_field("field", DEV_TENANT_HEADER)
+                .with_note(e.reason)
+        })?;
+        let actor = ActorId::new(actor).map_err(|e| {
+            unauthenticated()
+                .with_field("field", DEV_ACTOR_HEADER)
+                .with_note(e.reason)
+        })?;
+        Ok(Subject::new(tenant, actor))
+    }
+}
+
+impl SubjectResolver for MetadataAuth {
+    fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError> {
+        let api_key = headers.get(API_KEY_HEADER).and_then(|v| v.to_str().ok());
+        let bearer = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            });
+        if api_key.is_some() || bearer.is_some() {
+            let Some(authn) = &self.authenticator else {
+                return Err(unauthenticated());
+            };
+            let credential = match (api_key, bearer) {
+                (Some(k), _) => Credential::ApiKey(k.trim()),
+                (None, Some(t)) => Credential::Bearer(t.trim()),
+                (None, None) => return Err(unauthenticated()),
+            };
+            return authn.authenticate(credential);
+        }
+        if self.dev_headers {
+            return Self::dev_subject(headers);
+        }
+        Err(unauthenticated())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn dev_headers_are_refused_unless_enabled() {
+        let h = headers(&[(DEV_TENANT_HEADER, "acme"), (DEV_ACTOR_HEADER, "bob")]);
+        let strict = MetadataAuth::new(None, false);
+        let err = strict.resolve(&h).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::AuthUnauthenticated);
+        let dev = MetadataAuth::new(None, true);
+        let s = dev.resolve(&h).unwrap();
+        assert_eq!(s.tenant.as_str(), "acme");
+        assert_eq!(s.actor.as_str(), "bob");
+    }
+
+    #[test]
+    fn missing_or_malformed_dev_headers_are_unauthenticated() {
+        let dev = MetadataAuth::new(None, true);
+        for h in [
+            headers(&[]),
+            headers(&[(DEV_TENANT_HEADER, "acme")]),
+            headers(&[
+                (DEV_TENANT_HEADER, "bad tenant!"),
+                (DEV_ACTOR_HEADER, "bob"),
+            ]),
+        ] {
+            assert_eq!(
+                dev.resolve(&h).unwrap_err().code(),
+                ErrorCode::AuthUnauthenticated
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_without_an_authenticator_are_refused_even_in_dev() {
+        let dev = MetadataAuth::new(None, true);
+        let h = headers(&[
+            (API_KEY_HEADER, "sbk_x_y"),
+            (DEV_TENANT_HEADER, "acme"),
+            (DEV_ACTOR_HEADER, "bob"),
+        ]);
+        assert_eq!(
+            dev.resolve(&h).unwrap_err().code(),
+            ErrorCode::AuthUnauthenticated
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! Soulbase's gRPC edge (`soulbase.tools.v1`).
+//!
+//! - [`RegistryService`] serves `ToolRegistry` (register, update, state changes,
+//!   get, list with filters, and a server-streaming watch of registry events) over a
+//!   [`soulbase_tools::Registry`]; writes are authorized by the
+//!   [`soulbase_auth::Authorizer`] with the registry actions (`register`, `update`,
+//!   `unregister`, `enable`, `disable`, `deprecate`).
+//! - [`InvokerService`] serves `ToolInvoker` (preflight, invoke) over a
+//!   [`soulbase_tools::pipeline::Invoker`]: the whole governed pipeline runs
+//!   in-process; failures are gRPC statuses carrying `soulbase.errors.v1.ErrorDetail`
+//!   (R5) plus trailers naming the call, its outcome and its evidence.
+//! - [`RemoteInvoker`] is the client: the same `invoke` / `preflight` signatures as
+//!   the in-process invoker, so a Rust service can swap one for the other.
+//! - [`auth`] is the seam mapping request metadata (gRPC or HTTP headers) to a
+//!   [`soulbase_types::Subject`]: API keys and JWTs through
+//!   [`soulbase_auth::Authenticator`], development headers only when explicitly
+//!   enabled, `AUTH.UNAUTHENTICATED` otherwise.
+//! - [`observe`] is the hook servers call after every call (metrics).
+//! - [`roles`] serves the `auth` and `qos` roles (`soulbase.auth.v1`,
+//!   `soulbase.qos.v1`) over their in-process seams, with the clients
+//!   [`RemoteAuth`] (an `Authorizer` and `ConsentVerifier`) and
+//!   [`RemoteQuotaGate`] (a `QuotaGate`) for a `tools` role running elsewhere.
+//!
+//! Conversions between the wire messages and the core types are in [`convert`].
+
+pub mod auth;
+mod client;
+pub mod convert;
+mod invoker;
+pub mod observe;
+mod registry;
+pub mod roles;
+
+pub use auth::{MetadataAuth, SubjectResolver};
+pub use client::{Credentials, RemoteInvoker, is_denial};
+pub use invoker::{CallRunner, InvokerService};
+pub use observe::{CallObserver, NoopObserver, Surface};
+pub use registry::RegistryService;
+pub use roles::{AuthRoleService, QosRoleService, RemoteAuth, RemoteQuotaGate};
+
+/// The generated `soulbase.tools.v1` messages, clients and servers.
+pub use soulbase_proto::tools::v1 as proto;
+
+/// Trailer naming the call (failed invocations).
+pub const TRAILER_CALL_ID: &str = "x-soulbase-call-id";
+/// Trailer with `denied` or `error` (failed invocations).
+pub const TRAILER_OUTCOME: &str = "x-soulbase-outcome";
+/// Trailer with the Begin envelope id when execution began (failed invocations).
+pub const TRAILER_EVIDENCE_REF: &str = "x-soulbase-evidence-ref";
+/// Trailer `true` when a stored failure was replayed for a repeated idempotency key.
+pub const TRAILER_REPLAYED: &str = "x-soulbase-replayed";

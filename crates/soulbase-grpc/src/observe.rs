@@ -1,0 +1,64 @@
+//! The hook every serving surface calls after a call, for metrics.
+
+use std::time::Duration;
+
+use soulbase_qos::BudgetSnapshot;
+use soulbase_tools::pipeline::CallResult;
+use soulbase_types::{TenantId, ToolId};
+
+/// Which surface served a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Surface {
+    /// `soulbase.tools.v1.ToolInvoker`.
+    Grpc,
+    /// The HTTP/JSON API.
+    Http,
+    /// MCP `tools/call`.
+    Mcp,
+}
+
+impl Surface {
+    /// The lowercase label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Surface::Grpc => "grpc",
+            Surface::Http => "http",
+            Surface::Mcp => "mcp",
+        }
+    }
+}
+
+/// Told about every finished call and preflight. Must be cheap and never block.
+pub trait CallObserver: Send + Sync + 'static {
+    /// A call entered the pipeline (paired with exactly one `call_finished`).
+    fn call_started(&self, surface: Surface) {
+        let _ = surface;
+    }
+
+    /// A call finished (any status) after `elapsed`.
+    fn call_finished(
+        &self,
+        surface: Surface,
+        tool: &ToolId,
+        result: &CallResult,
+        elapsed: Duration,
+    );
+
+    /// A preflight passed and saw this budget.
+    fn budget_seen(&self, tenant: &TenantId, tool: &ToolId, budget: &BudgetSnapshot) {
+        let _ = (tenant, tool, budget);
+    }
+
+    /// A request was refused before reaching the pipeline (e.g. unauthenticated).
+    fn refused(&self, surface: Surface, code: soulbase_errors::ErrorCode) {
+        let _ = (surface, code);
+    }
+}
+
+/// Observes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopObserver;
+
+impl CallObserver for NoopObserver {
+    fn call_finished(&self, _: Surface, _: &ToolId, _: &CallResult, _: Duration) {}
+}

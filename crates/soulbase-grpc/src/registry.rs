@@ -1,0 +1,287 @@
+//! `soulbase.tools.v1.ToolRegistry` over a [`Registry`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::{Stream, StreamExt};
+use soulbase_auth::{Authorizer, AuthzRequest};
+use soulbase_errors::SoulError;
+use soulbase_tools::{Registry, ResolvedTool, ToolOwner};
+use soulbase_types::{Subject, ToolId};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use crate::auth::SubjectResolver;
+use crate::convert;
+use crate::proto;
+use crate::proto::tool_registry_server::ToolRegistry;
+
+/// Default and maximum page sizes of `ListTools`.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// Serves the tool registry. Reads are scoped to the caller's tenant (its own tools
+/// and the global tools it may see); writes are authorized with the registry actions.
+#[derive(Clone)]
+pub struct RegistryService {
+    registry: Registry,
+    authorizer: Arc<dyn Authorizer>,
+    auth: Arc<dyn SubjectResolver>,
+    shutdown: Option<watch::Receiver<bool>>,
+}
+
+impl std::fmt::Debug for RegistryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryService").finish_non_exhaustive()
+    }
+}
+
+impl RegistryService {
+    /// A service over `registry`, authorizing writes with `authorizer` and
+    /// authenticating callers with `auth`.
+    pub fn new(
+        registry: Registry,
+        authorizer: Arc<dyn Authorizer>,
+        auth: Arc<dyn SubjectResolver>,
+    ) -> Self {
+        Self {
+            registry,
+            authorizer,
+            auth,
+            shutdown: None,
+        }
+    }
+
+    /// Ends every `WatchRegistry` stream when `shutdown` becomes `true`, so that
+    /// graceful shutdown is not held up by watchers.
+    pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+        self.shutdown = Some(shutdown);
+        self
+    }
+
+    /// The tonic server for this service.
+    pub fn into_server(self) -> proto::tool_registry_server::ToolRegistryServer<Self> {
+        proto::tool_registry_server::ToolRegistryServer::new(self)
+    }
+
+    fn subject<T>(&self, req: &Request<T>) -> Result<Subject, Status> {
+        let headers = req.metadata().clone().into_headers();
+        self.auth.resolve(&headers).map_err(|e| e.to_status())
+    }
+
+    async fn authorize(
+        &self,
+        subject: &Subject,
+        owner: &ToolOwner,
+        tool: &ToolId,
+        action: &str,
+    ) -> Result<(), Status> {
+        self.authorizer
+            .authorize(AuthzRequest {
+                subject,
+                tool,
+                tool_tenant: owner.tenant_id(),
+                action,
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_status())
+    }
+
+    /// The tool as the subject now sees it, falling back to the owner's copy.
+    fn current(
+        &self,
+        subject: &Subject,
+        owner: &ToolOwner,
+        id: &ToolId,
+    ) -> Result<ResolvedTool, Status> {
+        if let Ok(t) = self.registry.get(&subject.tenant, id)
+            && &t.owner == owner
+        {
+            return Ok(t);
+        }
+        self.registry
+            .list_owned(owner, &Default::default())
+            .into_iter()
+            .find(|t| t.id() == id)
+            .ok_or_else(|| {
+                soulbase_errors::SoulError::of(soulbase_errors::ErrorCode::ToolNotFound).to_status()
+            })
+    }
+}
+
+fn status(e: SoulError) -> Status {
+    e.to_status()
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::RegistryEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ToolRegistry for RegistryService {
+    async fn register_tool(
+        &self,
+        request: Request<proto::RegisterToolRequest>,
+    ) -> Result<Response<proto::RegisterToolResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let owner = convert::write_owner(req.owner(), &subject);
+        let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
+        let id = manifest.id.clone();
+        self.authorize(&subject, &owner, &id, "register").await?;
+        // Both permissions are checked before anything changes.
+        if req.enable {
+            self.authorize(&subject, &owner, &id, "enable").await?;
+        }
+        self.registry
+            .register_in(&owner, manifest)
+            .map_err(status)?;
+        if req.enable {
+            self.registry.enable(&owner, &id).map_err(status)?;
+        }
+        let tool = self.current(&subject, &owner, &id)?;
+        Ok(Response::new(proto::RegisterToolResponse {
+            tool: Some(convert::tool_to_proto(&tool, false)),
+        }))
+    }
+
+    async fn update_tool(
+        &self,
+        request: Request<proto::UpdateToolRequest>,
+    ) -> Result<Response<proto::UpdateToolResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let owner = convert::write_owner(req.owner(), &subject);
+        let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
+        let id = manifest.id.clone();
+        self.authorize(&subject, &owner, &id, "update").await?;
+        self.registry.update(&owner, manifest).map_err(status)?;
+        let tool = self.current(&subject, &owner, &id)?;
+        Ok(Response::new(proto::UpdateToolResponse {
+            tool: Some(convert::tool_to_proto(&tool, false)),
+        }))
+    }
+
+    async fn set_tool_state(
+        &self,
+        request: Request<proto::SetToolStateRequest>,
+    ) -> Result<Response<proto::SetToolStateResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let owner = convert::write_owner(req.owner(), &subject);
+        let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
+        type Move = fn(&Registry, &ToolOwner, &ToolId) -> Result<(), SoulError>;
+        let (action, apply): (&str, Move) = match req.change() {
+            proto::StateChange::Enable => ("enable", Registry::enable),
+            proto::StateChange::Pause => ("disable", Registry::pause),
+            proto::StateChange::Deprecate => ("deprecate", Registry::deprecate),
+            proto::StateChange::Unspecified => {
+                return Err(status(convert::invalid(
+                    "change",
+                    "change must be ENABLE, PAUSE or DEPRECATE",
+                )));
+            }
+        };
+        self.authorize(&subject, &owner, &id, action).await?;
+        apply(&self.registry, &owner, &id).map_err(status)?;
+        let tool = self.current(&subject, &owner, &id)?;
+        Ok(Response::new(proto::SetToolStateResponse {
+            tool: Some(convert::tool_to_proto(&tool, false)),
+        }))
+    }
+
+    async fn unregister_tool(
+        &self,
+        request: Request<proto::UnregisterToolRequest>,
+    ) -> Result<Response<proto::UnregisterToolResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let owner = convert::write_owner(req.owner(), &subject);
+        let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
+        self.authorize(&subject, &owner, &id, "unregister").await?;
+        self.registry.unregister(&owner, &id).map_err(status)?;
+        Ok(Response::new(proto::UnregisterToolResponse {}))
+    }
+
+    async fn get_tool(
+        &self,
+        request: Request<proto::GetToolRequest>,
+    ) -> Result<Response<proto::GetToolResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
+        let tool = self.registry.get(&subject.tenant, &id).map_err(status)?;
+        Ok(Response::new(proto::GetToolResponse {
+            tool: Some(convert::tool_to_proto(&tool, req.include_manifest)),
+        }))
+    }
+
+    async fn list_tools(
+        &self,
+        request: Request<proto::ListToolsRequest>,
+    ) -> Result<Response<proto::ListToolsResponse>, Status> {
+        let subject = self.subject(&request)?;
+        let req = request.into_inner();
+        let filter = convert::filter(&req).map_err(status)?;
+        let page = match req.page_size {
+            0 => DEFAULT_PAGE,
+            n => (n as usize).min(MAX_PAGE),
+        };
+        let mut tools = self.registry.list(&subject.tenant, &filter);
+        tools.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+        let start = if req.page_token.is_empty() {
+            0
+        } else {
+            tools.partition_point(|t| t.id().as_str() <= req.page_token.as_str())
+        };
+        let rest = tools.get(start..).unwrap_or_default();
+        let taken = &rest[..rest.len().min(page)];
+        let next_page_token = if rest.len() > page {
+            taken.last().map(|t| t.id().to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(proto::ListToolsResponse {
+            tools: taken
+                .iter()
+                .map(|t| convert::tool_to_proto(t, req.include_manifest))
+                .collect(),
+            next_page_token,
+        }))
+    }
+
+    type WatchRegistryStream = EventStream;
+
+    async fn watch_registry(
+        &self,
+        request: Request<proto::WatchRegistryRequest>,
+    ) -> Result<Response<Self::WatchRegistryStream>, Status> {
+        let subject = self.subject(&request)?;
+        let tenant = subject.tenant;
+        let registry = self.registry.clone();
+        // The registry filters by tenant (own tools, visible global tools, its
+        // overrides); a lagging watcher is told to list again.
+        let events =
+            futures_util::stream::unfold(self.registry.subscribe_for(&tenant), move |mut rx| {
+                let registry = registry.clone();
+                async move {
+                    let item = match rx.recv().await {
+                        Ok(e) => convert::event_to_proto(&e, registry.snapshot_version()),
+                        Err(RecvError::Lagged(_)) => proto::RegistryEvent {
+                            kind: proto::RegistryEventKind::Resync as i32,
+                            ..Default::default()
+                        },
+                        Err(RecvError::Closed) => return None,
+                    };
+                    Some((Ok(item), rx))
+                }
+            });
+        let stream: EventStream = match self.shutdown.clone() {
+            Some(mut rx) => Box::pin(events.take_until(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            })),
+            None => Box::pin(events),
+        };
+        Ok(Response::new(stream))
+    }
+}

@@ -1,0 +1,597 @@
+//! Assembling the in-process seams behind the `tools` role.
+//!
+//! Each seam is chosen here from configuration, so a role served elsewhere later
+//! only swaps one `Arc<dyn …>` for its gRPC client:
+//! authorizer (Cedar when `auth.cedar` is set, else the static rules), quota
+//! (`quota.backend`: in-process `LocalQuota` or the shared `RedisQuota`, both
+//! following reloads), consent (HMAC), profiles (Grant ∩ Manifest ∩ PolicyConfig,
+//! `IntersectingProfiles::from_config` over `sandbox`), sandbox (`LocalSandbox`:
+//! builtin executor with the example skills' handlers, plus the HTTP, WASM and
+//! process executors), evidence (the durable spool sink draining into SQLite or
+//! Postgres, [`crate::evidence`]), idempotency (SQL, same database), registry state
+//! (restored at start, saved on every change).
+//!
+//! With the `tools` role, the skills directory (`skills.dir`, `SKILLS_DIR`,
+//! `./skills`) is loaded into the registry at start ([`Skills`]), watched when
+//! `skills.watch` is set, and every invocation runs through the
+//! [`SkillGateway`] (cross-skill imports, subscriptions, per-tool rate limits).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use soulbase_auth::{
+    Authenticator, Authorizer, CedarPolicy, ConsentVerifier, HmacConsent, StaticPolicy,
+};
+use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, ReloadStatus, Role};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_grpc::roles::role_channel;
+use soulbase_grpc::{
+    AuthRoleService, MetadataAuth, QosRoleService, RemoteAuth, RemoteQuotaGate, SubjectResolver,
+};
+use soulbase_observe::EvidenceSink;
+use soulbase_qos::{LocalQuota, QuotaGate};
+use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
+use soulbase_sandbox::{BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind};
+use soulbase_sandbox_http::{HttpExecutor, HttpOptions};
+use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
+use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
+use soulbase_skills::{
+    CatalogOptions, ReloadReport, SkillCatalog, SkillGateway, SkillWatcher, StaticSubscriptions,
+};
+use soulbase_store::Persistence;
+use soulbase_tools::Registry;
+use soulbase_tools::pipeline::{
+    CallResult, IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall,
+};
+
+use crate::builtins;
+use crate::evidence::{self, EvidenceFlush};
+use crate::metrics::Metrics;
+
+/// The environment variable holding the consent HMAC key (hex, ≥ 32 bytes). Without
+/// it a random per-process key is used, so no consent token verifies (fail closed).
+pub const CONSENT_KEY_ENV: &str = "SOULBASED_CONSENT_HMAC_KEY";
+
+/// How the static policy is kept current.
+enum PolicySeam {
+    Static(Arc<StaticPolicy>),
+    Cedar,
+}
+
+/// The skills subsystem of a `tools` server.
+pub struct Skills {
+    /// The live catalog (loaded into [`App::registry`]).
+    pub catalog: SkillCatalog,
+    /// Every invocation runs through it.
+    pub gateway: Arc<SkillGateway>,
+    /// `skills.subscriptions`, replaced on each configuration reload.
+    pub subscriptions: Arc<StaticSubscriptions>,
+    /// The directory watcher (`skills.watch`); dropping it stops watching.
+    _watcher: Option<SkillWatcher>,
+}
+
+impl std::fmt::Debug for Skills {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Skills")
+            .field("catalog", &self.catalog)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs gRPC invocations through the skills gateway. The request's
+/// `calling_skill` is a client claim: honoured only when the subject may act as
+/// that skill (`soulbase_mcp::skills::authorize_binding`), else the call is refused
+/// with `AUTH.FORBIDDEN` before anything runs.
+struct GatewayRunner {
+    gateway: Arc<SkillGateway>,
+    trust_dev: bool,
+}
+
+impl soulbase_grpc::CallRunner for GatewayRunner {
+    fn run(
+        &self,
+        call: ToolCall,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallResult> + Send + '_>> {
+        Box::pin(async move {
+            let calling = match &call.calling_skill {
+                None => None,
+                Some(name) => match soulbase_mcp::skills::authorize_binding(
+                    name,
+                    &call.subject,
+                    self.trust_dev,
+                ) {
+                    Ok(n) => Some(n),
+                    Err(e) => return refused(&call, &e),
+                },
+            };
+            let span = crate::telemetry::execute_tool_span(&call);
+            crate::telemetry::traced(span, self.gateway.invoke(calling.as_deref(), call)).await
+        })
+    }
+}
+
+/// Runs gRPC invocations through the invoker (no skills served), traced.
+struct InvokerRunner(Invoker);
+
+impl soulbase_grpc::CallRunner for InvokerRunner {
+    fn run(
+        &self,
+        call: ToolCall,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallResult> + Send + '_>> {
+        let span = crate::telemetry::execute_tool_span(&call);
+        Box::pin(crate::telemetry::traced(span, self.0.invoke(call)))
+    }
+}
+
+/// The result of a call refused before the pipeline (nothing executed).
+fn refused(call: &ToolCall, e: &SoulError) -> CallResult {
+    let mut public = e.public();
+    public.correlation_id = Some(call.call_id.to_string());
+    CallResult {
+        call_id: call.call_id.clone(),
+        status: soulbase_tools::pipeline::CallStatus::Denied,
+        error_code: Some(e.code()),
+        error: Some(public),
+        output: None,
+        evidence_ref: None,
+        replayed: false,
+    }
+}
+
+/// Everything the servers share.
+pub struct App {
+    /// The configuration in force.
+    pub config: ConfigHandle,
+    /// The loader (file, environment, flags) used for reloads.
+    pub loader: ConfigLoader,
+    /// The tool registry.
+    pub registry: Registry,
+    /// The governed invoker.
+    pub invoker: Invoker,
+    /// Authorizes calls and registry writes.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// Maps request metadata to subjects.
+    pub auth: Arc<dyn SubjectResolver>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// False until serving, and again once shutdown begins.
+    pub ready: AtomicBool,
+    /// Whether `server.dev_insecure` was set at start-up.
+    pub dev_insecure: bool,
+    /// The skills, when the `tools` role runs and a skills directory exists.
+    pub skills: Option<Skills>,
+    /// The `auth` role's gRPC service, when this process serves it.
+    pub auth_role: Option<AuthRoleService>,
+    /// The `qos` role's gRPC service, when this process serves it.
+    pub qos_role: Option<QosRoleService>,
+    /// Evidence, idempotency and registry persistence (with the `tools` role).
+    pub persistence: Option<Arc<Persistence>>,
+    policy: PolicySeam,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App").finish_non_exhaustive()
+    }
+}
+
+fn consent_key() -> Vec<u8> {
+    if let Ok(hex_key) = std::env::var(CONSENT_KEY_ENV)
+        && let Some(bytes) = decode_hex(hex_key.trim())
+        && bytes.len() >= 32
+    {
+        return bytes;
+    }
+    // Unpredictable enough to make every token fail; never used to sign anything.
+    let a = soulbase_types::CallId::generate();
+    let b = soulbase_types::CallId::generate();
+    format!("{a}{b}").into_bytes()
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+        .collect()
+}
+
+impl App {
+    /// Builds the seams from `loader`'s configuration. Must run inside a Tokio
+    /// runtime: with the `tools` role it opens persistence (database, spool
+    /// recovery, drainer) and restores the registry. Returns the app and the
+    /// evidence flush handle for shutdown.
+    pub async fn build(loader: ConfigLoader) -> Result<(Arc<App>, EvidenceFlush), SoulError> {
+        let snapshot = loader.load().map_err(|e| {
+            SoulError::new(ErrorCode::ConfigInvalid, "the configuration is invalid")
+                .with_note(e.to_string())
+        })?;
+        let config = ConfigHandle::new(snapshot);
+        let snap = config.current();
+        let cfg = snap.config();
+        let roles = &cfg.server.roles;
+        let token = internal_token(cfg)?;
+        // A role not served here is reached at its configured address; without
+        // one it runs in-process behind the tools role.
+        let remote_auth = match (&cfg.server.remote.auth, roles.contains(&Role::Auth)) {
+            (Some(url), false) => Some(RemoteAuth::new(
+                role_channel(url, "server.remote.auth")?,
+                token.clone(),
+            )),
+            _ => None,
+        };
+        let remote_qos = match (&cfg.server.remote.qos, roles.contains(&Role::Qos)) {
+            (Some(url), false) => Some(RemoteQuotaGate::new(
+                role_channel(url, "server.remote.qos")?,
+                token.clone(),
+            )),
+            _ => None,
+        };
+        let (quota, local_gate): (Arc<dyn QuotaGate>, Option<Arc<dyn QuotaGate>>) =
+            match &remote_qos {
+                Some(r) => (Arc::new(r.clone()), None),
+                None => {
+                    let l = local_quota(cfg, &config)?;
+                    (l.clone(), Some(l))
+                }
+            };
+        let registry = Registry::new();
+        let executor = BuiltinExecutor::new();
+        let tools_role = cfg.server.roles.contains(&Role::Tools);
+        if tools_role {
+            builtins::register_handlers(&executor);
+            builtins::register_tools(&registry)?;
+            soulbase_skills::examples::register(&executor);
+        }
+        let (policy, local_authorizer): (PolicySeam, Arc<dyn Authorizer>) = match &cfg.auth.cedar {
+            Some(_) => (
+                PolicySeam::Cedar,
+                Arc::new(CedarPolicy::follow(config.clone())?),
+            ),
+            None => {
+                let p = Arc::new(StaticPolicy::new(&cfg.policy));
+                (PolicySeam::Static(p.clone()), p)
+            }
+        };
+        let authenticator = Arc::new(Authenticator::follow(config.clone())?);
+        let dev_insecure = cfg.server.dev_insecure;
+        if dev_insecure {
+            tracing::warn!(
+                "server.dev_insecure is set: x-soulbase-tenant / x-soulbase-actor headers are trusted as identity"
+            );
+        }
+        let local_consent: Arc<dyn ConsentVerifier> = Arc::new(HmacConsent::new(consent_key()));
+        let (authorizer, consent): (Arc<dyn Authorizer>, Arc<dyn ConsentVerifier>) =
+            match &remote_auth {
+                Some(r) => (Arc::new(r.clone()), Arc::new(r.clone())),
+                None => (local_authorizer.clone(), local_consent.clone()),
+            };
+        let auth_role = roles.contains(&Role::Auth).then(|| {
+            AuthRoleService::new(
+                authenticator.clone(),
+                local_authorizer.clone(),
+                local_consent.clone(),
+                token.clone(),
+            )
+        });
+        let qos_role = match (roles.contains(&Role::Qos), &local_gate) {
+            (true, Some(q)) => Some(QosRoleService::new(q.clone(), token.clone())),
+            _ => None,
+        };
+        if (auth_role.is_some() || qos_role.is_some()) && token.is_none() {
+            tracing::warn!(
+                "the auth/qos role services are served without server.internal_token_env: \
+                 restrict who can reach them (NetworkPolicy, mTLS)"
+            );
+        }
+        if remote_auth.is_some() || remote_qos.is_some() {
+            tracing::info!(
+                auth = ?cfg.server.remote.auth.as_ref().filter(|_| remote_auth.is_some()),
+                qos = ?cfg.server.remote.qos.as_ref().filter(|_| remote_qos.is_some()),
+                "using remote roles"
+            );
+        }
+        let auth: Arc<dyn SubjectResolver> =
+            Arc::new(MetadataAuth::new(Some(authenticator), dev_insecure));
+        let profiles = Arc::new(IntersectingProfiles::from_config(&cfg.sandbox)?);
+        let sandbox = Arc::new(sandbox(cfg, executor, tools_role)?);
+        let (sink, idempotency, persistence, flush): (
+            Arc<dyn EvidenceSink>,
+            Arc<dyn IdempotencyStore>,
+            _,
+            _,
+        ) = if tools_role {
+            let opened = evidence::open(cfg).await?;
+            evidence::restore_registry(&opened.persistence, &registry).await?;
+            let flush = EvidenceFlush::start(&opened, &registry, cfg.evidence.retention_days);
+            (
+                Arc::new(opened.sink.clone()),
+                opened.persistence.idempotency.clone(),
+                Some(opened.persistence.clone()),
+                flush,
+            )
+        } else {
+            (
+                Arc::new(evidence::NoEvidence),
+                Arc::new(MemoryIdempotency::new()),
+                None,
+                EvidenceFlush::none(),
+            )
+        };
+        let metrics = Arc::new(Metrics::new());
+        metrics.watch_evidence(flush.stats());
+        let invoker = InvokerBuilder::new(
+            Arc::new(registry.clone()),
+            authorizer.clone(),
+            quota,
+            consent,
+            profiles,
+            sandbox,
+            sink.clone(),
+            idempotency,
+        )
+        .config_hash(snap.hash())
+        .build();
+        let skills = if tools_role {
+            start_skills(cfg, &registry, &invoker, sink)?
+        } else {
+            None
+        };
+        let app = Arc::new(App {
+            config,
+            loader,
+            registry,
+            invoker,
+            authorizer,
+            auth,
+            metrics,
+            ready: AtomicBool::new(false),
+            dev_insecure,
+            skills,
+            auth_role,
+            qos_role,
+            persistence,
+            policy,
+        });
+        Ok((app, flush))
+    }
+
+    /// Applies the current snapshot to the seams that do not follow it themselves.
+    pub fn apply_current(&self) {
+        let snap = self.config.current();
+        if let PolicySeam::Static(p) = &self.policy {
+            p.update(&snap.config().policy);
+        }
+        if let Some(s) = &self.skills {
+            s.subscriptions.replace(&snap.config().skills.subscriptions);
+            if snap.config().skills.dir != s.catalog.root() {
+                tracing::warn!(
+                    dir = %snap.config().skills.dir.display(),
+                    serving = %s.catalog.root().display(),
+                    "skills.dir changed: the new directory is used after a restart"
+                );
+            }
+        }
+        self.invoker.set_config_hash(snap.hash());
+    }
+
+    /// Re-reads the configuration now and applies it when valid.
+    pub fn reload(&self) -> ReloadStatus {
+        let status = self.config.reload(&self.loader);
+        self.apply_current();
+        status
+    }
+
+    /// Re-reads the skills directory now (off the async workers); `None` without
+    /// skills.
+    pub async fn reload_skills(&self) -> Option<Result<ReloadReport, SoulError>> {
+        let s = self.skills.as_ref()?;
+        Some(s.catalog.reload_async().await)
+    }
+
+    /// Runs `call` through the skills gateway (when skills are served) with the
+    /// calling skill the server established, else through the invoker.
+    pub async fn invoke(&self, calling_skill: Option<&str>, call: ToolCall) -> CallResult {
+        let span = crate::telemetry::execute_tool_span(&call);
+        match &self.skills {
+            Some(s) => crate::telemetry::traced(span, s.gateway.invoke(calling_skill, call)).await,
+            None => crate::telemetry::traced(span, self.invoker.invoke(call)).await,
+        }
+    }
+
+    /// What gRPC invocations run through.
+    pub fn call_runner(&self) -> Arc<dyn soulbase_grpc::CallRunner> {
+        match &self.skills {
+            Some(s) => Arc::new(GatewayRunner {
+                gateway: s.gateway.clone(),
+                trust_dev: self.dev_insecure,
+            }),
+            None => Arc::new(InvokerRunner(self.invoker.clone())),
+        }
+    }
+
+    /// Whether the server accepts new work.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Marks the server ready or draining.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+}
+
+/// The local sandbox: builtin handlers, and with the `tools` role the HTTP, WASM
+/// (modules under `sandbox.wasm_module_root`, else `skills.dir`) and process
+/// executors. Without a module root the WASM executor is left out (its calls
+/// answer `PROVIDER.UNAVAILABLE`) unless the root was configured explicitly, which
+/// then refuses start-up.
+fn sandbox(
+    cfg: &soulbase_config::Config,
+    builtin: BuiltinExecutor,
+    tools_role: bool,
+) -> Result<LocalSandbox, SoulError> {
+    let mut sandbox = LocalSandbox::new(builtin);
+    if !tools_role {
+        return Ok(sandbox);
+    }
+    let sb = &cfg.sandbox;
+    sandbox = sandbox
+        .with_executor(
+            ProviderKind::Http,
+            Arc::new(HttpExecutor::new(HttpOptions::from_config(sb))),
+        )
+        .with_executor(
+            ProviderKind::Process,
+            Arc::new(ProcessExecutor::new(ProcessOptions::from_config(sb))),
+        );
+    match WasmExecutor::new(WasmOptions::from_config(sb, &cfg.skills.dir)) {
+        Ok(w) => Ok(sandbox.with_executor(ProviderKind::Wasm, Arc::new(w))),
+        Err(e) if sb.wasm_module_root.is_none() => {
+            tracing::warn!(
+                error = %e,
+                dir = %cfg.skills.dir.display(),
+                "no WASM module root: WASM tools are unavailable"
+            );
+            Ok(sandbox)
+        }
+        Err(e) => Err(SoulError::new(
+            ErrorCode::ConfigInvalid,
+            "sandbox.wasm_module_root is not usable",
+        )
+        .with_field("field", "sandbox.wasm_module_root")
+        .with_note(e.to_string())),
+    }
+}
+
+/// The in-process quota backend of `quota.backend`.
+fn local_quota(
+    cfg: &soulbase_config::Config,
+    config: &ConfigHandle,
+) -> Result<Arc<dyn QuotaGate>, SoulError> {
+    Ok(match cfg.quota.backend {
+        QuotaBackend::Memory => Arc::new(LocalQuota::follow(config.clone())),
+        QuotaBackend::Redis => {
+            let url = cfg.quota.redis_url.clone().ok_or_else(|| {
+                SoulError::new(
+                    ErrorCode::ConfigInvalid,
+                    "quota.redis_url is required with quota.backend redis",
+                )
+                .with_field("field", "quota.redis_url")
+            })?;
+            let mut options = RedisQuotaOptions::new(url);
+            options.fail_mode = cfg.quota.on_backend_failure;
+            // Connects on the first decision: start-up does not wait for Redis.
+            Arc::new(RedisQuota::follow(options, config.clone())?)
+        }
+    })
+}
+
+/// The internal token of the role services, from the variable named by
+/// `server.internal_token_env` (which must then be set and non-empty).
+fn internal_token(cfg: &soulbase_config::Config) -> Result<Option<String>, SoulError> {
+    let Some(var) = &cfg.server.internal_token_env else {
+        return Ok(None);
+    };
+    match std::env::var(var) {
+        Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
+        _ => Err(SoulError::new(
+            ErrorCode::ConfigInvalid,
+            format!("server.internal_token_env names {var}, which is not set"),
+        )
+        .with_field("field", "server.internal_token_env")),
+    }
+}
+
+/// Loads the skills directory into `registry` and wires the gateway. A missing
+/// *default* directory (`./skills`) only logs a warning (no skills are served); a
+/// configured directory that is missing or unusable refuses start-up.
+fn start_skills(
+    cfg: &soulbase_config::Config,
+    registry: &Registry,
+    invoker: &Invoker,
+    sink: Arc<dyn EvidenceSink>,
+) -> Result<Option<Skills>, SoulError> {
+    let dir = &cfg.skills.dir;
+    if !dir.exists() && dir.as_path() == Path::new("./skills") {
+        tracing::warn!(dir = %dir.display(), "no skills directory: serving without skills");
+        return Ok(None);
+    }
+    let options =
+        CatalogOptions::from_config(&cfg.skills).http_env_allow(cfg.sandbox.http_env_allow.clone());
+    let (catalog, _report) = SkillCatalog::open(registry.clone(), options).map_err(|e| {
+        SoulError::new(
+            ErrorCode::ConfigInvalid,
+            "skills.dir is not a usable skills directory",
+        )
+        .with_field("field", "skills.dir")
+        .with_note(e.to_string())
+    })?;
+    // The catalog has logged each refused file (path, line, reason).
+    tracing::info!(
+        dir = %dir.display(),
+        skills = catalog.current().len(),
+        "skills loaded"
+    );
+    let subscriptions = Arc::new(StaticSubscriptions::from_config(&cfg.skills.subscriptions));
+    let gateway = SkillGateway::new(catalog.clone(), invoker.clone())
+        .with_subscriptions(subscriptions.clone())
+        .with_evidence(sink);
+    let watcher = cfg.skills.watch.then(|| {
+        soulbase_skills::watch(
+            catalog.clone(),
+            Duration::from_millis(cfg.skills.poll_interval_ms),
+        )
+    });
+    Ok(Some(Skills {
+        catalog,
+        gateway: Arc::new(gateway),
+        subscriptions,
+        _watcher: watcher,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_hex;
+    use soulbase_config::{Config, TlsConfig};
+
+    #[test]
+    fn server_settings_are_validated_with_their_field_paths() {
+        let mut config = Config::default();
+        config.server.tls = Some(TlsConfig {
+            cert_file: "".into(),
+            key_file: "key.pem".into(),
+            client_ca_file: None,
+        });
+        config.server.mcp_allowed_origins =
+            vec!["evil.example".into(), "https://ok.example".into()];
+        config.server.shutdown_grace_ms = 3_600_000;
+        let fields: Vec<String> = config.validate().into_iter().map(|(f, _)| f).collect();
+        assert!(
+            fields.contains(&"server.tls.cert_file".to_owned()),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&"server.mcp_allowed_origins[0]".to_owned()),
+            "{fields:?}"
+        );
+        assert!(!fields.iter().any(|f| f == "server.mcp_allowed_origins[1]"));
+        assert!(
+            fields.contains(&"server.shutdown_grace_ms".to_owned()),
+            "{fields:?}"
+        );
+        assert!(!Config::default().server.dev_insecure);
+    }
+
+    #[test]
+    fn hex_keys_decode_or_are_refused() {
+        assert_eq!(decode_hex("00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(decode_hex("0"), None);
+        assert_eq!(decode_hex("zz"), None);
+    }
+}

@@ -1,0 +1,217 @@
+//! The evidence and persistence seam of this process.
+//!
+//! With the `tools` role, [`open`] opens [`soulbase_store::Persistence`] from the
+//! configuration: the durable spool sink (`<data_dir>/spool`, `evidence.durability`)
+//! draining into SQLite (`<data_dir>/evidence.db`, the default) or Postgres
+//! (`evidence.backend: postgres`, `evidence.url`), the SQL idempotency store and the
+//! registry store; retention runs hourly (`evidence.retention_days`, 0 keeps
+//! everything). Without the `tools` role nothing is opened and the sink refuses
+//! records ([`NoEvidence`]). On shutdown [`EvidenceFlush::flush`] saves the registry
+//! one last time and drains the spool into the store (what does not make it stays in
+//! the spool for the next start).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use soulbase_config::Config;
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_evidence::DurableSink;
+use soulbase_observe::{EvidenceRecord, EvidenceSink};
+use soulbase_store::Persistence;
+use soulbase_tools::Registry;
+
+/// How often retention runs.
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct EvidenceStats {
+    accepted: AtomicU64,
+    sink: Option<DurableSink>,
+}
+
+impl std::fmt::Debug for EvidenceStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvidenceStats")
+            .field("accepted", &self.accepted.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl EvidenceStats {
+    /// Records accepted by this process and not yet in the store (approximate: the
+    /// store also receives records recovered from an earlier run).
+    pub fn depth(&self) -> u64 {
+        self.accepted
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.written())
+    }
+
+    /// Records written to the store by this process.
+    pub fn written(&self) -> u64 {
+        self.sink.as_ref().map_or(0, |s| s.stats().records_drained)
+    }
+
+    /// Bytes in the spool.
+    pub fn spool_bytes(&self) -> u64 {
+        self.sink.as_ref().map_or(0, |s| s.stats().disk_bytes)
+    }
+}
+
+/// The [`DurableSink`], counting what it accepts.
+#[derive(Clone)]
+pub struct CountedSink {
+    inner: DurableSink,
+    stats: Arc<EvidenceStats>,
+}
+
+#[async_trait]
+impl EvidenceSink for CountedSink {
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        let r = self.inner.record(record).await;
+        if r.is_ok() {
+            self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+/// The sink of a process without the `tools` role: nothing executes here, so any
+/// record is refused with `EVIDENCE.UNAVAILABLE`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvidence;
+
+#[async_trait]
+impl EvidenceSink for NoEvidence {
+    async fn record(&self, _record: EvidenceRecord) -> Result<(), SoulError> {
+        Err(SoulError::new(
+            ErrorCode::EvidenceUnavailable,
+            "this process does not serve the tools role and records no evidence",
+        ))
+    }
+}
+
+/// The opened persistence of a `tools` server.
+pub struct Opened {
+    /// Everything persistent.
+    pub persistence: Arc<Persistence>,
+    /// The sink to give the pipeline.
+    pub sink: CountedSink,
+    /// Its counters.
+    pub stats: Arc<EvidenceStats>,
+}
+
+/// Opens persistence from `config` (migrating when configured, recovering the
+/// spool: every Begin without an End is closed `aborted`).
+pub async fn open(config: &Config) -> Result<Opened, SoulError> {
+    let persistence = Persistence::open(config).await?;
+    let r = &persistence.recovery;
+    if !r.aborted.is_empty() || r.truncated_bytes > 0 {
+        tracing::warn!(
+            aborted = r.aborted.len(),
+            truncated_bytes = r.truncated_bytes,
+            "evidence spool recovered after an unclean stop"
+        );
+    }
+    tracing::info!(
+        backend = ?config.evidence.backend,
+        durability = ?config.evidence.durability,
+        data_dir = %config.data_dir.display(),
+        "evidence persistence opened"
+    );
+    let stats = Arc::new(EvidenceStats {
+        accepted: AtomicU64::new(0),
+        sink: Some(persistence.sink.clone()),
+    });
+    Ok(Opened {
+        sink: CountedSink {
+            inner: persistence.sink.clone(),
+            stats: stats.clone(),
+        },
+        persistence: Arc::new(persistence),
+        stats,
+    })
+}
+
+/// Restores the registry from the store, except the tools of the skills catalog
+/// (group `skills`: the skills directory is their source of truth, so a skill
+/// removed while the server was down does not come back).
+pub async fn restore_registry(
+    persistence: &Persistence,
+    registry: &Registry,
+) -> Result<(), SoulError> {
+    let mut export = persistence.registry.load().await?;
+    export
+        .tools
+        .retain(|t| t.manifest.id.as_str().split('.').next() != Some("skills"));
+    let report = registry.restore(export);
+    for (what, e) in &report.failed {
+        tracing::warn!(what, error = %e, "could not restore part of the registry");
+    }
+    tracing::info!(restored = report.restored, "registry restored");
+    Ok(())
+}
+
+/// Stops persistence on shutdown.
+pub struct EvidenceFlush {
+    persistence: Option<Arc<Persistence>>,
+    registry: Option<Registry>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stats: Arc<EvidenceStats>,
+}
+
+impl EvidenceFlush {
+    /// A flush for a process that persists nothing.
+    pub fn none() -> Self {
+        Self {
+            persistence: None,
+            registry: None,
+            tasks: Vec::new(),
+            stats: Arc::new(EvidenceStats::default()),
+        }
+    }
+
+    /// Starts saving `registry` on every change and retention, for `opened`.
+    pub fn start(opened: &Opened, registry: &Registry, retention_days: u32) -> Self {
+        let mut tasks = vec![opened.persistence.registry.persist(registry)];
+        if retention_days > 0 {
+            tasks.push(
+                opened
+                    .persistence
+                    .spawn_retention(retention_days, RETENTION_EVERY),
+            );
+        }
+        Self {
+            persistence: Some(opened.persistence.clone()),
+            registry: Some(registry.clone()),
+            tasks,
+            stats: opened.stats.clone(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<EvidenceStats> {
+        self.stats.clone()
+    }
+
+    /// Saves the registry a last time, then drains the spool into the store within
+    /// `timeout` (the rest stays durable in the spool); returns how many records this
+    /// process wrote to the store.
+    pub async fn flush(self, timeout: Duration) -> u64 {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let Some(p) = self.persistence else {
+            return 0;
+        };
+        if let Some(r) = &self.registry
+            && let Err(e) = p.registry.save(&r.export()).await
+        {
+            tracing::error!(error = %e, "could not save the registry on shutdown");
+        }
+        p.sink.shutdown(timeout).await;
+        self.stats.written()
+    }
+}

@@ -1,0 +1,529 @@
+//! The HTTP/JSON API, health, metrics and the MCP endpoint (axum).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /api/tools` | the caller's visible tools (query: `state`, `keyword`, `tag`, `group`) |
+//! | `POST /api/tools/{id}/preflight` | body = arguments object; the dry run |
+//! | `POST /api/tools/{id}/invoke` | body = arguments object; `Idempotency-Key`, `X-Soulbase-Consent`, `traceparent`, `X-Soulbase-Skill` headers |
+//! | `GET /api/skills` | the loaded skills with their `enabled` flag and tools |
+//! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (role `admin`, or any caller in dev mode) |
+//! | `POST /api/reload` | re-read the configuration and the skills directory (role `admin`, or any caller in dev mode) |
+//! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only; action `read_evidence` on the call's tool) |
+//! | `GET /healthz` / `GET /readyz` | liveness / readiness (503 while starting or draining) |
+//! | `GET /metrics` | Prometheus text format |
+//! | `/mcp` | MCP streamable HTTP (Origin validated) |
+//!
+//! Invocations run through the skills gateway. `X-Soulbase-Skill: NAME` makes the
+//! call on behalf of skill `NAME` (its imports are checked), honoured only for a
+//! subject holding scope `skill:NAME` (see `soulbase_mcp::skills`).
+//!
+//! Errors are the public view of R5 (`{"error": {code, message, fields, retry,
+//! retry_after_ms, correlation_id}}`) with the code's HTTP status; an invoke answers
+//! the whole normalized `CallResult` with that status.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use soulbase_auth::{ACTION_READ_EVIDENCE, AuthzRequest};
+use soulbase_config::ReloadStatus;
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_grpc::convert::{self, CallMeta};
+use soulbase_grpc::{CallObserver, Surface};
+use soulbase_observe::{EvidenceEvent, EvidenceStore};
+use soulbase_tools::pipeline::ToolCall;
+use soulbase_tools::{ResolvedTool, ToolFilter, ToolOwner};
+use soulbase_types::{CallId, Subject, ToolId};
+
+use crate::app::App;
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn http_status(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// The JSON error response for `e`.
+pub fn error_response(e: &SoulError) -> Response {
+    let body = json!({ "error": e.public() });
+    json_response(http_status(e.code()), &body)
+}
+
+fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
+    app.auth.resolve(headers).inspect_err(|e| {
+        app.metrics.refused(Surface::Http, e.code());
+    })
+}
+
+fn tool_json(t: &ResolvedTool) -> Value {
+    let m = &t.tool.manifest;
+    json!({
+        "id": m.id.as_str(),
+        "version": m.version.to_string(),
+        "state": t.state.as_str(),
+        "owner": match &t.owner { ToolOwner::Global => "global".to_owned(), ToolOwner::Tenant(x) => x.to_string() },
+        "display_name": m.title(),
+        "description": m.description,
+        "tags": m.tags,
+        "safety_class": m.safety_class.as_str(),
+        "side_effect": m.side_effect.as_str(),
+        "consent_required": m.consent_required(),
+        "input_schema": m.input_schema,
+        "output_schema": m.output_schema,
+        "digest": t.tool.digest,
+    })
+}
+
+/// `GET /api/tools` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Effective state (`registered`, `enabled`, `paused`, `deprecated`).
+    pub state: Option<String>,
+    /// Keyword in name, display name or description.
+    pub keyword: Option<String>,
+    /// Tag.
+    pub tag: Option<String>,
+    /// The id's first segment.
+    pub group: Option<String>,
+}
+
+async fn list_tools(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let subject = match subject(&app, &headers) {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (state, keyword, tag, group)",
+        ));
+    };
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => match convert::enum_name("state", s) {
+            Ok(s) => Some(s),
+            Err(e) => return error_response(&e),
+        },
+    };
+    let filter = ToolFilter {
+        state,
+        keyword: q.keyword,
+        tag: q.tag,
+        group: q.group,
+        ..ToolFilter::default()
+    };
+    let mut tools = app.registry.list(&subject.tenant, &filter);
+    tools.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+    let list: Vec<Value> = tools.iter().map(tool_json).collect();
+    json_response(StatusCode::OK, &json!({ "tools": list }))
+}
+
+fn build_call(
+    app: &App,
+    id: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<ToolCall, SoulError> {
+    let subject = subject(app, headers)?;
+    let refuse = |e: SoulError| {
+        app.metrics.refused(Surface::Http, e.code());
+        e
+    };
+    let tool = convert::tool_id("id", id).map_err(refuse)?;
+    let text = std::str::from_utf8(body)
+        .map_err(|_| refuse(convert::invalid("body", "the body is not UTF-8")))?;
+    let args = convert::arguments("body", text).map_err(refuse)?;
+    if !args.is_object() {
+        return Err(refuse(convert::invalid(
+            "body",
+            "the body must be a JSON object of arguments",
+        )));
+    }
+    let meta = CallMeta::from_headers(headers);
+    let mut call = ToolCall::new(subject, tool, args);
+    call.idempotency_key = meta.idempotency_key;
+    call.consent = meta.consent;
+    if let Some(tp) = meta.traceparent {
+        let trace = soulbase_types::TraceContext::parse_traceparent(&tp).map_err(|_| {
+            refuse(convert::invalid(
+                "traceparent",
+                "the traceparent header is malformed",
+            ))
+        })?;
+        call = call.with_trace(trace);
+    }
+    if let Some(c) = headers
+        .get("x-soulbase-call-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        let id = CallId::new(c).map_err(|_| {
+            refuse(convert::invalid(
+                "x-soulbase-call-id",
+                "the call id is malformed",
+            ))
+        })?;
+        call = call.with_call_id(id);
+    }
+    Ok(call)
+}
+
+async fn preflight(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let call = match build_call(&app, &id, &headers, &body) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    match app.invoker.preflight(&call).await {
+        Ok(report) => {
+            app.metrics
+                .budget_seen(&call.subject.tenant, &call.tool, &report.budget);
+            json_response(
+                StatusCode::OK,
+                &serde_json::to_value(&report).unwrap_or(Value::Null),
+            )
+        }
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e.with_correlation_id(call.call_id.as_str()))
+        }
+    }
+}
+
+async fn invoke(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let call = match build_call(&app, &id, &headers, &body) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let calling =
+        match soulbase_mcp::skills::skill_binding(&headers, &call.subject, app.dev_insecure) {
+            Ok(c) => c,
+            Err(e) => {
+                app.metrics.refused(Surface::Http, e.code());
+                return error_response(&e);
+            }
+        };
+    let tool = call.tool.clone();
+    let started = Instant::now();
+    app.metrics.call_started(Surface::Http);
+    let result = app.invoke(calling.as_deref(), call).await;
+    app.metrics
+        .call_finished(Surface::Http, &tool, &result, started.elapsed());
+    let status = result.error_code.map_or(StatusCode::OK, http_status);
+    json_response(
+        status,
+        &serde_json::to_value(&result).unwrap_or(Value::Null),
+    )
+}
+
+/// The caller, when it may administer the server (role `admin`, or dev mode).
+fn admin(app: &App, headers: &HeaderMap, what: &str) -> Result<Subject, SoulError> {
+    let subject = subject(app, headers)?;
+    if !app.dev_insecure && !subject.roles.contains("admin") {
+        return Err(SoulError::new(
+            ErrorCode::AuthForbidden,
+            format!("{what} needs the admin role"),
+        ));
+    }
+    Ok(subject)
+}
+
+fn skills_json(report: &soulbase_skills::ReloadReport) -> Value {
+    json!({
+        "generation": report.generation,
+        "added": report.added,
+        "updated": report.updated,
+        "removed": report.removed,
+        "errors": report.errors().map(ToString::to_string).collect::<Vec<_>>(),
+    })
+}
+
+async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(e) = admin(&app, &headers, "reloading the configuration") {
+        return error_response(&e);
+    }
+    let status = app.reload();
+    let skills = match app.reload_skills().await {
+        None => Value::Null,
+        Some(Ok(report)) => skills_json(&report),
+        Some(Err(e)) => return error_response(&e),
+    };
+    match status {
+        ReloadStatus::Loaded { hash } | ReloadStatus::Unchanged { hash } => json_response(
+            StatusCode::OK,
+            &json!({"status": "unchanged", "hash": hash, "skills": skills}),
+        ),
+        ReloadStatus::Applied { hash, previous } => json_response(
+            StatusCode::OK,
+            &json!({"status": "applied", "hash": hash, "previous": previous, "skills": skills}),
+        ),
+        ReloadStatus::Rejected { error, kept } => {
+            let e = SoulError::new(
+                ErrorCode::ConfigInvalid,
+                "the new configuration is invalid; the previous one stays",
+            )
+            .with_field("kept", kept)
+            .with_field("problems", error.to_string());
+            error_response(&e)
+        }
+    }
+}
+
+fn skill_json(set: &soulbase_skills::SkillSet, s: &soulbase_skills::Skill) -> Value {
+    json!({
+        "name": s.name,
+        "title": s.title,
+        "description": s.description,
+        "version": s.version,
+        "kind": match s.kind {
+            soulbase_skills::SkillKind::Package => "package",
+            soulbase_skills::SkillKind::Descriptor => "descriptor",
+        },
+        "enabled": set.is_enabled(&s.name),
+        "tools": s.tools.iter().map(|t| t.id().as_str()).collect::<Vec<_>>(),
+    })
+}
+
+fn no_skills() -> SoulError {
+    SoulError::new(ErrorCode::ToolNotFound, "this server serves no skills")
+}
+
+/// `GET /api/skills`: every loaded skill, enabled or not, in name order.
+async fn list_skills(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(e) = subject(&app, &headers) {
+        return error_response(&e);
+    }
+    let Some(skills) = &app.skills else {
+        return json_response(StatusCode::OK, &json!({"skills": [], "generation": 0}));
+    };
+    let set = skills.catalog.current();
+    let list: Vec<Value> = set.skills().map(|s| skill_json(&set, s)).collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"skills": list, "generation": set.generation()}),
+    )
+}
+
+/// `PATCH /api/skills/{name}` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillPatch {
+    enabled: bool,
+}
+
+/// `PATCH /api/skills/{name}` `{"enabled": bool}` (seed 003): a disabled skill
+/// leaves every view from the next request on.
+async fn patch_skill(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = admin(&app, &headers, "enabling or disabling a skill") {
+        return error_response(&e);
+    }
+    let patch: SkillPatch = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => {
+            return error_response(
+                &convert::invalid("body", "expected {\"enabled\": true|false}")
+                    .with_note(e.to_string()),
+            );
+        }
+    };
+    let Some(skills) = &app.skills else {
+        return error_response(&no_skills());
+    };
+    if let Err(e) = skills.catalog.set_enabled_async(&name, patch.enabled).await {
+        return error_response(&e);
+    }
+    let set = skills.catalog.current();
+    match set.get(&name) {
+        Some(s) => json_response(StatusCode::OK, &skill_json(&set, s)),
+        None => error_response(&no_skills()),
+    }
+}
+
+/// How long a read waits for the spool to drain a call still in flight to the store.
+const EVIDENCE_READ_WAIT: Duration = Duration::from_secs(2);
+
+fn no_evidence() -> SoulError {
+    SoulError::new(
+        ErrorCode::ToolNotFound,
+        "no evidence is recorded for this call",
+    )
+    .with_field("field", "call_id")
+}
+
+/// `GET /api/evidence/{call_id}`: the records of one call of the caller's tenant
+/// (another tenant's call answers 404 exactly like an unknown one) and what replay
+/// rebuilds from them; needs action `read_evidence` on the call's tool.
+async fn read_evidence(
+    State(app): State<Arc<App>>,
+    Path(call_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match evidence_json(&app, &call_id, &headers).await {
+        Ok(body) => json_response(StatusCode::OK, &body),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
+async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<Value, SoulError> {
+    let subject = app.auth.resolve(headers)?;
+    let call_id = CallId::new(call_id)
+        .map_err(|_| convert::invalid("call_id", "the call id is malformed"))?;
+    let Some(p) = &app.persistence else {
+        return Err(no_evidence());
+    };
+    let tenant = Some(&subject.tenant);
+    let mut evidence = p.evidence.call(tenant, &call_id).await?;
+    // A call that just ran may still be on its way from the spool to the store.
+    if evidence.is_empty() || evidence.begins().count() > evidence.ends().count() {
+        if let Err(e) = p.sink.wait_drained(EVIDENCE_READ_WAIT).await {
+            tracing::debug!(error = %e, "evidence read before the spool drained");
+        }
+        evidence = p.evidence.call(tenant, &call_id).await?;
+    }
+    // The tool the call was for: its Begin's, else its denial's (which may name an
+    // id that never parsed — then no policy can allow reading it). An End alone
+    // names no tool and is not shown.
+    let tool = evidence
+        .records
+        .iter()
+        .find_map(|r| match &r.payload {
+            EvidenceEvent::Begin(b) => Some(b.tool_id.clone()),
+            EvidenceEvent::Denied(d) => ToolId::new(d.tool.as_str()).ok(),
+            EvidenceEvent::End(_) => None,
+        })
+        .ok_or_else(no_evidence)?;
+    let owner = app
+        .registry
+        .get(&subject.tenant, &tool)
+        .ok()
+        .map(|t| t.owner);
+    app.authorizer
+        .authorize(AuthzRequest {
+            subject: &subject,
+            tool: &tool,
+            tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
+            action: ACTION_READ_EVIDENCE,
+        })
+        .await?;
+    let replay = soulbase_observe::replay(&evidence)?;
+    Ok(json!({
+        "call_id": call_id.as_str(),
+        "records": evidence.records,
+        "replay": replay,
+    }))
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.is_ready() {
+        json_response(StatusCode::OK, &json!({"status": "ready"}))
+    } else {
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "not ready"}),
+        )
+    }
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    app.metrics
+        .set_registry_version(app.registry.snapshot_version());
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Origin validation and authentication in front of MCP: a browser `Origin` must be
+/// listed in `server.mcp_allowed_origins`; the caller must authenticate.
+async fn mcp_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let allowed = app
+            .config
+            .current()
+            .config()
+            .server
+            .mcp_allowed_origins
+            .clone();
+        let ok = origin
+            .to_str()
+            .is_ok_and(|o| allowed.iter().any(|a| a == o));
+        if !ok {
+            return error_response(
+                &SoulError::new(ErrorCode::AuthForbidden, "this Origin may not use MCP")
+                    .with_field("field", "origin"),
+            );
+        }
+    }
+    if let Err(e) = subject(&app, request.headers()) {
+        return error_response(&e);
+    }
+    next.run(request).await
+}
+
+/// The MCP streamable HTTP service type.
+pub type McpService = soulbase_mcp::transport::StreamableHttpService<
+    soulbase_mcp::McpServer,
+    soulbase_mcp::transport::LocalSessionManager,
+>;
+
+/// The whole HTTP router, with `mcp` mounted at `/mcp`.
+pub fn router(app: Arc<App>, mcp: McpService) -> Router {
+    let mcp_routes = Router::new()
+        .route_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(app.clone(), mcp_gate));
+    Router::new()
+        .route("/api/tools", get(list_tools))
+        .route("/api/tools/{id}/preflight", post(preflight))
+        .route("/api/tools/{id}/invoke", post(invoke))
+        .route("/api/skills", get(list_skills))
+        .route("/api/skills/{name}", patch(patch_skill))
+        .route("/api/reload", post(reload))
+        .route("/api/evidence/{call_id}", get(read_evidence))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(app)
+        .merge(mcp_routes)
+}

@@ -1,0 +1,39 @@
+//! `soulbased`: the Soulbase server.
+//!
+//! One process serves the roles chosen in configuration (`server.roles`): `tools`
+//! (registry, invoker, HTTP API, MCP, skills), `auth` (`soulbase.auth.v1`) and `qos`
+//! (`soulbase.qos.v1`). A `tools` role reaches an auth or qos role served elsewhere
+//! at `server.remote.{auth,qos}` through its gRPC client; otherwise (and always for
+//! sandbox and evidence, whose services are not built yet) the seam runs in-process
+//! behind it ([`app::App`]).
+//!
+//! - gRPC on `server.grpc_addr` ([`server`]): `soulbase.tools.v1.ToolRegistry`,
+//!   `soulbase.tools.v1.ToolInvoker`, `grpc.health.v1.Health` and reflection,
+//!   optional TLS / mTLS (rustls, ring provider; feature `tls`).
+//! - HTTP on `server.http_addr` ([`http_api`]): the JSON API under `/api`,
+//!   `/healthz`, `/readyz`, `/metrics` (Prometheus text, [`metrics`]) and MCP
+//!   streamable HTTP at `/mcp`.
+//! - Configuration from defaults < `config.yaml` < `SOULBASE_*` environment < flags,
+//!   hot-reloaded (file watch and `POST /api/reload`).
+//! - Graceful shutdown on SIGTERM / SIGINT: readiness drops, listeners stop
+//!   accepting, in-flight calls get `server.shutdown_grace_ms` to finish, then the
+//!   registry is saved and the evidence spool drained into the store.
+//! - Persistence ([`evidence`]): evidence through the durable spool into SQLite
+//!   (default, under `data_dir`) or Postgres, idempotency records and registry state
+//!   in the same database; `GET /api/evidence/{call_id}` reads a call back.
+//! - OpenTelemetry ([`telemetry`]): with `observe.otlp_endpoint`, one
+//!   `execute_tool {tool}` span per HTTP/gRPC/MCP invocation (GenAI attributes) is
+//!   exported over OTLP/gRPC.
+//! - Sandbox: profiles are Grant ∩ Manifest ∩ PolicyConfig (`sandbox.*`), executed
+//!   by the builtin, HTTP, WASM and process executors.
+//! - Authentication from metadata through the [`soulbase_grpc::SubjectResolver`]
+//!   seam: API keys / JWTs (`auth.*`), development headers only with
+//!   `server.dev_insecure: true`.
+
+pub mod app;
+pub mod builtins;
+pub mod evidence;
+pub mod http_api;
+pub mod metrics;
+pub mod server;
+pub mod telemetry;

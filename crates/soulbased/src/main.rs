@@ -1,0 +1,230 @@
+//! The `soulbased` binary: `soulbased [serve]` runs the server; `soulbased mcp`
+//! serves MCP over stdio for one tenant/actor. See the library docs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use soulbase_config::ConfigLoader;
+use soulbase_types::{ActorId, Subject, TenantId};
+use soulbased::app::App;
+
+/// mimalloc: many small cross-thread allocations per call (evidence records are
+/// freed by their consumer).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The Soulbase server.
+#[derive(Debug, Parser)]
+#[command(name = "soulbased", version, about)]
+struct Cli {
+    /// The config file (default: $SOULBASE_CONFIG, else ./config.yaml if present).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// gRPC listen address (server.grpc_addr).
+    #[arg(long, global = true)]
+    grpc_addr: Option<String>,
+    /// HTTP listen address (server.http_addr).
+    #[arg(long, global = true)]
+    http_addr: Option<String>,
+    /// Development only: trust x-soulbase-tenant / x-soulbase-actor headers.
+    #[arg(long, global = true)]
+    dev_insecure: bool,
+    /// Any configuration value, `--set path=value` (highest precedence).
+    #[arg(long = "set", value_name = "PATH=VALUE", global = true)]
+    set: Vec<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the configured roles (the default).
+    Serve,
+    /// Serve MCP over stdin/stdout, acting for one tenant and actor.
+    Mcp {
+        /// The tenant every call acts for.
+        #[arg(long)]
+        tenant: String,
+        /// The actor every call acts as.
+        #[arg(long)]
+        actor: String,
+        /// Binds the session to this skill: its tool set is the skill's, and its
+        /// calls are made as that skill (imports checked).
+        #[arg(long)]
+        skill: Option<String>,
+    },
+}
+
+fn loader(cli: &Cli) -> Result<ConfigLoader, String> {
+    let mut loader = ConfigLoader::from_process_env();
+    if let Some(path) = &cli.config {
+        loader = loader.with_file(path);
+    }
+    if let Some(a) = &cli.grpc_addr {
+        loader = loader.with_named_flag("--grpc-addr", "server.grpc_addr", a);
+    }
+    if let Some(a) = &cli.http_addr {
+        loader = loader.with_named_flag("--http-addr", "server.http_addr", a);
+    }
+    if cli.dev_insecure {
+        loader = loader.with_named_flag("--dev-insecure", "server.dev_insecure", "true");
+    }
+    for s in &cli.set {
+        let Some((path, value)) = s.split_once('=') else {
+            return Err(format!("--set {s}: expected PATH=VALUE"));
+        };
+        loader = loader.with_flag(path, value);
+    }
+    Ok(loader)
+}
+
+/// Logs to stderr (stdout carries the addresses, and MCP over stdio), filtered by
+/// `RUST_LOG` / `observe.log_filter`; with an OTLP endpoint, also the
+/// `execute_tool` spans over OTLP/gRPC. Must run inside the Tokio runtime.
+fn init_tracing(
+    filter: Option<&str>,
+    otlp: Option<&str>,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .or_else(|| filter.map(str::to_owned))
+        .unwrap_or_else(|| "info,soulbase::evidence=warn".to_owned());
+    let env = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(env);
+    let (provider, problem) = match otlp.map(soulbased::telemetry::otlp_provider) {
+        None => (None, None),
+        Some(Ok(p)) => (Some(p), None),
+        Some(Err(e)) => (None, Some(e)),
+    };
+    let otel = provider.as_ref().map(soulbased::telemetry::layer);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    if let Some(e) = problem {
+        tracing::error!(error = %e, note = ?e.audit().causes, "OpenTelemetry export disabled");
+    }
+    if let Some(endpoint) = otlp.filter(|_| provider.is_some()) {
+        tracing::info!(endpoint, "exporting execute_tool spans over OTLP");
+    }
+    provider
+}
+
+async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), String> {
+    let (app, flush) = App::build(loader.clone()).await.map_err(|e| {
+        let a = e.audit();
+        format!(
+            "{}: {} {}",
+            e.code().as_str(),
+            e.message(),
+            a.causes.join("; ")
+        )
+    })?;
+    // Hot reload: watch the file; apply each accepted snapshot.
+    let poll = Duration::from_millis(app.config.current().config().skills.poll_interval_ms);
+    let _watcher = soulbase_config::watch(app.config.clone(), loader, poll);
+    let mut status = app.config.subscribe();
+    let follower = app.clone();
+    tokio::spawn(async move {
+        while status.changed().await.is_ok() {
+            let s = status.borrow_and_update().clone();
+            tracing::info!(status = ?s, "configuration reload");
+            follower.apply_current();
+        }
+    });
+    match command {
+        Some(Command::Mcp {
+            tenant,
+            actor,
+            skill,
+        }) => {
+            let tenant = TenantId::new(tenant).map_err(|e| format!("--tenant: {}", e.reason))?;
+            let actor = ActorId::new(actor).map_err(|e| format!("--actor: {}", e.reason))?;
+            let mut server = soulbase_mcp::McpServer::for_subject(
+                app.registry.clone(),
+                app.invoker.clone(),
+                Subject::new(tenant, actor),
+            )
+            .with_observer(app.metrics.clone())
+            .with_call_span(Arc::new(soulbased::telemetry::execute_tool_span))
+            .with_bound_skill(skill);
+            if let Some(s) = &app.skills {
+                server = server.with_skills(s.gateway.clone(), false);
+            }
+            soulbase_mcp::serve_stdio(server)
+                .await
+                .map_err(|e| format!("{}: {}", e.code().as_str(), e.message()))?;
+            flush.flush(Duration::from_secs(5)).await;
+            Ok(())
+        }
+        Some(Command::Serve) | None => {
+            soulbased::server::run(app, flush, soulbased::server::shutdown_signal())
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    let a = e.audit();
+                    format!(
+                        "{}: {} {}",
+                        e.code().as_str(),
+                        e.message(),
+                        a.causes.join("; ")
+                    )
+                })
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let loader = match loader(&cli) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("soulbased: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let observe = loader
+        .load()
+        .ok()
+        .map(|s| s.config().observe.clone())
+        .unwrap_or_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("soulbased: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let provider = {
+        let _rt = runtime.enter();
+        init_tracing(
+            observe.log_filter.as_deref(),
+            observe.otlp_endpoint.as_deref(),
+        )
+    };
+    let served = runtime.block_on(serve(loader, cli.command));
+    if let Some(p) = provider
+        && let Err(e) = p.shutdown_with_timeout(Duration::from_secs(5))
+    {
+        tracing::warn!(error = %e, "flushing OpenTelemetry spans failed");
+    }
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("soulbased: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

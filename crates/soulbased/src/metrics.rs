@@ -1,0 +1,354 @@
+//! Prometheus metrics, written in the text exposition format (0.0.4) by hand.
+//!
+//! - `soulbase_calls_total{surface,status}` — finished calls;
+//! - `soulbase_denials_total{surface,code}` — calls and requests refused by
+//!   governance (authentication, policy, consent, quota, …), by stable code;
+//! - `soulbase_errors_total{surface,code}` — failed calls and malformed requests, by
+//!   stable code;
+//! - `soulbase_call_duration_seconds{surface}` — latency histogram;
+//! - `soulbase_budget_remaining_calls{tenant,tool}` — calls left under the tightest
+//!   limit, as last seen by a preflight;
+//! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`;
+//! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use soulbase_errors::ErrorCode;
+use soulbase_grpc::{CallObserver, Surface};
+use soulbase_qos::BudgetSnapshot;
+use soulbase_tools::pipeline::{CallResult, CallStatus};
+use soulbase_types::{TenantId, ToolId};
+
+use crate::evidence::EvidenceStats;
+
+/// Histogram bucket upper bounds, in seconds.
+const BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            d.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+const SURFACES: [Surface; 3] = [Surface::Grpc, Surface::Http, Surface::Mcp];
+
+fn surface_index(s: Surface) -> usize {
+    match s {
+        Surface::Grpc => 0,
+        Surface::Http => 1,
+        Surface::Mcp => 2,
+    }
+}
+
+/// The process's metrics. Cheap to update from any thread.
+#[derive(Default)]
+pub struct Metrics {
+    calls: [[AtomicU64; 3]; 3],
+    latency: [Histogram; 3],
+    denials: Mutex<BTreeMap<(Surface, ErrorCode), u64>>,
+    errors: Mutex<BTreeMap<(Surface, ErrorCode), u64>>,
+    budgets: Mutex<BTreeMap<(String, String), u64>>,
+    evidence: Mutex<Option<Arc<EvidenceStats>>>,
+    registry_version: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn status_index(s: CallStatus) -> usize {
+    match s {
+        CallStatus::Ok => 0,
+        CallStatus::Denied => 1,
+        CallStatus::Error => 2,
+    }
+}
+
+const STATUSES: [&str; 3] = ["ok", "denied", "error"];
+
+/// Escapes a label value (backslash, quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn bump(map: &Mutex<BTreeMap<(Surface, ErrorCode), u64>>, key: (Surface, ErrorCode)) {
+    let mut m = map.lock().unwrap_or_else(PoisonError::into_inner);
+    *m.entry(key).or_default() += 1;
+}
+
+impl Metrics {
+    /// Empty metrics.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reports the evidence queue of `stats`.
+    pub fn watch_evidence(&self, stats: Arc<EvidenceStats>) {
+        *self.evidence.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
+    }
+
+    /// Records the registry's snapshot counter.
+    pub fn set_registry_version(&self, v: u64) {
+        self.registry_version.store(v, Ordering::Relaxed);
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let _ = writeln!(out, "# HELP soulbase_calls_total Finished tool calls.");
+        let _ = writeln!(out, "# TYPE soulbase_calls_total counter");
+        for s in SURFACES {
+            for (i, st) in STATUSES.iter().enumerate() {
+                let n = self.calls[surface_index(s)][i].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "soulbase_calls_total{{surface=\"{}\",status=\"{st}\"}} {n}",
+                    s.as_str()
+                );
+            }
+        }
+        for (name, help, map) in [
+            (
+                "soulbase_denials_total",
+                "Calls and requests refused by governance, by stable code.",
+                &self.denials,
+            ),
+            (
+                "soulbase_errors_total",
+                "Failed calls, by stable code.",
+                &self.errors,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let m = map.lock().unwrap_or_else(PoisonError::into_inner);
+            for ((s, code), n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{surface=\"{}\",code=\"{}\"}} {n}",
+                    s.as_str(),
+                    code.as_str()
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_call_duration_seconds Tool call latency as seen by the server."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_call_duration_seconds histogram");
+        for s in SURFACES {
+            let h = &self.latency[surface_index(s)];
+            let mut cumulative = 0;
+            for (i, b) in BUCKETS.iter().enumerate() {
+                cumulative += h.counts[i].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "soulbase_call_duration_seconds_bucket{{surface=\"{}\",le=\"{b}\"}} {cumulative}",
+                    s.as_str()
+                );
+            }
+            let count = h.count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "soulbase_call_duration_seconds_bucket{{surface=\"{}\",le=\"+Inf\"}} {count}",
+                s.as_str()
+            );
+            let sum = h.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "soulbase_call_duration_seconds_sum{{surface=\"{}\"}} {sum}",
+                s.as_str()
+            );
+            let _ = writeln!(
+                out,
+                "soulbase_call_duration_seconds_count{{surface=\"{}\"}} {count}",
+                s.as_str()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_budget_remaining_calls Calls left under the tightest limit, as last seen by a preflight."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_budget_remaining_calls gauge");
+        for ((tenant, tool), n) in self
+            .budgets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "soulbase_budget_remaining_calls{{tenant=\"{}\",tool=\"{}\"}} {n}",
+                escape(tenant),
+                escape(tool)
+            );
+        }
+        let stats = self
+            .evidence
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let (depth, written) = stats.map_or((0, 0), |s| (s.depth(), s.written()));
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_evidence_queue_depth Evidence records accepted but not yet in the store."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_evidence_queue_depth gauge");
+        let _ = writeln!(out, "soulbase_evidence_queue_depth {depth}");
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_evidence_written_total Evidence records written to the store."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_evidence_written_total counter");
+        let _ = writeln!(out, "soulbase_evidence_written_total {written}");
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_calls_in_flight Calls inside the pipeline right now."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_calls_in_flight gauge");
+        let _ = writeln!(
+            out,
+            "soulbase_calls_in_flight {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_registry_snapshot_version The registry's change counter."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_registry_snapshot_version gauge");
+        let _ = writeln!(
+            out,
+            "soulbase_registry_snapshot_version {}",
+            self.registry_version.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+impl CallObserver for Metrics {
+    fn call_started(&self, _surface: Surface) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn call_finished(
+        &self,
+        surface: Surface,
+        _tool: &ToolId,
+        result: &CallResult,
+        elapsed: Duration,
+    ) {
+        let si = surface_index(surface);
+        // Saturating: a finish without a start (e.g. a direct observer call) must not wrap.
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.calls[si][status_index(result.status)].fetch_add(1, Ordering::Relaxed);
+        self.latency[si].observe(elapsed);
+        if let Some(code) = result.error_code {
+            match result.status {
+                CallStatus::Denied => bump(&self.denials, (surface, code)),
+                _ => bump(&self.errors, (surface, code)),
+            }
+        }
+    }
+
+    fn budget_seen(&self, tenant: &TenantId, tool: &ToolId, budget: &BudgetSnapshot) {
+        if let Some(n) = budget.remaining {
+            self.budgets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((tenant.to_string(), tool.to_string()), n);
+        }
+    }
+
+    fn refused(&self, surface: Surface, code: ErrorCode) {
+        if soulbase_grpc::is_denial(code) {
+            bump(&self.denials, (surface, code));
+        } else {
+            bump(&self.errors, (surface, code));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use soulbase_types::CallId;
+
+    #[test]
+    fn render_counts_calls_denials_and_latency() {
+        let m = Metrics::new();
+        let tool = ToolId::new("a.b.c").unwrap();
+        let ok = CallResult {
+            call_id: CallId::generate(),
+            status: CallStatus::Ok,
+            error_code: None,
+            error: None,
+            output: None,
+            evidence_ref: None,
+            replayed: false,
+        };
+        m.call_finished(Surface::Grpc, &tool, &ok, Duration::from_micros(300));
+        let denied = CallResult {
+            status: CallStatus::Denied,
+            error_code: Some(ErrorCode::PolicyDenyTool),
+            ..ok.clone()
+        };
+        m.call_finished(Surface::Http, &tool, &denied, Duration::from_millis(2));
+        m.refused(Surface::Grpc, ErrorCode::AuthUnauthenticated);
+        let text = m.render();
+        assert!(text.contains("soulbase_calls_total{surface=\"grpc\",status=\"ok\"} 1"));
+        assert!(text.contains("soulbase_calls_total{surface=\"http\",status=\"denied\"} 1"));
+        assert!(
+            text.contains("soulbase_denials_total{surface=\"http\",code=\"POLICY.DENY_TOOL\"} 1")
+        );
+        assert!(
+            text.contains(
+                "soulbase_denials_total{surface=\"grpc\",code=\"AUTH.UNAUTHENTICATED\"} 1"
+            )
+        );
+        assert!(
+            text.contains(
+                "soulbase_call_duration_seconds_bucket{surface=\"grpc\",le=\"0.0005\"} 1"
+            )
+        );
+        assert!(text.contains("soulbase_call_duration_seconds_count{surface=\"http\"} 1"));
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

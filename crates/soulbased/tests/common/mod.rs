@@ -1,0 +1,279 @@
+//! Starts a real `soulbased` on loopback with ephemeral ports.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use soulbase_grpc::proto::tool_invoker_client::ToolInvokerClient;
+use soulbase_grpc::proto::tool_registry_client::ToolRegistryClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+/// A config for most tests: dev headers on; `acme` may do everything; `limited`
+/// may invoke but echo is limited to 1/min; `other` has no rule.
+pub const DEV_CONFIG: &str = r#"
+server:
+  dev_insecure: true
+  shutdown_grace_ms: 10000
+policy:
+  rules:
+    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate] }
+    - { effect: allow, tenant: limited, tools: ["*"] }
+quota:
+  limits:
+    - { tenant: limited, tool: soulbase.builtin.echo, rate: 1/min }
+"#;
+
+pub struct Server {
+    child: Child,
+    pub grpc: String,
+    pub http: String,
+    lines: mpsc::Receiver<String>,
+    pending: Vec<String>,
+    _dir: Option<tempfile::TempDir>,
+    envs: Vec<(String, String)>,
+}
+
+impl Server {
+    /// Starts `soulbased` with `config` as its config file; waits until ready.
+    pub fn start(config: &str) -> Server {
+        Self::start_in(config, |_| {})
+    }
+
+    /// Like [`start`](Self::start), after `prepare` has filled the server's working
+    /// directory (e.g. a `skills/` folder).
+    pub fn start_in(config: &str, prepare: impl FnOnce(&std::path::Path)) -> Server {
+        Self::start_env(config, prepare, &[])
+    }
+
+    /// Like [`start_in`](Self::start_in), with extra environment variables.
+    pub fn start_env(
+        config: &str,
+        prepare: impl FnOnce(&std::path::Path),
+        envs: &[(&str, &str)],
+    ) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        prepare(dir.path());
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        let envs = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::spawn(dir, envs)
+    }
+
+    /// Stops this server with SIGTERM (it must exit cleanly) and starts a new one in
+    /// the same working directory: same config file, same `./data`.
+    pub fn restart(mut self) -> Server {
+        self.sigterm();
+        let (status, _) = self.wait_exit(Duration::from_secs(30));
+        assert!(status.success(), "{status:?}");
+        let dir = self._dir.take().unwrap();
+        let envs = std::mem::take(&mut self.envs);
+        Self::spawn(dir, envs)
+    }
+
+    fn spawn(dir: tempfile::TempDir, envs: Vec<(String, String)>) -> Server {
+        let path = dir.path().join("config.yaml");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soulbased"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SOULBASE_") {
+                cmd.env_remove(k);
+            }
+        }
+        let mut child = cmd
+            .current_dir(dir.path())
+            .arg("--config")
+            .arg(&path)
+            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "error")
+            .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut grpc, mut http) = (None, None);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .expect("soulbased did not become ready in time");
+            if let Some(a) = line.strip_prefix("soulbased: grpc listening on ") {
+                grpc = Some(a.to_owned());
+            } else if let Some(a) = line.strip_prefix("soulbased: http listening on ") {
+                http = Some(a.to_owned());
+            } else if line == "soulbased: ready" {
+                break;
+            }
+        }
+        Server {
+            child,
+            grpc: grpc.unwrap(),
+            http: http.unwrap(),
+            lines: rx,
+            pending: Vec::new(),
+            _dir: Some(dir),
+            envs,
+        }
+    }
+
+    /// The config file the server reads (rewrite it, then reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir().join("config.yaml")
+    }
+
+    /// The server's working directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.as_ref().unwrap().path()
+    }
+
+    /// Sends `signal` (e.g. `HUP`) to this server (by pid).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM to this server (by pid).
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns its status and the stdout lines
+    /// printed after `ready`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // The reader thread ends at EOF; collect what it still has.
+                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+                    self.pending.push(l);
+                }
+                return (status, std::mem::take(&mut self.pending));
+            }
+            assert!(Instant::now() < deadline, "soulbased did not exit in time");
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(20)) {
+                self.pending.push(l);
+            }
+        }
+    }
+
+    pub async fn invoker(&self) -> ToolInvokerClient<Channel> {
+        ToolInvokerClient::new(self.channel().await)
+    }
+
+    pub async fn registry(&self) -> ToolRegistryClient<Channel> {
+        ToolRegistryClient::new(self.channel().await)
+    }
+
+    /// A plaintext channel; connecting is lazy so a failure shows on the first call.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc))
+            .unwrap()
+            .connect_lazy()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A request carrying the development identity headers.
+pub fn as_dev<T>(body: T, tenant: &str, actor: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(body);
+    req.metadata_mut()
+        .insert("x-soulbase-tenant", tenant.parse().unwrap());
+    req.metadata_mut()
+        .insert("x-soulbase-actor", actor.parse().unwrap());
+    req
+}
+
+/// The stable code in a status's `ErrorDetail`.
+pub fn code_of(status: &tonic::Status) -> String {
+    soulbase_errors::SoulError::from_status(status)
+        .code()
+        .as_str()
+        .to_owned()
+}
+
+/// A minimal HTTP/1.1 exchange: returns (status, body).
+pub async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Polls `/metrics` until `metric` has `value` or the deadline passes.
+pub async fn wait_metric(addr: &str, metric: &str, pred: impl Fn(f64) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, text) = http(addr, "GET", "/metrics", &[], "").await;
+        let v = text
+            .lines()
+            .find(|l| l.starts_with(metric) && l[metric.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok());
+        if v.is_some_and(&pred) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "metric {metric} never matched (last: {v:?})"
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,69 @@
+//! `soulbased mcp`: MCP over stdio for one tenant and actor, with rmcp's client.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::process::Stdio;
+
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_lists_and_calls_as_the_configured_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "policy:\n  rules:\n    - { effect: allow, tenant: acme, tools: [\"soulbase.builtin.echo\"] }\n",
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbased"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SOULBASE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .args(["mcp", "--tenant", "acme", "--actor", "agent"])
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let client = ().serve((stdout, stdin)).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 3);
+    let ok = client
+        .call_tool(
+            CallToolRequestParams::new("soulbase.builtin.echo")
+                .with_arguments(json!({"a": 1}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.structured_content, Some(json!({"echo": {"a": 1}})));
+    // The policy allows only echo for this subject.
+    let denied = client
+        .call_tool(
+            CallToolRequestParams::new("soulbase.builtin.sleep")
+                .with_arguments(json!({"ms": 1}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(denied.is_error, Some(true));
+    assert_eq!(
+        denied.structured_content.unwrap()["code"],
+        "POLICY.DENY_TOOL"
+    );
+    client.cancel().await.unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("soulbased mcp did not exit after stdin closed")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}

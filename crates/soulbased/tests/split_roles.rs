@@ -1,0 +1,317 @@
+//! The same invoke / deny suite against all roles in one `soulbased`, and against a
+//! `tools`-only `soulbased` whose authorization, consent and quotas are served by a
+//! second `soulbased` (`roles: [auth, qos]`) over `soulbase.auth.v1` /
+//! `soulbase.qos.v1`, with the internal token required.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::{DEV_CONFIG, Server, as_dev, code_of, http};
+use serde_json::{Value, json};
+use soulbase_grpc::proto;
+
+const TOKEN_ENV: &str = "SB_TEST_INTERNAL_TOKEN";
+const TOKEN: &str = "internal-token-for-tests-0123456789";
+const CONSENT_ENV: &str = "SOULBASED_CONSENT_HMAC_KEY";
+
+fn invoke_req(tool: &str, args: Value) -> proto::InvokeRequest {
+    proto::InvokeRequest {
+        tool_id: tool.into(),
+        arguments_json: args.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The checks both deployments must pass: invoke, preflight, policy denial,
+/// rate limit with a retry hint, idempotent replay, HTTP invoke.
+async fn suite(tools: &Server) {
+    let mut invoker = tools.invoker().await;
+    let ok = invoker
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({"n": 1})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok.output_json).unwrap(),
+        json!({"echo": {"n": 1}})
+    );
+    let pre = invoker
+        .preflight(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pre.version, "1.0.0");
+
+    // Policy: no rule for `other`.
+    let st = invoker
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "other",
+            "eve",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "POLICY.DENY_TOOL");
+    let st = invoker
+        .preflight(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "other",
+            "eve",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "POLICY.DENY_TOOL");
+
+    // Quota: `limited` may call echo once a minute.
+    invoker
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "limited",
+            "l",
+        ))
+        .await
+        .unwrap();
+    let st = invoker
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "limited",
+            "l",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "QUOTA.RATE_LIMITED");
+    let e = soulbase_errors::SoulError::from_status(&st);
+    assert!(e.public().retry_after_ms.is_some_and(|ms| ms > 0));
+
+    // Idempotent retry: the counter runs once.
+    let keyed = || {
+        let mut r = invoke_req("soulbase.builtin.counter", json!({}));
+        r.idempotency_key = "k-1".into();
+        as_dev(r, "acme", "bob")
+    };
+    let first = invoker.invoke(keyed()).await.unwrap().into_inner();
+    let again = invoker.invoke(keyed()).await.unwrap().into_inner();
+    assert_eq!(first.output_json, again.output_json);
+    assert!(again.replayed);
+
+    // Consent, verified by whichever process serves the auth role.
+    let manifest = json!({
+        "id": "demo.consent.tool",
+        "version": "1.0.0",
+        "description": "needs consent",
+        "input_schema": {"type": "object"},
+        "output_schema": {"type": "object"},
+        "side_effect": "none",
+        "consent": {"required": true},
+        "provider": {"type": "builtin", "handler": "soulbase.builtin.echo"}
+    });
+    tools
+        .registry()
+        .await
+        .register_tool(as_dev(
+            proto::RegisterToolRequest {
+                manifest: manifest.to_string(),
+                owner: proto::OwnerScope::Tenant as i32,
+                enable: true,
+            },
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap();
+    let st = invoker
+        .invoke(as_dev(
+            invoke_req("demo.consent.tool", json!({})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "CONSENT.REQUIRED");
+    let mut forged = invoke_req("demo.consent.tool", json!({}));
+    forged.consent_token = consent_token("bob").replace("v1.", "v1.x");
+    let st = invoker
+        .invoke(as_dev(forged, "acme", "bob"))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "CONSENT.REQUIRED");
+    let mut other = invoke_req("demo.consent.tool", json!({}));
+    other.consent_token = consent_token("mallory");
+    let st = invoker
+        .invoke(as_dev(other, "acme", "bob"))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "CONSENT.REQUIRED");
+    let mut valid = invoke_req("demo.consent.tool", json!({"x": 1}));
+    valid.consent_token = consent_token("bob");
+    invoker.invoke(as_dev(valid, "acme", "bob")).await.unwrap();
+
+    // HTTP goes through the same seams.
+    let (status, body) = http(
+        &tools.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = http(
+        &tools.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-soulbase-tenant", "other"), ("x-soulbase-actor", "eve")],
+        "{}",
+    )
+    .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error_code"],
+        "POLICY.DENY_TOOL"
+    );
+}
+
+/// The consent key every test process gets (hex, 32 bytes).
+const CONSENT_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// A consent token for `actor` of `acme` on `demo.consent.tool`, valid 10 min.
+fn consent_token(actor: &str) -> String {
+    use soulbase_auth::ConsentIssuer;
+    let key: Vec<u8> = (0..CONSENT_KEY.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&CONSENT_KEY[i..i + 2], 16).unwrap())
+        .collect();
+    let now = soulbase_types::UnixMillis::now();
+    soulbase_auth::HmacConsent::new(key)
+        .issue_token(
+            &soulbase_auth::ConsentGrant {
+                tenant: soulbase_types::TenantId::new("acme").unwrap(),
+                actor: soulbase_types::ActorId::new(actor).unwrap(),
+                tool: Some(soulbase_types::ToolId::new("demo.consent.tool").unwrap()),
+                scope: None,
+                args_digest: None,
+                expires_at: soulbase_types::UnixMillis(now.0 + 600_000),
+            },
+            now,
+        )
+        .unwrap()
+}
+
+/// A `tools`-only config reaching auth and qos at `grpc`; its own policy is empty
+/// (deny everything), so every allow must come from the remote role.
+fn tools_only(grpc: &str, token: bool) -> String {
+    let token = if token {
+        format!("  internal_token_env: {TOKEN_ENV}\n")
+    } else {
+        String::new()
+    };
+    format!(
+        "server:\n  dev_insecure: true\n  roles: [tools]\n{token}  remote:\n    auth: http://{grpc}\n    qos: http://{grpc}\n"
+    )
+}
+
+fn roles_only() -> String {
+    DEV_CONFIG.replace(
+        "server:\n",
+        &format!("server:\n  roles: [auth, qos]\n  internal_token_env: {TOKEN_ENV}\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_roles_in_one_process() {
+    let server = Server::start_env(DEV_CONFIG, |_| {}, &[(CONSENT_ENV, CONSENT_KEY)]);
+    suite(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_with_auth_and_qos_in_another_process() {
+    // Only the roles process knows the consent key: the tools process must ask it.
+    let roles = Server::start_env(
+        &roles_only(),
+        |_| {},
+        &[(TOKEN_ENV, TOKEN), (CONSENT_ENV, CONSENT_KEY)],
+    );
+    let tools = Server::start_env(
+        &tools_only(&roles.grpc, true),
+        |_| {},
+        &[(TOKEN_ENV, TOKEN)],
+    );
+    suite(&tools).await;
+
+    // The roles process does not serve tools.
+    let st = roles
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unimplemented);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn role_services_refuse_callers_without_the_internal_token() {
+    let env = [(TOKEN_ENV, TOKEN)];
+    let roles = Server::start_env(&roles_only(), |_| {}, &env);
+    let tools = Server::start(&tools_only(&roles.grpc, false));
+    let st = tools
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&st), "AUTH.UNAUTHENTICATED");
+    assert!(st.metadata().get("x-soulbase-evidence-ref").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_role_fails_closed() {
+    // Nothing listens on port 1: every decision fails, and no call executes.
+    let tools = Server::start(&tools_only("127.0.0.1:1", false));
+    let st = tools
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap_err();
+    // The authorizer cannot be reached: the call is refused before execution.
+    assert_eq!(code_of(&st), "PROVIDER.UNAVAILABLE");
+    assert!(st.metadata().get("x-soulbase-evidence-ref").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_internal_token_variable_refuses_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, roles_only()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env_remove(TOKEN_ENV)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server.internal_token_env"), "{err}");
+}
