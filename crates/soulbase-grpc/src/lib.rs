@@ -20,23 +20,38 @@
 //!   `soulbase.qos.v1`) over their in-process seams, with the clients
 //!   [`RemoteAuth`] (an `Authorizer` and `ConsentVerifier`) and
 //!   [`RemoteQuotaGate`] (a `QuotaGate`) for a `tools` role running elsewhere.
+//! - [`sandbox_role`] serves the `sandbox` role (`soulbase.sandbox.v1`):
+//!   [`SandboxRoleService`] guards and runs planned calls on an in-process
+//!   [`soulbase_sandbox::Sandbox`], narrowing each profile by its own ceiling;
+//!   [`RemoteSandbox`] is the client `Sandbox` (provider guard locally, execution
+//!   remotely under a deadline).
+//! - [`evidence_role`] serves the `evidence` role (`soulbase.evidence.v1`):
+//!   [`EvidenceRoleService`] appends, reads, lists and replays evidence over a
+//!   [`soulbase_observe::EvidenceStore`]; [`RemoteEvidence`] is the client
+//!   `EvidenceStore` and `EvidenceSink`, plus [`RemoteEvidence::replay`].
 //!
 //! Conversions between the wire messages and the core types are in [`convert`].
 
 pub mod auth;
 mod client;
 pub mod convert;
+pub mod evidence_role;
 mod invoker;
 pub mod observe;
 mod registry;
 pub mod roles;
+pub mod sandbox_role;
 
 pub use auth::{MetadataAuth, SubjectResolver};
 pub use client::{Credentials, RemoteInvoker, is_denial};
+pub use evidence_role::{EvidenceRoleService, RemoteEvidence};
 pub use invoker::{CallRunner, InvokerService};
 pub use observe::{CallObserver, NoopObserver, Surface};
 pub use registry::RegistryService;
-pub use roles::{AuthRoleService, QosRoleService, RemoteAuth, RemoteQuotaGate};
+pub use roles::{
+    AuthRoleService, QosRoleService, RemoteAuth, RemoteQuotaGate, evidence_proto, sandbox_proto,
+};
+pub use sandbox_role::{RemoteSandbox, SandboxRoleService};
 
 /// The generated `soulbase.tools.v1` messages, clients and servers.
 pub use soulbase_proto::tools::v1 as proto;

@@ -36,15 +36,19 @@ pub const INTERNAL_TOKEN_HEADER: &str = "x-soulbase-internal-token";
 
 /// The generated `soulbase.auth.v1` messages, client and server.
 pub use soulbase_proto::soulbase::auth::v1 as auth_proto;
+/// The generated `soulbase.evidence.v1` messages, client and server.
+pub use soulbase_proto::soulbase::evidence::v1 as evidence_proto;
 /// The generated `soulbase.qos.v1` messages, client and server.
 pub use soulbase_proto::soulbase::qos::v1 as qos_proto;
+/// The generated `soulbase.sandbox.v1` messages, client and server.
+pub use soulbase_proto::soulbase::sandbox::v1 as sandbox_proto;
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Checks the internal token of a request, when one is required.
-fn check_token<T>(token: Option<&str>, request: &Request<T>) -> Result<(), Status> {
+pub(crate) fn check_token<T>(token: Option<&str>, request: &Request<T>) -> Result<(), Status> {
     let Some(want) = token else {
         return Ok(());
     };
@@ -81,11 +85,11 @@ fn subject_from_proto(s: Option<&auth_pb::Subject>) -> Result<Subject, SoulError
     Ok(subject)
 }
 
-fn non_empty(s: &str) -> Option<&str> {
+pub(crate) fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
 }
 
-fn transport_error(e: impl std::fmt::Display) -> SoulError {
+pub(crate) fn transport_error(e: impl std::fmt::Display) -> SoulError {
     SoulError::of(ErrorCode::ProviderUnavailable).with_note(format!("role endpoint: {e}"))
 }
 
@@ -101,7 +105,7 @@ pub fn role_channel(endpoint: &str, field: &str) -> Result<Channel, SoulError> {
         .connect_lazy())
 }
 
-fn with_token<T>(token: Option<&str>, body: T) -> Request<T> {
+pub(crate) fn with_token<T>(token: Option<&str>, body: T) -> Request<T> {
     let mut request = Request::new(body);
     if let Some(t) = token
         && let Ok(v) = MetadataValue::try_from(t)

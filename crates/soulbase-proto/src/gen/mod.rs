@@ -10,9 +10,19 @@ pub mod soulbase {
             include!("soulbase.errors.v1.rs");
         }
     }
+    pub mod evidence {
+        pub mod v1 {
+            include!("soulbase.evidence.v1.rs");
+        }
+    }
     pub mod qos {
         pub mod v1 {
             include!("soulbase.qos.v1.rs");
+        }
+    }
+    pub mod sandbox {
+        pub mod v1 {
+            include!("soulbase.sandbox.v1.rs");
         }
     }
     pub mod tools {
