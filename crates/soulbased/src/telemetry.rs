@@ -8,6 +8,14 @@
 //! span's parent. The spans use the `tracing` target [`TARGET`], which only the
 //! OpenTelemetry layer enables: without an endpoint they cost one disabled-callsite
 //! check per call.
+//!
+//! Inside it, each pipeline stage the call passes through (`resolve`, `schema`,
+//! `authorize`, `quota`, `profile`, `guard`, `concurrency`, `evidence.begin`,
+//! `execute`, `output`, `evidence.end`, `quota.settle`, …; the full list is in
+//! [`soulbase_tools::pipeline`]) is a child span; the stage that refuses or fails
+//! the call carries `error.type`. Those are `DEBUG` spans of the target
+//! [`STAGE_TARGET`], which the OpenTelemetry layer enables too (a log filter at
+//! `info` does not).
 
 use std::future::Future;
 
@@ -17,7 +25,7 @@ use opentelemetry::trace::{
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_tools::pipeline::{CallResult, ToolCall};
+use soulbase_tools::pipeline::{CallResult, STAGE_TARGET, ToolCall};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -98,7 +106,8 @@ pub fn otlp_provider(endpoint: &str) -> Result<SdkTracerProvider, SoulError> {
         .build())
 }
 
-/// The `tracing` layer exporting [`TARGET`] spans through `provider`.
+/// The `tracing` layer exporting [`TARGET`] spans (and the [`STAGE_TARGET`] spans
+/// of the pipeline stages) through `provider`.
 pub fn layer<S>(provider: &SdkTracerProvider) -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
@@ -107,7 +116,9 @@ where
     tracing_opentelemetry::layer()
         .with_tracer(provider.tracer("soulbased"))
         .with_filter(
-            tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::INFO),
+            tracing_subscriber::filter::Targets::new()
+                .with_target(TARGET, tracing::Level::INFO)
+                .with_target(STAGE_TARGET, tracing::Level::DEBUG),
         )
 }
 

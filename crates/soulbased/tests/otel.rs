@@ -1,7 +1,7 @@
 //! OpenTelemetry export: with `observe.otlp_endpoint` set, an invocation over HTTP
 //! or MCP reaches a (tiny, in-process) OTLP gRPC collector as one
 //! `execute_tool {tool}` span with the GenAI attributes, parented by the caller's
-//! `traceparent`.
+//! `traceparent`, with one child span per pipeline stage the call passed through.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -121,8 +121,11 @@ async fn invocations_are_exported_as_execute_tool_spans() {
         .unwrap();
     assert_ne!(out.is_error, Some(true), "{out:?}");
 
+    // A span is exported when it ends, so a call's stage spans arrive before its
+    // `execute_tool` span.
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut spans = Vec::new();
+    let mut stages = Vec::new();
     while spans.len() < 3 {
         let left = deadline.saturating_duration_since(Instant::now());
         let span = tokio::time::timeout(left, rx.recv())
@@ -131,6 +134,8 @@ async fn invocations_are_exported_as_execute_tool_spans() {
             .unwrap();
         if span.name.starts_with("execute_tool") {
             spans.push(span);
+        } else {
+            stages.push(span);
         }
     }
     let ok = spans
@@ -160,8 +165,80 @@ async fn invocations_are_exported_as_execute_tool_spans() {
         .collect();
     // The denied HTTP call carries its code; the MCP call succeeded.
     assert_eq!(codes, ["POLICY.DENY_TOOL"]);
-    for s in others {
+    for s in &others {
         assert_eq!(s.name, "execute_tool soulbase.builtin.echo");
         assert!(attr(s, "gen_ai.tool.call.id").is_some_and(|id| id.starts_with("call_")));
     }
+
+    // Every stage span is a child of an `execute_tool` span, in its trace.
+    for stage in &stages {
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.span_id == stage.parent_span_id && s.trace_id == stage.trace_id),
+            "stage span {:?} is not a child of an execute_tool span",
+            stage.name
+        );
+    }
+    // The successful call: one span per stage it passed through, in order.
+    let ok_stages = children(&stages, ok);
+    assert_eq!(
+        names(&ok_stages),
+        [
+            "resolve",
+            "schema",
+            "authorize",
+            "quota",
+            "profile",
+            "guard",
+            "concurrency",
+            "evidence.begin",
+            "execute",
+            "output",
+            "evidence.end",
+            "quota.settle",
+        ]
+    );
+    for stage in &ok_stages {
+        assert_eq!(hex(&stage.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(stage.parent_span_id, ok.span_id);
+        assert_eq!(attr(stage, "error.type"), None, "{}", stage.name);
+    }
+    // The denied call stops at `authorize`, which carries the error type.
+    let denied = others
+        .iter()
+        .find(|s| attr(s, "error.type").is_some())
+        .unwrap();
+    let denied_stages = children(&stages, denied);
+    assert_eq!(
+        names(&denied_stages),
+        ["resolve", "schema", "authorize", "evidence.denial"]
+    );
+    for stage in &denied_stages {
+        assert_eq!(stage.trace_id, denied.trace_id);
+        let error = attr(stage, "error.type");
+        if stage.name == "authorize" {
+            assert_eq!(error.as_deref(), Some("POLICY.DENY_TOOL"));
+            // STATUS_CODE_ERROR
+            assert_eq!(stage.status.as_ref().map(|s| s.code), Some(2));
+        } else {
+            assert_eq!(error, None, "{}", stage.name);
+        }
+    }
+}
+
+/// The stage spans whose parent is `parent`, in the order they started.
+fn children<'a>(stages: &'a [Span], parent: &Span) -> Vec<&'a Span> {
+    let mut out: Vec<_> = stages
+        .iter()
+        .filter(|s| s.parent_span_id == parent.span_id)
+        .collect();
+    // Stable: stages that started in the same nanosecond keep their export order
+    // (the order they ended, which for sequential stages is the order they ran).
+    out.sort_by_key(|s| s.start_time_unix_nano);
+    out
+}
+
+fn names<'a>(spans: &[&'a Span]) -> Vec<&'a str> {
+    spans.iter().map(|s| s.name.as_str()).collect()
 }

@@ -19,10 +19,12 @@ use soulbase_types::{
     ActorId, CallId, Envelope, EnvelopeId, Origin, Subject, TenantId, ToolId, TraceContext,
     UnixMillis,
 };
+use tracing::Instrument;
 
 use super::concurrency::ConcurrencyLimiter;
 use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
 use super::obligations::apply_obligations;
+use super::stage::{self, stage_span};
 use super::{CallResult, PreflightReport, ToolCall};
 use crate::manifest::{CompiledTool, Concurrency, Idempotency};
 use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolOwner};
@@ -244,11 +246,37 @@ impl Invoker {
     /// Resolve, input schema, authorization: the checks every path shares.
     async fn clear(&self, call: &ToolCall) -> Result<Cleared, SoulError> {
         let s = &self.seams;
-        let resolved = s.tools.resolve(&call.subject.tenant, &call.tool)?;
-        let tool = &resolved.tool;
+        let resolved = stage::sync(stage_span!("resolve"), || {
+            s.tools.resolve(&call.subject.tenant, &call.tool)
+        })?;
+        let args_bytes = stage::sync(stage_span!("schema"), || {
+            Self::check_input(call, &resolved.tool)
+        })?;
+        let authorize = s.authorizer.authorize(AuthzRequest {
+            subject: &call.subject,
+            tool: &call.tool,
+            tool_tenant: match &resolved.owner {
+                ToolOwner::Tenant(t) => Some(t),
+                ToolOwner::Global => None,
+            },
+            action: ACTION_INVOKE,
+        });
+        let decision = stage::run(stage_span!("authorize"), authorize).await?;
+        let args_digest = digest_bytes(&args_bytes);
+        Ok(Cleared {
+            resolved,
+            bytes_in: args_bytes.len() as u64,
+            args_digest,
+            policy_hash: decision.policy_hash,
+        })
+    }
+
+    /// The input schema and size, and the idempotency key a keyed tool requires;
+    /// returns the arguments' canonical JSON (so that the digest used for
+    /// idempotency and replay ignores key order).
+    fn check_input(call: &ToolCall, tool: &CompiledTool) -> Result<Vec<u8>, SoulError> {
         let manifest = &tool.manifest;
         tool.validate_input(&call.args)?;
-        // Canonical, so that the digest (idempotency, replay) ignores key order.
         let args_bytes = canonical_json(&call.args);
         if args_bytes.len() as u64 > manifest.limits.max_bytes_in {
             return Err(SoulError::new(
@@ -267,25 +295,7 @@ impl Invoker {
             )
             .with_field("field", "idempotency_key"));
         }
-        let decision = s
-            .authorizer
-            .authorize(AuthzRequest {
-                subject: &call.subject,
-                tool: &call.tool,
-                tool_tenant: match &resolved.owner {
-                    ToolOwner::Tenant(t) => Some(t),
-                    ToolOwner::Global => None,
-                },
-                action: ACTION_INVOKE,
-            })
-            .await?;
-        let args_digest = digest_bytes(&args_bytes);
-        Ok(Cleared {
-            resolved,
-            bytes_in: args_bytes.len() as u64,
-            args_digest,
-            policy_hash: decision.policy_hash,
-        })
+        Ok(args_bytes)
     }
 
     async fn check_consent(&self, call: &ToolCall, cleared: &Cleared) -> Result<(), SoulError> {
@@ -293,17 +303,15 @@ impl Invoker {
         if !manifest.consent.required {
             return Ok(());
         }
-        self.seams
-            .consent
-            .verify(ConsentRequest {
-                subject: &call.subject,
-                tool: &call.tool,
-                scope: manifest.consent.scope.as_deref(),
-                args_digest: &cleared.args_digest,
-                token: call.consent.as_deref(),
-                now: UnixMillis::now(),
-            })
-            .await
+        let verify = self.seams.consent.verify(ConsentRequest {
+            subject: &call.subject,
+            tool: &call.tool,
+            scope: manifest.consent.scope.as_deref(),
+            args_digest: &cleared.args_digest,
+            token: call.consent.as_deref(),
+            now: UnixMillis::now(),
+        });
+        stage::run(stage_span!("consent"), verify).await
     }
 
     fn exec_request<'a>(
@@ -340,22 +348,34 @@ impl Invoker {
         tool: &CompiledTool,
     ) -> Result<Arc<Profile>, SoulError> {
         let s = &self.seams;
-        let profile = s.profiles.build(
-            &call.subject.tenant,
-            &tool.digest,
-            &tool.manifest.capabilities,
-        )?;
-        s.sandbox
-            .guard(&Self::exec_request(call, tool, &profile, Value::Null))?;
+        let profile = stage::sync(stage_span!("profile"), || {
+            s.profiles.build(
+                &call.subject.tenant,
+                &tool.digest,
+                &tool.manifest.capabilities,
+            )
+        })?;
+        stage::sync(stage_span!("guard"), || {
+            s.sandbox
+                .guard(&Self::exec_request(call, tool, &profile, Value::Null))
+        })?;
         Ok(profile)
     }
 
     /// A dry run: every preflight check, nothing consumed, nothing executed or recorded.
+    /// Traced as a `preflight` span (target [`STAGE_TARGET`](super::STAGE_TARGET))
+    /// with the stage spans of the checks as its children.
     pub async fn preflight(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
+        let span = tracing::debug_span!(target: super::STAGE_TARGET, "preflight");
+        self.preflight_stages(call).instrument(span).await
+    }
+
+    async fn preflight_stages(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
         let s = &self.seams;
         let cleared = self.clear(call).await?;
         let tool = &cleared.resolved.tool;
-        let budget = s.quota.check(Self::quota_request(call)).await?;
+        let check = s.quota.check(Self::quota_request(call));
+        let budget = stage::run(stage_span!("quota"), check).await?;
         self.check_consent(call, &cleared).await?;
         let profile = self.guarded_profile(call, tool)?;
         Ok(PreflightReport {
@@ -400,12 +420,11 @@ impl Invoker {
                     .timeout_ms
                     .saturating_add(1_000),
             );
-            match self
+            let claim = self
                 .seams
                 .idempotency
-                .claim(key, &cleared.args_digest, wait)
-                .await
-            {
+                .claim(key, &cleared.args_digest, wait);
+            match stage::run(stage_span!("idempotency"), claim).await {
                 Ok(Claim::Owner) => {}
                 Ok(Claim::Completed(stored)) => {
                     return CallResult {
@@ -420,9 +439,10 @@ impl Invoker {
         let args_digest = cleared.args_digest.clone();
         let result = self.execute_cleared(&header, &call, cleared, args).await;
         if let Some(key) = &key {
+            let span = stage_span!("idempotency.store");
             let stored = match &result {
                 // Refused before execution: nothing happened, the key may be used again.
-                Err(_) => self.seams.idempotency.release(key).await,
+                Err(_) => self.seams.idempotency.release(key).instrument(span).await,
                 Ok(result) => {
                     self.seams
                         .idempotency
@@ -433,6 +453,7 @@ impl Invoker {
                                 result: result.clone(),
                             },
                         )
+                        .instrument(span)
                         .await
                 }
             };
@@ -458,7 +479,8 @@ impl Invoker {
         let s = &self.seams;
         let tool = cleared.resolved.tool.clone();
         let manifest = &tool.manifest;
-        let reservation = s.quota.reserve(Self::quota_request(call)).await?;
+        let reserve = s.quota.reserve(Self::quota_request(call));
+        let reservation = stage::run(stage_span!("quota"), reserve).await?;
         let before_exec = async {
             self.check_consent(call, &cleared).await?;
             let profile = self.guarded_profile(call, &tool)?;
@@ -468,11 +490,10 @@ impl Invoker {
             };
             let permit = if permits > 0 {
                 let wait = Duration::from_millis(manifest.limits.timeout_ms);
-                Some(
-                    s.limiter
-                        .acquire(&call.subject.tenant, &call.tool, permits, wait)
-                        .await?,
-                )
+                let acquire = s
+                    .limiter
+                    .acquire(&call.subject.tenant, &call.tool, permits, wait);
+                Some(stage::run(stage_span!("concurrency"), acquire).await?)
             } else {
                 None
             };
@@ -492,19 +513,23 @@ impl Invoker {
                 }),
             );
             let begin_id = begin.id.clone();
-            s.evidence.record(begin).await.map_err(|e| {
-                SoulError::new(
-                    ErrorCode::EvidenceUnavailable,
-                    "evidence cannot be recorded; the call was not executed",
-                )
-                .with_note(e.audit().causes.join("; "))
-            })?;
+            let record = async {
+                s.evidence.record(begin).await.map_err(|e| {
+                    SoulError::new(
+                        ErrorCode::EvidenceUnavailable,
+                        "evidence cannot be recorded; the call was not executed",
+                    )
+                    .with_note(e.audit().causes.join("; "))
+                })
+            };
+            stage::run(stage_span!("evidence.begin"), record).await?;
             Ok::<_, SoulError>((profile, permit, begin_id))
         };
         let (profile, permit, begin_id) = match before_exec.await {
             Ok(v) => v,
             Err(e) => {
-                if let Err(r) = s.quota.refund(reservation).await {
+                let refund = s.quota.refund(reservation);
+                if let Err(r) = refund.instrument(stage_span!("quota.refund")).await {
                     tracing::warn!(error = ?r, "quota refund failed");
                 }
                 return Err(e);
@@ -552,42 +577,48 @@ impl Invoker {
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
         let req = Self::exec_request(call, tool, profile, args);
-        let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
-        let outcome: Result<ExecOutput, SoulError> = match tokio::time::timeout(timeout, run).await
-        {
-            Err(_) => Err(SoulError::new(
-                ErrorCode::ProviderTimeout,
-                "the tool did not finish within its timeout",
-            )
-            .with_field("timeout_ms", manifest.limits.timeout_ms.to_string())),
-            Ok(Err(panic)) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Err(
-                    SoulError::new(ErrorCode::ToolExecutionFailed, "the tool failed")
-                        .with_note(format!("handler panicked: {what}")),
+        let execute = async {
+            let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
+            match tokio::time::timeout(timeout, run).await {
+                Err(_) => Err(SoulError::new(
+                    ErrorCode::ProviderTimeout,
+                    "the tool did not finish within its timeout",
                 )
+                .with_field("timeout_ms", manifest.limits.timeout_ms.to_string())),
+                Ok(Err(panic)) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(
+                        SoulError::new(ErrorCode::ToolExecutionFailed, "the tool failed")
+                            .with_note(format!("handler panicked: {what}")),
+                    )
+                }
+                Ok(Ok(r)) => r,
             }
-            Ok(Ok(r)) => r,
         };
+        let outcome: Result<ExecOutput, SoulError> =
+            stage::run(stage_span!("execute"), execute).await;
         drop(permit);
         let duration_us = micros(started.elapsed());
 
         // Output checks belong to the outcome the End records.
         let checked = outcome.and_then(|out| {
-            let bytes = canonical_json(&out.output);
-            if bytes.len() as u64 > manifest.limits.max_bytes_out {
-                return Err(SoulError::new(
-                    ErrorCode::ToolExecutionFailed,
-                    "the tool's output exceeds max_bytes_out",
-                )
-                .with_field("max_bytes_out", manifest.limits.max_bytes_out.to_string()));
-            }
-            tool.validate_output(&out.output)?;
-            Ok((out, digest_bytes(&bytes), bytes.len() as u64))
+            stage::sync(stage_span!("output"), || {
+                let bytes = canonical_json(&out.output);
+                if bytes.len() as u64 > manifest.limits.max_bytes_out {
+                    return Err(SoulError::new(
+                        ErrorCode::ToolExecutionFailed,
+                        "the tool's output exceeds max_bytes_out",
+                    )
+                    .with_field("max_bytes_out", manifest.limits.max_bytes_out.to_string()));
+                }
+                tool.validate_output(&out.output)?;
+                Ok((digest_bytes(&bytes), bytes.len() as u64))
+            })
+            .map(|(digest, len)| (out, digest, len))
         });
         let (status, code) = match &checked {
             Ok(_) => (EndStatus::Ok, None),
@@ -618,19 +649,24 @@ impl Invoker {
         let recorded = s
             .evidence
             .record(stamp(header, EvidenceEvent::End(end)))
+            .instrument(stage_span!("evidence.end"))
             .await;
         guard.disarm();
         if let Err(e) = recorded {
             // The durable sinks spool rather than fail; if one fails anyway, say so loudly.
             tracing::error!(error = ?e, call_id = %call.call_id, "could not record the End of a call");
         }
-        if let Err(e) = s.quota.settle(reservation, usage).await {
+        let settle = s.quota.settle(reservation, usage);
+        if let Err(e) = settle.instrument(stage_span!("quota.settle")).await {
             tracing::warn!(error = ?e, "quota settle failed");
         }
         match checked {
             Ok((out, _, _)) => {
                 let mut output = out.output;
-                apply_obligations(&mut output, &manifest.obligations);
+                if !manifest.obligations.is_empty() {
+                    stage_span!("obligations")
+                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
+                }
                 CallResult::ok(call.call_id.clone(), output, Some(begin_id))
             }
             Err(e) => {
@@ -650,7 +686,8 @@ impl Invoker {
                 code: err.code(),
             }),
         );
-        if let Err(e) = self.seams.evidence.record(denial).await {
+        let record = self.seams.evidence.record(denial);
+        if let Err(e) = record.instrument(stage_span!("evidence.denial")).await {
             tracing::warn!(error = ?e, "could not record a denial");
         }
         CallResult::failed(call.call_id.clone(), &err, None)

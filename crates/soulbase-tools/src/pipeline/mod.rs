@@ -10,6 +10,39 @@
 //! [`ToolResolver`] (the registry), `Authorizer` and `ConsentVerifier`
 //! (soulbase-auth), `QuotaGate` (soulbase-qos), `ProfileBuilder` and `Sandbox`
 //! (soulbase-sandbox), `EvidenceSink` (soulbase-observe) and [`IdempotencyStore`].
+//!
+//! # Stage spans
+//!
+//! Each stage a call passes through runs in its own `tracing` span, a child of the
+//! span current when [`Invoker::invoke`] is polled (soulbased's `execute_tool {tool}`
+//! span). The spans are `DEBUG` level with the target [`STAGE_TARGET`] and static
+//! names; disabled, each costs one cached callsite check. In call order:
+//!
+//! | span                | stage                                                     |
+//! |---------------------|-----------------------------------------------------------|
+//! | `resolve`           | registry lookup (`TOOL.NOT_FOUND`, `TOOL.DISABLED`)        |
+//! | `schema`            | input schema, `max_bytes_in`, required idempotency key    |
+//! | `authorize`         | the `Authorizer`                                          |
+//! | `idempotency`       | claiming the idempotency key (keyed tools only)           |
+//! | `quota`             | quota reservation (a check, in preflight)                 |
+//! | `consent`           | the `ConsentVerifier` (tools requiring consent only)       |
+//! | `profile`           | Grant ∩ Manifest ∩ PolicyConfig                           |
+//! | `guard`             | the sandbox's guard                                       |
+//! | `concurrency`       | the concurrency slot (tools with a limit only)            |
+//! | `evidence.begin`    | recording the Begin                                       |
+//! | `execute`           | sandboxed execution (timeout, panic)                      |
+//! | `output`            | `max_bytes_out` and output schema                         |
+//! | `evidence.end`      | recording the End                                         |
+//! | `quota.settle`      | settling the reservation with the usage                   |
+//! | `obligations`       | mask / redact / watermark (tools with obligations only)   |
+//! | `idempotency.store` | storing the outcome, or releasing the key when refused    |
+//! | `quota.refund`      | refunding the reservation of a call refused after `quota` |
+//! | `evidence.denial`   | recording the denial of a call refused before execution   |
+//!
+//! The stage that refuses or fails a call carries `error.type` (the stable error
+//! code, e.g. `POLICY.DENY_TOOL`) and `otel.status_code = ERROR`. An idempotent replay
+//! ends after `idempotency`. [`Invoker::preflight`] runs its checks (`resolve` to
+//! `guard`) inside a `preflight` span of the same target.
 
 mod call;
 mod concurrency;
@@ -17,9 +50,11 @@ mod idempotency;
 mod invoker;
 mod obligations;
 mod router;
+mod stage;
 
 pub use call::{CallResult, CallStatus, PreflightReport, ToolCall};
 pub use idempotency::{Claim, IdempotencyKey, IdempotencyStore, MemoryIdempotency, StoredOutcome};
 pub use invoker::{Invoker, InvokerBuilder, ToolResolver};
 pub use obligations::apply_obligations;
 pub use router::{ToolCallRouter, ToolMessage};
+pub use stage::STAGE_TARGET;
