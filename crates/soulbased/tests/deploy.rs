@@ -1,11 +1,26 @@
-//! Validates `deploy/`: every YAML parses, every kustomization resource exists,
-//! and every ConfigMap, Secret and named port a workload references is defined.
+//! Validates `deploy/`: every YAML parses, every kustomization resource and patch
+//! exists, every ConfigMap, Secret (and key), volume and named port a workload
+//! references is defined, and every embedded configuration loads. Each overlay is
+//! rendered the way kustomize does (strategic-merge patches applied), and each
+//! Deployment's effective configuration — its ConfigMap file, the image's and the
+//! pod's environment — is loaded with `soulbase_config` and checked against the
+//! manifests: every role is served once, the tools role reaches every other role
+//! at an existing Service and port, role services admit only the tools pods.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+use soulbase_config::{Config, ConfigLoader, Role};
+
+const ALL_ROLES: [Role; 5] = [
+    Role::Tools,
+    Role::Auth,
+    Role::Qos,
+    Role::Sandbox,
+    Role::Evidence,
+];
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -16,66 +31,363 @@ fn load(path: &Path) -> Value {
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The documents of a kustomization directory and its bases, recursively.
-fn documents(dir: &Path, out: &mut Vec<(PathBuf, Value)>) {
-    let kust = load(&dir.join("kustomization.yaml"));
-    let mut files: Vec<String> = Vec::new();
-    for key in ["resources", "patches"] {
-        for r in kust[key].as_array().into_iter().flatten() {
-            let name = r
-                .as_str()
-                .or_else(|| r["path"].as_str())
-                .unwrap()
-                .to_owned();
-            files.push(name);
-        }
+/// The strategic-merge key of a list field (the ones these manifests patch).
+fn merge_key(field: &str) -> &'static str {
+    match field {
+        "volumeMounts" => "mountPath",
+        "ports" => "containerPort",
+        _ => "name",
     }
-    for f in files {
+}
+
+/// Applies a strategic-merge patch: maps merge, keyed lists merge by their key
+/// (`$patch: delete` removes an element), anything else is replaced.
+fn merge(base: &mut Value, patch: &Value, field: &str) {
+    let key = merge_key(field);
+    let keyed = |p: &[Value]| !p.is_empty() && p.iter().all(|e| !e[key].is_null());
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, pv) in p {
+                match b.get_mut(k) {
+                    Some(bv) => merge(bv, pv, k),
+                    None => {
+                        b.insert(k.clone(), pv.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(p)) if keyed(p.as_slice()) => {
+            for pe in p {
+                if pe["$patch"] == "delete" {
+                    let before = b.len();
+                    b.retain(|e| e[key] != pe[key]);
+                    assert!(
+                        b.len() < before,
+                        "$patch: delete of {field} {} matches nothing",
+                        pe[key]
+                    );
+                } else if let Some(be) = b.iter_mut().find(|e| e[key] == pe[key]) {
+                    merge(be, pe, "");
+                } else {
+                    b.push(pe.clone());
+                }
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+/// The documents of a kustomization directory and its bases, recursively, with
+/// its patches applied (each patch must target a document by kind and name).
+fn render(dir: &Path) -> Vec<(PathBuf, Value)> {
+    let kust = load(&dir.join("kustomization.yaml"));
+    let name_of = |r: &Value| {
+        r.as_str()
+            .or_else(|| r["path"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    let mut out = Vec::new();
+    for r in kust["resources"].as_array().into_iter().flatten() {
+        let f = name_of(r);
         let path = dir.join(&f);
         assert!(path.exists(), "{} lists missing {f}", dir.display());
         if path.is_dir() {
-            documents(&path, out);
+            out.extend(render(&path));
         } else {
             out.push((path.clone(), load(&path)));
         }
     }
+    for r in kust["patches"].as_array().into_iter().flatten() {
+        let f = name_of(r);
+        let path = dir.join(&f);
+        assert!(path.exists(), "{} lists missing patch {f}", dir.display());
+        let patch = load(&path);
+        let target = out
+            .iter_mut()
+            .find(|(_, d)| {
+                d["kind"] == patch["kind"] && d["metadata"]["name"] == patch["metadata"]["name"]
+            })
+            .unwrap_or_else(|| panic!("{}: the patch targets no resource", path.display()));
+        merge(&mut target.1, &patch, "");
+    }
+    out
 }
 
-fn check_overlay(name: &str) {
+/// The image's `ENV` (the runtime stage of the Dockerfile).
+fn image_env() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
+    let runtime = text.rsplit("\nFROM ").next().unwrap();
+    let mut env = Vec::new();
+    let mut lines = runtime.lines();
+    while let Some(line) = lines.next() {
+        let Some(mut rest) = line.strip_prefix("ENV ").map(str::to_owned) else {
+            continue;
+        };
+        while rest.trim_end().ends_with('\\') {
+            rest = rest.trim_end().trim_end_matches('\\').to_owned();
+            rest.push(' ');
+            rest.push_str(lines.next().unwrap());
+        }
+        for kv in rest.split_whitespace() {
+            let (k, v) = kv.split_once('=').unwrap();
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    assert!(!env.is_empty(), "the Dockerfile sets no ENV");
+    env
+}
+
+/// Whether `selector` (`matchLabels` or a Service selector) selects pods labelled `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let Some(sel) = selector.as_object() else {
+        return false;
+    };
+    !sel.is_empty() && sel.iter().all(|(k, v)| labels[k] == *v)
+}
+
+/// Kubernetes quantity (`256Mi`, `2Gi`, `1000`) in bytes.
+fn quantity(q: &str) -> u64 {
+    let units = [
+        ("Ki", 1u64 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+    ];
+    for (suffix, mult) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<u64>().unwrap() * mult;
+        }
+    }
+    q.parse().unwrap()
+}
+
+/// One rendered Deployment and its effective configuration.
+struct Workload {
+    path: PathBuf,
+    name: String,
+    labels: Value,
+    spec: Value,
+    container: Value,
+    env: BTreeMap<String, String>,
+    config: Config,
+}
+
+impl Workload {
+    fn roles(&self) -> BTreeSet<Role> {
+        self.config.server.roles.iter().copied().collect()
+    }
+
+    /// The volume mounted at the longest mount path containing `path`.
+    fn volume_at(&self, path: &Path) -> Option<(&Value, &Value)> {
+        let mount = self.container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+            .max_by_key(|m| m["mountPath"].as_str().unwrap().len())?;
+        let volume = self.spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == mount["name"])?;
+        Some((mount, volume))
+    }
+
+    /// Asserts `path` is on a writable emptyDir or PersistentVolumeClaim; returns the volume.
+    fn writable(&self, path: &Path, what: &str) -> &Value {
+        let (mount, volume) = self.volume_at(path).unwrap_or_else(|| {
+            panic!(
+                "{}: {what} {} is not on a volume",
+                self.name,
+                path.display()
+            )
+        });
+        assert!(
+            mount["readOnly"] != true
+                && (volume["emptyDir"].is_object() || volume["persistentVolumeClaim"].is_object()),
+            "{}: {what} {} is not on a writable emptyDir or PVC",
+            self.name,
+            path.display()
+        );
+        volume
+    }
+
+    /// The container port `target` (a port name or number) refers to.
+    fn container_port(&self, target: &Value) -> Option<u64> {
+        let ports = self.container["ports"].as_array()?;
+        match target {
+            Value::String(name) => ports
+                .iter()
+                .find(|p| p["name"] == name.as_str())
+                .and_then(|p| p["containerPort"].as_u64()),
+            Value::Number(n) => ports
+                .iter()
+                .find(|p| p["containerPort"].as_u64() == n.as_u64())
+                .and_then(|p| p["containerPort"].as_u64()),
+            _ => None,
+        }
+    }
+}
+
+struct Overlay {
+    name: String,
+    docs: Vec<(PathBuf, Value)>,
+    workloads: Vec<Workload>,
+}
+
+impl Overlay {
+    fn of_kind(&self, kind: &str) -> impl Iterator<Item = &(PathBuf, Value)> {
+        let kind = kind.to_owned();
+        self.docs
+            .iter()
+            .filter(move |(_, d)| d["kind"] == kind.as_str())
+    }
+
+    fn serving(&self, role: Role) -> Vec<&Workload> {
+        self.workloads
+            .iter()
+            .filter(|w| w.config.server.roles.contains(&role))
+            .collect()
+    }
+}
+
+fn load_config(text: &str, env: Vec<(String, String)>, what: &str) -> Config {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, text).unwrap();
+    let loaded = ConfigLoader::new().with_file(&file).with_env(env).load();
+    match loaded {
+        Ok(snapshot) => snapshot.config().clone(),
+        Err(e) => panic!("{what}: the configuration does not load: {e}"),
+    }
+}
+
+/// Renders `name`, checks every reference and loads every configuration.
+fn check_overlay(name: &str) -> Overlay {
     let dir = deploy_dir().join("k8s/overlays").join(name);
-    let mut docs = Vec::new();
-    documents(&dir, &mut docs);
-    let defined = |kind: &str| -> BTreeSet<String> {
+    let docs = render(&dir);
+    for (path, d) in &docs {
+        assert!(
+            d["kind"].is_string() && d["metadata"]["name"].is_string(),
+            "{}: no kind or name",
+            path.display()
+        );
+    }
+    let by_name = |kind: &str| -> BTreeMap<String, Value> {
         docs.iter()
             .filter(|(_, d)| d["kind"] == kind)
-            .map(|(_, d)| d["metadata"]["name"].as_str().unwrap().to_owned())
+            .map(|(_, d)| {
+                (
+                    d["metadata"]["name"].as_str().unwrap().to_owned(),
+                    d.clone(),
+                )
+            })
             .collect()
     };
-    let config_maps = defined("ConfigMap");
-    let secrets = defined("Secret");
-    let mut container_ports = BTreeSet::new();
-    for (path, d) in docs.iter().filter(|(_, d)| d["kind"] == "Deployment") {
-        let spec = &d["spec"]["template"]["spec"];
-        if spec.is_null() {
-            continue; // a patch without a pod spec
+    let config_maps = by_name("ConfigMap");
+    let secrets: BTreeMap<String, Map<String, Value>> = by_name("Secret")
+        .into_iter()
+        .map(|(n, d)| (n, d["stringData"].as_object().cloned().unwrap_or_default()))
+        .collect();
+    let secret_value = |path: &Path, name: &str, key: &str| -> String {
+        let s = secrets
+            .get(name)
+            .unwrap_or_else(|| panic!("{}: Secret {name} is not defined", path.display()));
+        s.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{}: Secret {name} has no key {key}", path.display()))
+            .to_owned()
+    };
+
+    // Every embedded configuration file loads on its own, with the image's
+    // environment and the Secret's values for the sections the file configures
+    // (each Deployment's exact environment is checked below).
+    let secret_env: Vec<(String, String)> = secrets
+        .values()
+        .flat_map(|s| {
+            s.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        })
+        .collect();
+    let mut config_files = Vec::new();
+    for (cm, d) in &config_maps {
+        if !cm.starts_with("soulbase-config") {
+            continue;
         }
+        for (key, text) in d["data"].as_object().into_iter().flatten() {
+            if !key.ends_with(".yaml") {
+                continue;
+            }
+            let text = text.as_str().unwrap();
+            let tree: Value = serde_saphyr::from_str(text)
+                .unwrap_or_else(|e| panic!("{name}: ConfigMap {cm} {key}: {e}"));
+            let env: Vec<(String, String)> = image_env()
+                .into_iter()
+                .chain(
+                    secret_env
+                        .iter()
+                        .filter(|(k, _)| {
+                            k.strip_prefix("SOULBASE_")
+                                .and_then(|rest| rest.split("__").next())
+                                .is_none_or(|section| !tree[section.to_lowercase()].is_null())
+                        })
+                        .cloned(),
+                )
+                .collect();
+            load_config(text, env, &format!("{name}: ConfigMap {cm} {key}"));
+            config_files.push(cm.clone());
+        }
+    }
+    assert!(
+        !config_files.is_empty(),
+        "{name}: no embedded configuration"
+    );
+    for cm in &config_files {
+        assert!(
+            docs.iter().any(|(_, d)| d["kind"] == "Deployment"
+                && d["spec"]["template"]["spec"]["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v["configMap"]["name"] == cm.as_str())),
+            "{name}: ConfigMap {cm} is mounted by no Deployment"
+        );
+    }
+
+    let mut workloads = Vec::new();
+    for (path, d) in docs.iter().filter(|(_, d)| d["kind"] == "Deployment") {
+        let spec = d["spec"]["template"]["spec"].clone();
+        let labels = d["spec"]["template"]["metadata"]["labels"].clone();
+        assert!(
+            selects(&d["spec"]["selector"]["matchLabels"], &labels),
+            "{}: the selector does not select the pod template",
+            path.display()
+        );
+        let volumes: BTreeSet<String> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v["name"].as_str().unwrap().to_owned())
+            .collect();
         for v in spec["volumes"].as_array().into_iter().flatten() {
             if let Some(cm) = v["configMap"]["name"].as_str() {
                 assert!(
-                    config_maps.contains(cm),
+                    config_maps.contains_key(cm),
                     "{}: ConfigMap {cm} is not defined",
                     path.display()
                 );
             }
             if let Some(s) = v["secret"]["secretName"].as_str() {
                 assert!(
-                    secrets.contains(s),
+                    secrets.contains_key(s),
                     "{}: Secret {s} is not defined",
                     path.display()
                 );
             }
         }
-        for c in spec["containers"].as_array().into_iter().flatten() {
+        let containers = spec["containers"].as_array().unwrap();
+        for c in containers {
             let ports: BTreeSet<String> = c["ports"]
                 .as_array()
                 .into_iter()
@@ -91,69 +403,512 @@ fn check_overlay(name: &str) {
                     );
                 }
             }
+            assert_eq!(
+                c["readinessProbe"]["httpGet"]["path"],
+                "/readyz",
+                "{}",
+                path.display()
+            );
+            assert_eq!(
+                c["livenessProbe"]["httpGet"]["path"],
+                "/healthz",
+                "{}",
+                path.display()
+            );
+            assert!(
+                c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object(),
+                "{}: no resource requests and limits",
+                path.display()
+            );
+            for m in c["volumeMounts"].as_array().into_iter().flatten() {
+                let v = m["name"].as_str().unwrap();
+                assert!(
+                    volumes.contains(v),
+                    "{}: volumeMount of undefined volume {v}",
+                    path.display()
+                );
+            }
             for e in c["envFrom"].as_array().into_iter().flatten() {
                 if let Some(s) = e["secretRef"]["name"].as_str() {
                     assert!(
-                        secrets.contains(s),
+                        secrets.contains_key(s),
                         "{}: Secret {s} is not defined",
                         path.display()
                     );
                 }
                 if let Some(cm) = e["configMapRef"]["name"].as_str() {
                     assert!(
-                        config_maps.contains(cm),
+                        config_maps.contains_key(cm),
                         "{}: ConfigMap {cm} undefined",
                         path.display()
                     );
                 }
             }
-            container_ports.extend(ports);
         }
+        // The effective environment: the image, then envFrom, then env.
+        let c = containers
+            .iter()
+            .find(|c| c["name"] == "soulbased")
+            .unwrap_or_else(|| panic!("{}: no soulbased container", path.display()))
+            .clone();
+        let mut env: Vec<(String, String)> = image_env();
+        for e in c["envFrom"].as_array().into_iter().flatten() {
+            if let Some(s) = e["secretRef"]["name"].as_str() {
+                env.extend(
+                    secrets[s]
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())),
+                );
+            }
+        }
+        for e in c["env"].as_array().into_iter().flatten() {
+            let k = e["name"].as_str().unwrap().to_owned();
+            let v = if let Some(v) = e["value"].as_str() {
+                v.to_owned()
+            } else if e["valueFrom"]["secretKeyRef"].is_object() {
+                let r = &e["valueFrom"]["secretKeyRef"];
+                secret_value(
+                    path,
+                    r["name"].as_str().unwrap(),
+                    r["key"].as_str().unwrap(),
+                )
+            } else if e["valueFrom"]["configMapKeyRef"].is_object() {
+                let r = &e["valueFrom"]["configMapKeyRef"];
+                let cm = r["name"].as_str().unwrap();
+                let key = r["key"].as_str().unwrap();
+                config_maps
+                    .get(cm)
+                    .and_then(|d| d["data"][key].as_str())
+                    .unwrap_or_else(|| {
+                        panic!("{}: ConfigMap {cm} has no key {key}", path.display())
+                    })
+                    .to_owned()
+            } else {
+                panic!("{}: env {k} has no value", path.display())
+            };
+            env.push((k, v));
+        }
+        let env_map: BTreeMap<String, String> = env.iter().cloned().collect();
+        let mut w = Workload {
+            path: path.clone(),
+            name: d["metadata"]["name"].as_str().unwrap().to_owned(),
+            labels,
+            spec,
+            container: c,
+            env: env_map,
+            config: Config::default(),
+        };
+        // The config file SOULBASE_CONFIG names, from the ConfigMap mounted there.
+        let file = PathBuf::from(
+            w.env
+                .get("SOULBASE_CONFIG")
+                .unwrap_or_else(|| panic!("{}: SOULBASE_CONFIG is not set", path.display())),
+        );
+        let (mount, volume) = w
+            .volume_at(&file)
+            .unwrap_or_else(|| panic!("{}: {} is not on a volume", path.display(), file.display()));
+        let cm = volume["configMap"]["name"].as_str().unwrap_or_else(|| {
+            panic!(
+                "{}: {} is not on a ConfigMap",
+                path.display(),
+                file.display()
+            )
+        });
+        let key = file
+            .strip_prefix(mount["mountPath"].as_str().unwrap())
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let text = config_maps[cm]["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: ConfigMap {cm} has no {key}", path.display()));
+        w.config = load_config(text, env, &format!("{name}: Deployment {}", w.name));
+        workloads.push(w);
     }
+    assert!(!workloads.is_empty(), "{name}: no Deployment");
+
     for (path, d) in docs.iter().filter(|(_, d)| d["kind"] == "Service") {
+        let backends: Vec<&Workload> = workloads
+            .iter()
+            .filter(|w| selects(&d["spec"]["selector"], &w.labels))
+            .collect();
+        assert!(
+            !backends.is_empty(),
+            "{}: the Service selects no Deployment",
+            path.display()
+        );
         for p in d["spec"]["ports"].as_array().into_iter().flatten() {
-            if let Some(t) = p["targetPort"].as_str() {
+            let t = if p["targetPort"].is_null() {
+                &p["port"]
+            } else {
+                &p["targetPort"]
+            };
+            for w in &backends {
                 assert!(
-                    container_ports.contains(t),
-                    "{}: targetPort {t} undefined",
-                    path.display()
+                    w.container_port(t).is_some(),
+                    "{}: targetPort {t} undefined in {}",
+                    path.display(),
+                    w.name
                 );
             }
         }
     }
-    // The embedded configuration is a valid soulbased configuration.
-    let cfg = docs
-        .iter()
-        .find(|(_, d)| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "soulbase-config")
-        .map(|(_, d)| d["data"]["config.yaml"].as_str().unwrap().to_owned())
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("config.yaml");
-    std::fs::write(&file, cfg).unwrap();
-    let secret = docs
-        .iter()
-        .find(|(_, d)| d["kind"] == "Secret")
-        .map(|(_, d)| d["stringData"].as_object().unwrap().clone())
-        .unwrap();
-    let env: Vec<(String, String)> = secret
+
+    let overlay = Overlay {
+        name: name.to_owned(),
+        docs: docs.clone(),
+        workloads,
+    };
+    check_workloads(&overlay);
+    overlay
+}
+
+/// Checks each Deployment against its own configuration and the other roles.
+fn check_workloads(o: &Overlay) {
+    let name = &o.name;
+    for role in ALL_ROLES {
+        let serving: Vec<&str> = o.serving(role).iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(
+            serving.len(),
+            1,
+            "{name}: role {role:?} is served by {serving:?}, not exactly one Deployment"
+        );
+    }
+    let has_pdbs = o.of_kind("PodDisruptionBudget").next().is_some();
+    for w in &o.workloads {
+        let cfg = &w.config;
+        let at = format!("{name}: {} ({})", w.name, w.path.display());
+        // Listeners match the declared container ports.
+        let grpc = w.container_port(&Value::from("grpc"));
+        assert_eq!(
+            grpc,
+            Some(u64::from(cfg.server.grpc_addr.port())),
+            "{at}: gRPC port"
+        );
+        let http = w.container_port(&Value::from("http"));
+        assert_eq!(
+            http,
+            Some(u64::from(cfg.server.http_addr.port())),
+            "{at}: HTTP port"
+        );
+        // Draining fits in the termination grace period.
+        let grace = w.spec["terminationGracePeriodSeconds"]
+            .as_u64()
+            .unwrap_or(30);
+        assert!(
+            grace * 1000 > cfg.server.shutdown_grace_ms,
+            "{at}: terminationGracePeriodSeconds too short"
+        );
+        if let Some(var) = &cfg.server.internal_token_env {
+            assert!(
+                w.env.contains_key(var),
+                "{at}: the internal token {var} is not in the environment"
+            );
+        }
+        let roles = w.roles();
+        // Persistence (spool, SQLite) under data_dir.
+        if roles.contains(&Role::Tools) || roles.contains(&Role::Evidence) {
+            let volume = w.writable(&cfg.data_dir, "data_dir");
+            if let Some(limit) = volume["emptyDir"]["sizeLimit"].as_str() {
+                assert!(
+                    quantity(limit) > cfg.evidence.spool_max_bytes,
+                    "{at}: the data volume's sizeLimit does not hold evidence.spool_max_bytes"
+                );
+            }
+        }
+        // Where calls execute: skills (WASM modules) and scratch space.
+        let executes = roles.contains(&Role::Sandbox)
+            || (roles.contains(&Role::Tools) && cfg.server.remote.sandbox.is_none());
+        if executes {
+            let root = cfg
+                .sandbox
+                .wasm_module_root
+                .clone()
+                .unwrap_or_else(|| cfg.skills.dir.clone());
+            let (_, volume) = w.volume_at(&root).unwrap_or_else(|| {
+                panic!(
+                    "{at}: the WASM module root {} is not mounted",
+                    root.display()
+                )
+            });
+            assert!(
+                volume["configMap"]["name"].is_string(),
+                "{at}: the skills are not from a ConfigMap"
+            );
+            let scratch = cfg
+                .sandbox
+                .scratch_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            w.writable(&scratch, "the scratch directory");
+            soulbase_sandbox::parse_capabilities(cfg.sandbox.ceiling.as_deref(), "sandbox.ceiling")
+                .unwrap_or_else(|e| panic!("{at}: {e:?}"));
+            soulbase_sandbox::IntersectingProfiles::from_config(&cfg.sandbox)
+                .unwrap_or_else(|e| panic!("{at}: {e:?}"));
+        }
+        if roles.contains(&Role::Tools) {
+            w.volume_at(&cfg.skills.dir).unwrap_or_else(|| {
+                panic!(
+                    "{at}: skills.dir {} is not mounted",
+                    cfg.skills.dir.display()
+                )
+            });
+        }
+        // Cedar policy files are mounted where authorization runs.
+        if let Some(cedar) = &cfg.auth.cedar {
+            for f in &cedar.files {
+                let (mount, volume) = w
+                    .volume_at(f)
+                    .unwrap_or_else(|| panic!("{at}: Cedar file {} is not mounted", f.display()));
+                let cm = volume["configMap"]["name"].as_str().unwrap();
+                let key = f
+                    .strip_prefix(mount["mountPath"].as_str().unwrap())
+                    .unwrap();
+                let doc = o
+                    .of_kind("ConfigMap")
+                    .find(|(_, d)| d["metadata"]["name"] == cm)
+                    .unwrap();
+                assert!(
+                    doc.1["data"][key.to_str().unwrap()].is_string(),
+                    "{at}: ConfigMap {cm} has no {}",
+                    key.display()
+                );
+            }
+        }
+        // The tools role reaches every role it does not serve at that role's Service.
+        if roles.contains(&Role::Tools) {
+            let r = &cfg.server.remote;
+            for (role, url) in [
+                (Role::Auth, &r.auth),
+                (Role::Qos, &r.qos),
+                (Role::Sandbox, &r.sandbox),
+                (Role::Evidence, &r.evidence),
+            ] {
+                if roles.contains(&role) {
+                    continue;
+                }
+                let url = url.as_deref().unwrap_or_else(|| {
+                    panic!(
+                        "{at}: role {role:?} is not served here and has no server.remote endpoint"
+                    )
+                });
+                check_remote(o, w, role, url);
+            }
+        }
+        if has_pdbs {
+            assert!(
+                o.of_kind("PodDisruptionBudget")
+                    .any(|(_, d)| selects(&d["spec"]["selector"]["matchLabels"], &w.labels)),
+                "{at}: no PodDisruptionBudget"
+            );
+        }
+    }
+}
+
+/// `url` (`http://service[.ns…]:port`) names a Service with that port, selecting
+/// the pods of the Deployment that serves `role`, on its gRPC container port.
+fn check_remote(o: &Overlay, from: &Workload, role: Role, url: &str) {
+    let at = format!("{}: {} server.remote.{role:?}", o.name, from.name);
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or_else(|| panic!("{at}: {url} has no scheme"));
+    let (host, port) = rest
+        .trim_end_matches('/')
+        .split_once(':')
+        .unwrap_or_else(|| panic!("{at}: {url} has no port"));
+    let service = host.split('.').next().unwrap();
+    let port: u64 = port
+        .parse()
+        .unwrap_or_else(|_| panic!("{at}: bad port in {url}"));
+    let (path, svc) = o
+        .of_kind("Service")
+        .find(|(_, d)| d["metadata"]["name"] == service)
+        .unwrap_or_else(|| panic!("{at}: {url} names no Service {service}"));
+    let svc_port = svc["spec"]["ports"]
+        .as_array()
         .into_iter()
-        .map(|(k, v)| (k, v.as_str().unwrap().to_owned()))
+        .flatten()
+        .find(|p| p["port"].as_u64() == Some(port))
+        .unwrap_or_else(|| {
+            panic!(
+                "{at}: Service {service} ({}) has no port {port}",
+                path.display()
+            )
+        });
+    let target = o.serving(role)[0];
+    assert!(
+        selects(&svc["spec"]["selector"], &target.labels),
+        "{at}: Service {service} does not select {}, which serves {role:?}",
+        target.name
+    );
+    let t = if svc_port["targetPort"].is_null() {
+        &svc_port["port"]
+    } else {
+        &svc_port["targetPort"]
+    };
+    assert_eq!(
+        target.container_port(t),
+        Some(u64::from(target.config.server.grpc_addr.port())),
+        "{at}: Service {service} port {port} does not reach the gRPC port of {}",
+        target.name
+    );
+}
+
+/// The NetworkPolicies selecting `w`'s pods admit ingress only from the tools pods.
+fn assert_ingress_only_from_tools(o: &Overlay, w: &Workload, egress_too: bool) {
+    let at = format!("{}: {}", o.name, w.name);
+    let tools = o.serving(Role::Tools)[0];
+    let policies: Vec<&Value> = o
+        .of_kind("NetworkPolicy")
+        .map(|(_, d)| d)
+        .filter(|d| selects(&d["spec"]["podSelector"]["matchLabels"], &w.labels))
         .collect();
-    let loaded = soulbase_config::ConfigLoader::new()
-        .with_file(&file)
-        .with_env(env)
-        .load();
-    assert!(loaded.is_ok(), "{name}: {:?}", loaded.err());
+    assert!(
+        !policies.is_empty(),
+        "{at}: no NetworkPolicy selects its pods"
+    );
+    let mut admits_tools = false;
+    for np in policies {
+        let types: Vec<&str> = np["spec"]["policyTypes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            types.contains(&"Ingress"),
+            "{at}: NetworkPolicy without Ingress"
+        );
+        if egress_too {
+            assert!(
+                types.contains(&"Egress"),
+                "{at}: NetworkPolicy without Egress (egress must be allow-listed)"
+            );
+        }
+        for rule in np["spec"]["ingress"].as_array().into_iter().flatten() {
+            let peers = rule["from"].as_array().cloned().unwrap_or_default();
+            assert!(
+                !peers.is_empty(),
+                "{at}: an ingress rule admits every source"
+            );
+            for peer in &peers {
+                let keys: Vec<&String> = peer.as_object().unwrap().keys().collect();
+                assert_eq!(
+                    keys,
+                    ["podSelector"],
+                    "{at}: an ingress peer is not a pod selector of this namespace"
+                );
+                let sel = &peer["podSelector"]["matchLabels"];
+                assert!(
+                    selects(sel, &tools.labels),
+                    "{at}: an ingress peer is not the tools pods"
+                );
+                for other in o.workloads.iter().filter(|x| x.name != tools.name) {
+                    assert!(
+                        !selects(sel, &other.labels),
+                        "{at}: an ingress peer also selects {}",
+                        other.name
+                    );
+                }
+            }
+            let ports = rule["ports"].as_array().cloned().unwrap_or_default();
+            assert!(!ports.is_empty(), "{at}: an ingress rule admits every port");
+            for p in &ports {
+                assert_eq!(
+                    w.container_port(&p["port"]),
+                    Some(u64::from(w.config.server.grpc_addr.port())),
+                    "{at}: an ingress rule admits a port other than gRPC"
+                );
+            }
+            admits_tools = true;
+        }
+    }
+    assert!(admits_tools, "{at}: the tools pods cannot reach it");
 }
 
 #[test]
 fn all_in_one_overlay_is_consistent() {
-    check_overlay("all-in-one");
+    let o = check_overlay("all-in-one");
+    assert_eq!(o.workloads.len(), 1);
+    assert_eq!(o.workloads[0].roles(), ALL_ROLES.into_iter().collect());
 }
 
 #[test]
 fn split_roles_overlay_is_consistent() {
-    check_overlay("split-roles");
+    let o = check_overlay("split-roles");
+    // One Deployment per role service: tools, sandbox, evidence, auth + qos.
+    let role_sets: BTreeSet<Vec<Role>> = o
+        .workloads
+        .iter()
+        .map(|w| w.roles().into_iter().collect())
+        .collect();
+    let want: BTreeSet<Vec<Role>> = [
+        vec![Role::Tools],
+        vec![Role::Auth, Role::Qos],
+        vec![Role::Sandbox],
+        vec![Role::Evidence],
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(o.workloads.len(), 4, "one Deployment per role service");
+    assert_eq!(role_sets, want);
+
+    // The tools config names all four remote endpoints (each checked against its
+    // Service in check_overlay) and the internal token.
+    let tools = o.serving(Role::Tools)[0];
+    let r = &tools.config.server.remote;
+    for (role, url) in [
+        (Role::Auth, &r.auth),
+        (Role::Qos, &r.qos),
+        (Role::Sandbox, &r.sandbox),
+        (Role::Evidence, &r.evidence),
+    ] {
+        let url = url.as_deref().unwrap_or_else(|| {
+            panic!("the tools config has no server.remote endpoint for {role:?}")
+        });
+        check_remote(&o, tools, role, url);
+    }
+    for w in &o.workloads {
+        assert!(
+            w.config.server.internal_token_env.is_some(),
+            "{}: the role services and their client need server.internal_token_env",
+            w.name
+        );
+    }
+    let token_vars: BTreeSet<_> = o
+        .workloads
+        .iter()
+        .map(|w| w.config.server.internal_token_env.clone())
+        .collect();
+    assert_eq!(
+        token_vars.len(),
+        1,
+        "every Deployment names the same internal token variable"
+    );
+
+    // The sandbox admits only the tools pods and allow-lists its egress; so do
+    // the other role services' ingress.
+    assert_ingress_only_from_tools(&o, o.serving(Role::Sandbox)[0], true);
+    assert_ingress_only_from_tools(&o, o.serving(Role::Evidence)[0], false);
+    assert_ingress_only_from_tools(&o, o.serving(Role::Auth)[0], false);
+
+    // The sandbox role enforces the same ceiling the tools role computes profiles with.
+    let sandbox = o.serving(Role::Sandbox)[0];
+    assert_eq!(
+        sandbox.config.sandbox.ceiling, tools.config.sandbox.ceiling,
+        "sandbox.ceiling differs between tools and sandbox"
+    );
+    // Backend URLs go only where they are used.
+    assert!(
+        !sandbox.env.contains_key("SOULBASE_EVIDENCE__URL"),
+        "the sandbox pods get the database URL"
+    );
+    let evidence = o.serving(Role::Evidence)[0];
+    assert_eq!(
+        evidence.config.evidence.backend,
+        soulbase_config::EvidenceBackend::Postgres
+    );
 }
 
 #[test]
