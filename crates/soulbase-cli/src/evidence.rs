@@ -7,6 +7,8 @@
 //! - `replay CALL_ID` — the call's key behaviour and result summary rebuilt from its
 //!   evidence, with any inconsistency flagged (exit 1 when there are anomalies).
 //!
+//! `--tenant` is the global option; `--json` is the same as `--format json`.
+//!
 //! The database is `--database-url`, else the configuration's (`evidence.url`, or
 //! the SQLite file under `data_dir`; `config.yaml` and `SOULBASE_…` variables apply).
 //! It reads the database only: records still in a running server's spool appear once
@@ -21,6 +23,8 @@ use soulbase_observe::{
 };
 use soulbase_store::{Db, SqlEvidenceStore};
 use soulbase_types::{CallId, TenantId, ToolId, UnixMillis};
+
+use crate::target::Global;
 
 /// Arguments of `soulbase evidence`.
 #[derive(Debug, Args)]
@@ -65,18 +69,15 @@ impl From<Status> for EndStatus {
 #[derive(Debug, Subcommand)]
 enum EvidenceCommand {
     /// Every record of one call, oldest first.
+    ///
+    /// Only if the call belongs to the global `--tenant`, when given.
     Show {
         /// The call id.
         call_id: String,
-        /// Only if the call belongs to this tenant.
-        #[arg(long)]
-        tenant: Option<String>,
     },
-    /// A tenant's calls, newest first, one page at a time.
+    /// A tenant's calls (the global `--tenant`, required), newest first, one page at
+    /// a time.
     List {
-        /// The tenant (required).
-        #[arg(long)]
-        tenant: String,
         /// Only this tool.
         #[arg(long)]
         tool: Option<String>,
@@ -100,12 +101,11 @@ enum EvidenceCommand {
         after: Option<String>,
     },
     /// Rebuild a call's key behaviour and result summary from its evidence.
+    ///
+    /// Only if the call belongs to the global `--tenant`, when given.
     Replay {
         /// The call id.
         call_id: String,
-        /// Only if the call belongs to this tenant.
-        #[arg(long)]
-        tenant: Option<String>,
     },
 }
 
@@ -125,11 +125,12 @@ fn parse_since(s: &str) -> Result<i64, String> {
     Ok(n.saturating_mul(per))
 }
 
-fn database_url(explicit: Option<String>) -> Result<String, String> {
+fn database_url(explicit: Option<String>, global: &Global) -> Result<String, String> {
     if let Some(url) = explicit {
         return Ok(url);
     }
-    let snapshot = soulbase_config::ConfigLoader::from_process_env()
+    let snapshot = global
+        .loader(true)
         .load()
         .map_err(|e| format!("loading the configuration: {e}"))?;
     Ok(soulbase_store::database_url(snapshot.config()))
@@ -168,13 +169,14 @@ fn summary_line(c: &CallSummary) -> String {
     )
 }
 
-async fn execute(args: EvidenceArgs) -> Result<bool, String> {
-    let url = database_url(args.database_url)?;
+async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
+    let url = database_url(args.database_url, global)?;
     let db = Db::connect(&url, false).await.map_err(err)?;
     let store = SqlEvidenceStore::new(db.clone());
-    let json = matches!(args.format, Format::Json);
+    let json = global.json || matches!(args.format, Format::Json);
+    let tenant = global.tenant.clone();
     let ok = match args.command {
-        EvidenceCommand::Show { call_id, tenant } => {
+        EvidenceCommand::Show { call_id } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -192,7 +194,6 @@ async fn execute(args: EvidenceArgs) -> Result<bool, String> {
             true
         }
         EvidenceCommand::List {
-            tenant,
             tool,
             status,
             since,
@@ -201,6 +202,7 @@ async fn execute(args: EvidenceArgs) -> Result<bool, String> {
             limit,
             after,
         } => {
+            let tenant = tenant.ok_or("--tenant is required (the tenant whose calls to list)")?;
             let tenant = TenantId::new(tenant).map_err(|e| format!("--tenant: {e}"))?;
             let from = match since {
                 Some(s) => Some(UnixMillis(UnixMillis::now().0 - parse_since(&s)?)),
@@ -238,7 +240,7 @@ async fn execute(args: EvidenceArgs) -> Result<bool, String> {
             }
             true
         }
-        EvidenceCommand::Replay { call_id, tenant } => {
+        EvidenceCommand::Replay { call_id } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -311,7 +313,7 @@ async fn execute(args: EvidenceArgs) -> Result<bool, String> {
 
 /// Runs `soulbase evidence …`; exit 0 on success, 1 on anomalies found by replay,
 /// 2 on errors.
-pub fn run(args: EvidenceArgs) -> ExitCode {
+pub fn run(global: &Global, args: EvidenceArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -322,7 +324,7 @@ pub fn run(args: EvidenceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(execute(args)) {
+    match rt.block_on(execute(global, args)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {

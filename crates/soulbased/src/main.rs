@@ -3,12 +3,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use soulbase_config::ConfigLoader;
-use soulbase_types::{ActorId, Subject, TenantId};
 use soulbased::app::App;
 
 /// mimalloc: many small cross-thread allocations per call (evidence records are
@@ -146,26 +144,7 @@ async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), Str
             tenant,
             actor,
             skill,
-        }) => {
-            let tenant = TenantId::new(tenant).map_err(|e| format!("--tenant: {}", e.reason))?;
-            let actor = ActorId::new(actor).map_err(|e| format!("--actor: {}", e.reason))?;
-            let mut server = soulbase_mcp::McpServer::for_subject(
-                app.registry.clone(),
-                app.invoker.clone(),
-                Subject::new(tenant, actor),
-            )
-            .with_observer(app.metrics.clone())
-            .with_call_span(Arc::new(soulbased::telemetry::execute_tool_span))
-            .with_bound_skill(skill);
-            if let Some(s) = &app.skills {
-                server = server.with_skills(s.gateway.clone(), false);
-            }
-            soulbase_mcp::serve_stdio(server)
-                .await
-                .map_err(|e| format!("{}: {}", e.code().as_str(), e.message()))?;
-            flush.flush(Duration::from_secs(5)).await;
-            Ok(())
-        }
+        }) => soulbased::stdio::serve_mcp(app, flush, &tenant, &actor, skill).await,
         Some(Command::Serve) | None => {
             soulbased::server::run(app, flush, soulbased::server::shutdown_signal())
                 .await
