@@ -5,7 +5,9 @@
 //! - concurrent: 32 streams on one HTTP/2 connection — throughput and p50/p99.
 //!
 //! The tool is the builtin `soulbase.builtin.echo`; evidence goes to the durable
-//! spool (sync durability) draining into SQLite in a temporary data directory.
+//! spool (sync durability: every Begin and End on disk before the call goes on)
+//! draining into Postgres when `DATABASE_URL` is set (`cargo xtask bench` sets it;
+//! a fresh database per run), else into SQLite in a temporary data directory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -58,6 +60,26 @@ fn main() {
                 "policy.rules",
                 r#"[{"effect":"allow","tenant":"acme","tools":["*"]}]"#,
             );
+        let loader = match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => {
+                let name = soulbase_testkit::unique_name("bench_grpc");
+                let admin = sqlx::PgPool::connect(&url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&admin)
+                    .await
+                    .unwrap();
+                admin.close().await;
+                let db = soulbase_testkit::with_database(&url, &name);
+                println!("evidence: Postgres ({name}), sync durability");
+                loader
+                    .with_flag("evidence.backend", "postgres")
+                    .with_flag("evidence.url", &db)
+            }
+            _ => {
+                println!("evidence: SQLite (set DATABASE_URL for Postgres), sync durability");
+                loader
+            }
+        };
         let (app, flush) = App::build(loader).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(soulbased::server::run(app, flush, async move {
