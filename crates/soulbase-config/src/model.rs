@@ -90,7 +90,7 @@ pub struct ServerConfig {
     /// Where roles this process does not serve are reached (gRPC endpoints).
     pub remote: RemoteRoles,
     /// The environment variable holding the internal token of the role services
-    /// (auth, qos): served, they require it in `x-soulbase-internal-token`;
+    /// (auth, qos, sandbox, evidence): served, they require it in `x-soulbase-internal-token`;
     /// remote clients send it. Unset: no token (network policy / mTLS only).
     pub internal_token_env: Option<String>,
 }
@@ -103,6 +103,12 @@ pub struct RemoteRoles {
     pub auth: Option<String>,
     /// The `qos` role (quotas), when not served here.
     pub qos: Option<String>,
+    /// The `sandbox` role (execution), when not served here.
+    pub sandbox: Option<String>,
+    /// The `evidence` role (durable evidence store), when not served here. The
+    /// `tools` role still spools every record locally first and drains the spool
+    /// to it, so an unreachable evidence role loses nothing.
+    pub evidence: Option<String>,
 }
 
 /// Server TLS (rustls): PEM files, re-read at start-up.
@@ -592,6 +598,8 @@ impl Config {
         for (field, url) in [
             ("server.remote.auth", &self.server.remote.auth),
             ("server.remote.qos", &self.server.remote.qos),
+            ("server.remote.sandbox", &self.server.remote.sandbox),
+            ("server.remote.evidence", &self.server.remote.evidence),
         ] {
             if let Some(url) = url
                 && !(url.starts_with("http://") || url.starts_with("https://"))

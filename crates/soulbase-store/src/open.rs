@@ -19,8 +19,13 @@ pub struct Persistence {
     pub db: Db,
     /// The durable sink to give the pipeline.
     pub sink: DurableSink,
-    /// The evidence store (queries, replay).
-    pub evidence: Arc<SqlEvidenceStore>,
+    /// The evidence store the spool drains into and queries read: the database's
+    /// own ([`SqlEvidenceStore`]), or the one given to [`Persistence::open_draining_to`]
+    /// (a remote evidence role).
+    pub evidence: Arc<dyn EvidenceStore>,
+    /// Whether `evidence` is this database's own store (retention purges it here;
+    /// a remote store runs its own retention).
+    pub evidence_is_local: bool,
     /// The idempotency store to give the pipeline.
     pub idempotency: Arc<SqlIdempotency>,
     /// Registry persistence.
@@ -63,11 +68,37 @@ impl Persistence {
         .await
     }
 
+    /// Like [`Persistence::open`], but the spool drains into `evidence` (another
+    /// process's evidence role) instead of this database, which then holds only
+    /// idempotency and registry state. Records stay in the local spool until
+    /// `evidence` has stored them, so an unreachable evidence role loses nothing.
+    pub async fn open_draining_to(
+        config: &Config,
+        evidence: Arc<dyn EvidenceStore>,
+    ) -> Result<Persistence, SoulError> {
+        Self::open_parts(
+            &database_url(config),
+            config.evidence.migrate_on_start,
+            spool_options(config),
+            Some(evidence),
+        )
+        .await
+    }
+
     /// Like [`Persistence::open`] with explicit parts.
     pub async fn open_with(
         url: &str,
         migrate: bool,
         spool: SpoolOptions,
+    ) -> Result<Persistence, SoulError> {
+        Self::open_parts(url, migrate, spool, None).await
+    }
+
+    async fn open_parts(
+        url: &str,
+        migrate: bool,
+        spool: SpoolOptions,
+        remote: Option<Arc<dyn EvidenceStore>>,
     ) -> Result<Persistence, SoulError> {
         if let Some(path) = url
             .strip_prefix("sqlite://")
@@ -80,10 +111,11 @@ impl Persistence {
                 .map_err(|e| crate::db::db_error("creating the SQLite directory", e))?;
         }
         let db = Db::connect(url, migrate).await?;
-        let evidence = Arc::new(SqlEvidenceStore::new(db.clone()));
-        let (sink, recovery) =
-            DurableSink::open(spool, evidence.clone() as Arc<dyn EvidenceStore>).await?;
+        let evidence_is_local = remote.is_none();
+        let evidence = remote.unwrap_or_else(|| Arc::new(SqlEvidenceStore::new(db.clone())));
+        let (sink, recovery) = DurableSink::open(spool, evidence.clone()).await?;
         Ok(Persistence {
+            evidence_is_local,
             idempotency: Arc::new(SqlIdempotency::new(db.clone())),
             registry: RegistryStore::new(db.clone()),
             db,
@@ -93,14 +125,19 @@ impl Persistence {
         })
     }
 
-    /// Deletes evidence and finished idempotency records older than `days`.
+    /// Deletes evidence (when the store is local) and finished idempotency records
+    /// older than `days`.
     pub async fn apply_retention(&self, days: u32) -> Result<u64, SoulError> {
         let cutoff = UnixMillis(
             UnixMillis::now()
                 .0
                 .saturating_sub(i64::from(days).saturating_mul(86_400_000)),
         );
-        let n = self.evidence.purge_before(cutoff).await?;
+        let n = if self.evidence_is_local {
+            self.evidence.purge_before(cutoff).await?
+        } else {
+            0
+        };
         let m = self.idempotency.purge_before(cutoff).await?;
         Ok(n + m)
     }

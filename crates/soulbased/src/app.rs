@@ -28,12 +28,15 @@ use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, ReloadStatus, Ro
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::roles::role_channel;
 use soulbase_grpc::{
-    AuthRoleService, MetadataAuth, QosRoleService, RemoteAuth, RemoteQuotaGate, SubjectResolver,
+    AuthRoleService, EvidenceRoleService, MetadataAuth, QosRoleService, RemoteAuth, RemoteEvidence,
+    RemoteQuotaGate, RemoteSandbox, SandboxRoleService, SubjectResolver,
 };
-use soulbase_observe::EvidenceSink;
+use soulbase_observe::{EvidenceSink, EvidenceStore};
 use soulbase_qos::{LocalQuota, QuotaGate};
 use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
-use soulbase_sandbox::{BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind};
+use soulbase_sandbox::{
+    BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind, Sandbox, parse_capabilities,
+};
 use soulbase_sandbox_http::{HttpExecutor, HttpOptions};
 use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
 use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
@@ -166,7 +169,12 @@ pub struct App {
     pub auth_role: Option<AuthRoleService>,
     /// The `qos` role's gRPC service, when this process serves it.
     pub qos_role: Option<QosRoleService>,
-    /// Evidence, idempotency and registry persistence (with the `tools` role).
+    /// The `sandbox` role's gRPC service, when this process serves it.
+    pub sandbox_role: Option<SandboxRoleService>,
+    /// The `evidence` role's gRPC service, when this process serves it.
+    pub evidence_role: Option<EvidenceRoleService>,
+    /// Evidence, idempotency and registry persistence (with the `tools` or
+    /// `evidence` role).
     pub persistence: Option<Arc<Persistence>>,
     policy: PolicySeam,
 }
@@ -239,13 +247,34 @@ impl App {
                     (l.clone(), Some(l))
                 }
             };
+        let remote_sandbox = match (&cfg.server.remote.sandbox, roles.contains(&Role::Sandbox)) {
+            (Some(url), false) => Some(RemoteSandbox::new(
+                role_channel(url, "server.remote.sandbox")?,
+                token.clone(),
+            )),
+            _ => None,
+        };
+        let remote_evidence = match (&cfg.server.remote.evidence, roles.contains(&Role::Evidence)) {
+            (Some(url), false) => Some(RemoteEvidence::new(
+                role_channel(url, "server.remote.evidence")?,
+                token.clone(),
+            )),
+            _ => None,
+        };
         let registry = Registry::new();
         let executor = BuiltinExecutor::new();
-        let tools_role = cfg.server.roles.contains(&Role::Tools);
-        if tools_role {
+        let tools_role = roles.contains(&Role::Tools);
+        let sandbox_role = roles.contains(&Role::Sandbox);
+        let evidence_role = roles.contains(&Role::Evidence);
+        // Calls execute here when this process serves the sandbox role, or runs
+        // the tools role with no remote sandbox.
+        let executes_here = sandbox_role || (tools_role && remote_sandbox.is_none());
+        if executes_here {
             builtins::register_handlers(&executor);
-            builtins::register_tools(&registry)?;
             soulbase_skills::examples::register(&executor);
+        }
+        if tools_role {
+            builtins::register_tools(&registry)?;
         }
         let (policy, local_authorizer): (PolicySeam, Arc<dyn Authorizer>) = match &cfg.auth.cedar {
             Some(_) => (
@@ -282,32 +311,63 @@ impl App {
             (true, Some(q)) => Some(QosRoleService::new(q.clone(), token.clone())),
             _ => None,
         };
-        if (auth_role.is_some() || qos_role.is_some()) && token.is_none() {
+        let serves_roles = roles.iter().any(|r| *r != Role::Tools);
+        if serves_roles && token.is_none() {
             tracing::warn!(
-                "the auth/qos role services are served without server.internal_token_env: \
+                "role services are served without server.internal_token_env: \
                  restrict who can reach them (NetworkPolicy, mTLS)"
             );
         }
-        if remote_auth.is_some() || remote_qos.is_some() {
+        if remote_auth.is_some()
+            || remote_qos.is_some()
+            || remote_sandbox.is_some()
+            || remote_evidence.is_some()
+        {
+            let r = &cfg.server.remote;
             tracing::info!(
-                auth = ?cfg.server.remote.auth.as_ref().filter(|_| remote_auth.is_some()),
-                qos = ?cfg.server.remote.qos.as_ref().filter(|_| remote_qos.is_some()),
+                auth = ?r.auth.as_ref().filter(|_| remote_auth.is_some()),
+                qos = ?r.qos.as_ref().filter(|_| remote_qos.is_some()),
+                sandbox = ?r.sandbox.as_ref().filter(|_| remote_sandbox.is_some()),
+                evidence = ?r.evidence.as_ref().filter(|_| remote_evidence.is_some()),
                 "using remote roles"
             );
         }
         let auth: Arc<dyn SubjectResolver> =
             Arc::new(MetadataAuth::new(Some(authenticator), dev_insecure));
         let profiles = Arc::new(IntersectingProfiles::from_config(&cfg.sandbox)?);
-        let sandbox = Arc::new(sandbox(cfg, executor, tools_role)?);
+        let local_sandbox = Arc::new(sandbox(cfg, executor, executes_here)?);
+        let sandbox: Arc<dyn Sandbox> = match &remote_sandbox {
+            Some(r) => Arc::new(r.clone()),
+            None => local_sandbox.clone(),
+        };
+        let sandbox_role = if sandbox_role {
+            let ceiling = parse_capabilities(cfg.sandbox.ceiling.as_deref(), "sandbox.ceiling")?;
+            Some(SandboxRoleService::new(
+                local_sandbox,
+                ceiling,
+                token.clone(),
+            ))
+        } else {
+            None
+        };
         let (sink, idempotency, persistence, flush): (
             Arc<dyn EvidenceSink>,
             Arc<dyn IdempotencyStore>,
             _,
             _,
-        ) = if tools_role {
-            let opened = evidence::open(cfg).await?;
-            evidence::restore_registry(&opened.persistence, &registry).await?;
-            let flush = EvidenceFlush::start(&opened, &registry, cfg.evidence.retention_days);
+        ) = if tools_role || evidence_role {
+            let drain_to = remote_evidence
+                .clone()
+                .filter(|_| tools_role)
+                .map(|r| Arc::new(r) as Arc<dyn EvidenceStore>);
+            let opened = evidence::open(cfg, drain_to).await?;
+            let saved_registry = if tools_role {
+                evidence::restore_registry(&opened.persistence, &registry).await?;
+                Some(&registry)
+            } else {
+                None
+            };
+            let flush = EvidenceFlush::start(&opened, saved_registry, cfg.evidence.retention_days);
             (
                 Arc::new(opened.sink.clone()),
                 opened.persistence.idempotency.clone(),
@@ -321,6 +381,10 @@ impl App {
                 None,
                 EvidenceFlush::none(),
             )
+        };
+        let evidence_role = match (evidence_role, &persistence) {
+            (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
+            _ => None,
         };
         let metrics = Arc::new(Metrics::new());
         metrics.watch_evidence(flush.stats());
@@ -354,6 +418,8 @@ impl App {
             skills,
             auth_role,
             qos_role,
+            sandbox_role,
+            evidence_role,
             persistence,
             policy,
         });
@@ -425,18 +491,19 @@ impl App {
     }
 }
 
-/// The local sandbox: builtin handlers, and with the `tools` role the HTTP, WASM
-/// (modules under `sandbox.wasm_module_root`, else `skills.dir`) and process
-/// executors. Without a module root the WASM executor is left out (its calls
-/// answer `PROVIDER.UNAVAILABLE`) unless the root was configured explicitly, which
-/// then refuses start-up.
+/// The local sandbox: builtin handlers, and when calls execute here (the `sandbox`
+/// role, or the `tools` role without a remote sandbox) the HTTP, WASM (modules
+/// under `sandbox.wasm_module_root`, else `skills.dir`) and process executors.
+/// Without a module root the WASM executor is left out (its calls answer
+/// `PROVIDER.UNAVAILABLE`) unless the root was configured explicitly, which then
+/// refuses start-up.
 fn sandbox(
     cfg: &soulbase_config::Config,
     builtin: BuiltinExecutor,
-    tools_role: bool,
+    executes_here: bool,
 ) -> Result<LocalSandbox, SoulError> {
     let mut sandbox = LocalSandbox::new(builtin);
-    if !tools_role {
+    if !executes_here {
         return Ok(sandbox);
     }
     let sb = &cfg.sandbox;

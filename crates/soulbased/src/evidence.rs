@@ -1,14 +1,16 @@
 //! The evidence and persistence seam of this process.
 //!
-//! With the `tools` role, [`open`] opens [`soulbase_store::Persistence`] from the
-//! configuration: the durable spool sink (`<data_dir>/spool`, `evidence.durability`)
-//! draining into SQLite (`<data_dir>/evidence.db`, the default) or Postgres
-//! (`evidence.backend: postgres`, `evidence.url`), the SQL idempotency store and the
-//! registry store; retention runs hourly (`evidence.retention_days`, 0 keeps
-//! everything). Without the `tools` role nothing is opened and the sink refuses
-//! records ([`NoEvidence`]). On shutdown [`EvidenceFlush::flush`] saves the registry
-//! one last time and drains the spool into the store (what does not make it stays in
-//! the spool for the next start).
+//! With the `tools` or `evidence` role, [`open`] opens
+//! [`soulbase_store::Persistence`] from the configuration: the durable spool sink
+//! (`<data_dir>/spool`, `evidence.durability`) draining into SQLite
+//! (`<data_dir>/evidence.db`, the default) or Postgres (`evidence.backend: postgres`,
+//! `evidence.url`) — or, for a `tools` role with `server.remote.evidence`, into the
+//! remote evidence role — the SQL idempotency store and the registry store; retention
+//! runs hourly (`evidence.retention_days`, 0 keeps everything). Without either role
+//! nothing is opened and the sink refuses records ([`NoEvidence`]). On shutdown
+//! [`EvidenceFlush::flush`] saves the registry one last time (tools role only) and
+//! drains the spool into the store (what does not make it stays in the spool for the
+//! next start).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +20,7 @@ use async_trait::async_trait;
 use soulbase_config::Config;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::DurableSink;
-use soulbase_observe::{EvidenceRecord, EvidenceSink};
+use soulbase_observe::{EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
 
@@ -104,9 +106,16 @@ pub struct Opened {
 }
 
 /// Opens persistence from `config` (migrating when configured, recovering the
-/// spool: every Begin without an End is closed `aborted`).
-pub async fn open(config: &Config) -> Result<Opened, SoulError> {
-    let persistence = Persistence::open(config).await?;
+/// spool: every Begin without an End is closed `aborted`). With `drain_to` (the
+/// remote evidence role) the spool drains there instead of into the database.
+pub async fn open(
+    config: &Config,
+    drain_to: Option<Arc<dyn EvidenceStore>>,
+) -> Result<Opened, SoulError> {
+    let persistence = match drain_to {
+        Some(store) => Persistence::open_draining_to(config, store).await?,
+        None => Persistence::open(config).await?,
+    };
     let r = &persistence.recovery;
     if !r.aborted.is_empty() || r.truncated_bytes > 0 {
         tracing::warn!(
@@ -173,9 +182,14 @@ impl EvidenceFlush {
         }
     }
 
-    /// Starts saving `registry` on every change and retention, for `opened`.
-    pub fn start(opened: &Opened, registry: &Registry, retention_days: u32) -> Self {
-        let mut tasks = vec![opened.persistence.registry.persist(registry)];
+    /// Starts retention and, with the `tools` role, saving `registry` on every
+    /// change, for `opened`. A process without the tools role passes no registry:
+    /// it must never overwrite the tools role's saved registry.
+    pub fn start(opened: &Opened, registry: Option<&Registry>, retention_days: u32) -> Self {
+        let mut tasks: Vec<_> = registry
+            .map(|r| opened.persistence.registry.persist(r))
+            .into_iter()
+            .collect();
         if retention_days > 0 {
             tasks.push(
                 opened
@@ -185,7 +199,7 @@ impl EvidenceFlush {
         }
         Self {
             persistence: Some(opened.persistence.clone()),
-            registry: Some(registry.clone()),
+            registry: registry.cloned(),
             tasks,
             stats: opened.stats.clone(),
         }

@@ -38,7 +38,7 @@ use soulbase_config::ReloadStatus;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert::{self, CallMeta};
 use soulbase_grpc::{CallObserver, Surface};
-use soulbase_observe::{EvidenceEvent, EvidenceStore};
+use soulbase_observe::EvidenceEvent;
 use soulbase_tools::pipeline::ToolCall;
 use soulbase_tools::{ResolvedTool, ToolFilter, ToolOwner};
 use soulbase_types::{CallId, Subject, ToolId};

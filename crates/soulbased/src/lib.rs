@@ -1,11 +1,13 @@
 //! `soulbased`: the Soulbase server.
 //!
 //! One process serves the roles chosen in configuration (`server.roles`): `tools`
-//! (registry, invoker, HTTP API, MCP, skills), `auth` (`soulbase.auth.v1`) and `qos`
-//! (`soulbase.qos.v1`). A `tools` role reaches an auth or qos role served elsewhere
-//! at `server.remote.{auth,qos}` through its gRPC client; otherwise (and always for
-//! sandbox and evidence, whose services are not built yet) the seam runs in-process
-//! behind it ([`app::App`]).
+//! (registry, invoker, HTTP API, MCP, skills), `auth` (`soulbase.auth.v1`), `qos`
+//! (`soulbase.qos.v1`), `sandbox` (`soulbase.sandbox.v1`) and `evidence`
+//! (`soulbase.evidence.v1`). A `tools` role reaches a role served elsewhere at
+//! `server.remote.{auth,qos,sandbox,evidence}` through its gRPC client; otherwise the
+//! seam runs in-process behind it ([`app::App`]). With a remote evidence role the
+//! tools role still spools every record durably on its own disk and drains the
+//! spool to it, so an evidence outage loses nothing.
 //!
 //! - gRPC on `server.grpc_addr` ([`server`]): `soulbase.tools.v1.ToolRegistry`,
 //!   `soulbase.tools.v1.ToolInvoker`, `grpc.health.v1.Health` and reflection,
@@ -36,4 +38,5 @@ pub mod evidence;
 pub mod http_api;
 pub mod metrics;
 pub mod server;
+pub mod stdio;
 pub mod telemetry;

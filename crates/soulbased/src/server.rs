@@ -136,14 +136,6 @@ pub async fn run(
     let http_addr = http_listener
         .local_addr()
         .map_err(|e| io_error("read the address of", cfg.http_addr, e))?;
-    for role in &cfg.roles {
-        if matches!(role, Role::Sandbox | Role::Evidence) {
-            tracing::info!(
-                role = ?role,
-                "role runs in-process behind the tools role (its gRPC service is not served yet)"
-            );
-        }
-    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mcp_stop = CancellationToken::new();
 
@@ -193,6 +185,22 @@ pub async fn run(
         health
             .set_serving::<soulbase_grpc::roles::qos_proto::quota_server::QuotaServer<
                 soulbase_grpc::QosRoleService,
+            >>()
+            .await;
+    }
+    if let Some(sandbox) = app.sandbox_role.clone() {
+        routes = routes.add_service(sandbox.into_server());
+        health
+            .set_serving::<soulbase_grpc::sandbox_proto::sandbox_server::SandboxServer<
+                soulbase_grpc::SandboxRoleService,
+            >>()
+            .await;
+    }
+    if let Some(evidence) = app.evidence_role.clone() {
+        routes = routes.add_service(evidence.into_server());
+        health
+            .set_serving::<soulbase_grpc::evidence_proto::evidence_server::EvidenceServer<
+                soulbase_grpc::EvidenceRoleService,
             >>()
             .await;
     }

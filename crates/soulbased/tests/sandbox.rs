@@ -1,6 +1,8 @@
 //! The sandbox executors behind a real `soulbased`: the example WASM skill runs end
 //! to end, and an HTTP skill reaches a loopback service only when the call's
-//! profile (Grant ∩ Manifest ∩ PolicyConfig) names that IP literally.
+//! profile (Grant ∩ Manifest ∩ PolicyConfig) names that IP literally — with the
+//! sandbox in the tools process, and again with the sandbox role in its own
+//! `soulbased` (`soulbase.sandbox.v1`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -110,11 +112,40 @@ async fn replay_of(server: &Server, tenant: &str, result: &Value) -> Value {
 async fn wasm_and_http_skills_run_under_their_profiles() {
     let (port, hits) = service().await;
     let server = Server::start_in(CONFIG, |dir| prepare(dir, &port));
+    scenario(&server, &hits).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_runs_on_a_remote_sandbox_role() {
+    let (port, hits) = service().await;
+    // Both processes read the same skills directory (as pods mount the same
+    // ConfigMap): the tools process plans, the sandbox process executes.
+    let addr = common::free_addr();
+    let tools = Server::start_in(
+        &CONFIG.replace(
+            "server:\n",
+            &format!(
+                "server:\n  roles: [tools, auth, qos, evidence]\n  remote:\n    sandbox: http://{addr}\n"
+            ),
+        ),
+        |dir| prepare(dir, &port),
+    );
+    let skills = tools.dir().join("skills");
+    let sandbox_config = format!(
+        "{}skills:\n  dir: {}\n",
+        CONFIG.replace("server:\n", "server:\n  roles: [sandbox]\n"),
+        skills.display()
+    );
+    let _sandbox = Server::start_at(&sandbox_config, &[], &addr);
+    scenario(&tools, &hits).await;
+}
+
+/// The checks both layouts must pass.
+async fn scenario(server: &Server, hits: &AtomicUsize) {
     // The example WASM skill, end to end (no capabilities needed, so any tenant).
     for tenant in ["acme", "nogrant"] {
         let (status, out) = invoke(
-            &server,
+            server,
             tenant,
             "skills.text-length.count",
             json!({"text": "héllo"}),
@@ -127,7 +158,7 @@ async fn wasm_and_http_skills_run_under_their_profiles() {
     // A name granted by the profile still cannot reach a loopback address: the
     // executor's own resolver refuses it before connecting.
     let (status, out) = invoke(
-        &server,
+        server,
         "acme",
         "skills.by_name.by_name",
         json!({"keyword": "x"}),
@@ -137,7 +168,7 @@ async fn wasm_and_http_skills_run_under_their_profiles() {
     assert_eq!(out["error_code"], "SANDBOX.CAPABILITY_BLOCKED", "{out}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     // It passed the guard and was refused while executing (Begin + End).
-    let replay = replay_of(&server, "acme", &out).await;
+    let replay = replay_of(server, "acme", &out).await;
     assert_eq!(replay["outcome"]["kind"], "executed", "{replay}");
     assert_eq!(
         replay["outcome"]["error_code"],
@@ -146,7 +177,7 @@ async fn wasm_and_http_skills_run_under_their_profiles() {
 
     // Without a grant the guard refuses before execution.
     let (status, out) = invoke(
-        &server,
+        server,
         "nogrant",
         "skills.by_ip.by_ip",
         json!({"keyword": "x"}),
@@ -155,12 +186,12 @@ async fn wasm_and_http_skills_run_under_their_profiles() {
     assert_eq!(status, 403, "{out}");
     assert_eq!(out["error_code"], "SANDBOX.CAPABILITY_BLOCKED", "{out}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
-    let replay = replay_of(&server, "nogrant", &out).await;
+    let replay = replay_of(server, "nogrant", &out).await;
     assert_eq!(replay["outcome"]["kind"], "denied", "{replay}");
 
     // The profile names 127.0.0.1 literally (grant, manifest and no ceiling agree).
     let (status, out) = invoke(
-        &server,
+        server,
         "acme",
         "skills.by_ip.by_ip",
         json!({"keyword": "x"}),

@@ -1,7 +1,9 @@
-//! The same invoke / deny suite against all roles in one `soulbased`, and against a
-//! `tools`-only `soulbased` whose authorization, consent and quotas are served by a
-//! second `soulbased` (`roles: [auth, qos]`) over `soulbase.auth.v1` /
-//! `soulbase.qos.v1`, with the internal token required.
+//! The same invoke / deny / evidence suite against all roles in one `soulbased`, and
+//! against a `tools`-only `soulbased` whose other roles each run in their own
+//! `soulbased`: authorization, consent and quotas (`roles: [auth, qos]`, over
+//! `soulbase.auth.v1` / `soulbase.qos.v1`), execution (`roles: [sandbox]`, over
+//! `soulbase.sandbox.v1`) and evidence (`roles: [evidence]`, over
+//! `soulbase.evidence.v1`), with the internal token required.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -22,8 +24,28 @@ fn invoke_req(tool: &str, args: Value) -> proto::InvokeRequest {
     }
 }
 
+/// [`DEV_CONFIG`], where `acme` may also read its evidence.
+fn config() -> String {
+    DEV_CONFIG.replace("deprecate]", "deprecate, read_evidence]")
+}
+
+/// GETs a call's evidence from `server`'s HTTP API as `acme`, as JSON.
+async fn evidence_of(server: &Server, call_id: &str) -> Value {
+    let (status, body) = http(
+        &server.http,
+        "GET",
+        &format!("/api/evidence/{call_id}"),
+        &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
 /// The checks both deployments must pass: invoke, preflight, policy denial,
-/// rate limit with a retry hint, idempotent replay, HTTP invoke.
+/// rate limit with a retry hint, idempotent replay, consent, HTTP invoke, and the
+/// call's Begin/End evidence read back.
 async fn suite(tools: &Server) {
     let mut invoker = tools.invoker().await;
     let ok = invoker
@@ -49,6 +71,21 @@ async fn suite(tools: &Server) {
         .unwrap()
         .into_inner();
     assert_eq!(pre.version, "1.0.0");
+
+    // The call's evidence: Begin and End, and a replay naming the same Begin.
+    let ev = evidence_of(tools, &ok.call_id).await;
+    let events: Vec<&str> = ev["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["payload"]["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["begin", "end"], "{ev}");
+    assert_eq!(
+        ev["replay"]["outcome"]["begin_id"],
+        ok.evidence_ref.as_str()
+    );
+    assert_eq!(ev["replay"]["outcome"]["status"], "ok", "{ev}");
 
     // Policy: no rule for `other`.
     let st = invoker
@@ -217,17 +254,74 @@ fn tools_only(grpc: &str, token: bool) -> String {
     )
 }
 
-fn roles_only() -> String {
-    DEV_CONFIG.replace(
+/// A config serving exactly `roles`, requiring the internal token.
+fn serving(roles: &str) -> String {
+    config().replace(
         "server:\n",
-        &format!("server:\n  roles: [auth, qos]\n  internal_token_env: {TOKEN_ENV}\n"),
+        &format!("server:\n  roles: [{roles}]\n  internal_token_env: {TOKEN_ENV}\n"),
     )
+}
+
+fn roles_only() -> String {
+    serving("auth, qos")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_roles_in_one_process() {
-    let server = Server::start_env(DEV_CONFIG, |_| {}, &[(CONSENT_ENV, CONSENT_KEY)]);
+    let server = Server::start_env(&config(), |_| {}, &[(CONSENT_ENV, CONSENT_KEY)]);
     suite(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_with_each_role_in_its_own_process() {
+    let token = [(TOKEN_ENV, TOKEN)];
+    // Only the policy process knows the consent key; only the sandbox process runs
+    // builtin handlers; only the evidence process stores evidence.
+    let policy = Server::start_env(
+        &roles_only(),
+        |_| {},
+        &[(TOKEN_ENV, TOKEN), (CONSENT_ENV, CONSENT_KEY)],
+    );
+    let sandbox = Server::start_env(&serving("sandbox"), |_| {}, &token);
+    let evidence = Server::start_env(&serving("evidence"), |_| {}, &token);
+    let tools_config = format!(
+        "{}    sandbox: http://{}\n    evidence: http://{}\n",
+        tools_only(&policy.grpc, true),
+        sandbox.grpc,
+        evidence.grpc
+    );
+    let tools = Server::start_env(&tools_config, |_| {}, &token);
+    suite(&tools).await;
+
+    // The records are in the evidence process's store, readable there too.
+    let ok = tools
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({"where": "remote"})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    evidence_of(&tools, &ok.call_id).await;
+    let stored = evidence_of(&evidence, &ok.call_id).await;
+    assert_eq!(stored["records"].as_array().unwrap().len(), 2, "{stored}");
+    // Neither role process serves tools.
+    for role in [&sandbox, &evidence] {
+        let st = role
+            .invoker()
+            .await
+            .invoke(as_dev(
+                invoke_req("soulbase.builtin.echo", json!({})),
+                "acme",
+                "bob",
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), tonic::Code::Unimplemented);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,6 +351,84 @@ async fn tools_with_auth_and_qos_in_another_process() {
         .await
         .unwrap_err();
     assert_eq!(st.code(), tonic::Code::Unimplemented);
+}
+
+/// Polls `server`'s evidence of `call_id` until it shows Begin and End (the spool
+/// drains in the background); panics after 30 s.
+async fn wait_for_evidence(server: &Server, call_id: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, body) = http(
+            &server.http,
+            "GET",
+            &format!("/api/evidence/{call_id}"),
+            &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")],
+            "",
+        )
+        .await;
+        if status == 200 {
+            let v: Value = serde_json::from_str(&body).unwrap();
+            if v["records"].as_array().map(Vec::len) == Some(2) {
+                return v;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "evidence of {call_id} never arrived: {status} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_while_the_evidence_role_is_down_lose_no_evidence() {
+    let token = [(TOKEN_ENV, TOKEN)];
+    let addr = common::free_addr();
+    let evidence = Server::start_at(&serving("evidence"), &token, &addr);
+    // Every role but evidence in the tools process.
+    let tools_config = config().replace(
+        "server:\n",
+        &format!(
+            "server:\n  roles: [tools, auth, qos, sandbox]\n  internal_token_env: {TOKEN_ENV}\n  \
+             remote:\n    evidence: http://{addr}\n"
+        ),
+    );
+    let tools = Server::start_env(&tools_config, |_| {}, &token);
+    let mut invoker = tools.invoker().await;
+    let call = || {
+        as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "bob",
+        )
+    };
+    let before = invoker.invoke(call()).await.unwrap().into_inner();
+    wait_for_evidence(&tools, &before.call_id).await;
+
+    // The evidence role goes away; calls still run, their evidence spooled locally.
+    let mut evidence = evidence;
+    evidence.stop();
+    let during = invoker.invoke(call()).await.unwrap().into_inner();
+    let (status, body) = http(
+        &tools.http,
+        "GET",
+        &format!("/api/evidence/{}", during.call_id),
+        &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("EVIDENCE.UNAVAILABLE"), "{body}");
+
+    // Back on the same address: the spool drains and nothing is missing.
+    let evidence = evidence.start_again();
+    let ev = wait_for_evidence(&tools, &during.call_id).await;
+    assert_eq!(
+        ev["replay"]["outcome"]["begin_id"],
+        during.evidence_ref.as_str()
+    );
+    let stored = wait_for_evidence(&evidence, &during.call_id).await;
+    assert_eq!(stored["records"][0]["payload"]["event"], "begin");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

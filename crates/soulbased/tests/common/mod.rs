@@ -34,6 +34,14 @@ pub struct Server {
     pending: Vec<String>,
     _dir: Option<tempfile::TempDir>,
     envs: Vec<(String, String)>,
+    grpc_addr: String,
+}
+
+/// A loopback address with a port free right now (for a server that must come
+/// back on the same address after a restart).
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
 }
 
 impl Server {
@@ -61,21 +69,45 @@ impl Server {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        Self::spawn(dir, envs)
+        Self::spawn(dir, envs, "127.0.0.1:0".into())
+    }
+
+    /// Like [`start_env`](Self::start_env), serving gRPC on `grpc_addr`, which a
+    /// [`restart`](Self::restart) keeps.
+    pub fn start_at(config: &str, envs: &[(&str, &str)], grpc_addr: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        let envs = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::spawn(dir, envs, grpc_addr.to_owned())
     }
 
     /// Stops this server with SIGTERM (it must exit cleanly) and starts a new one in
     /// the same working directory: same config file, same `./data`.
     pub fn restart(mut self) -> Server {
+        self.stop();
+        self.start_again()
+    }
+
+    /// Stops this server with SIGTERM; it must exit cleanly.
+    pub fn stop(&mut self) {
         self.sigterm();
         let (status, _) = self.wait_exit(Duration::from_secs(30));
         assert!(status.success(), "{status:?}");
-        let dir = self._dir.take().unwrap();
-        let envs = std::mem::take(&mut self.envs);
-        Self::spawn(dir, envs)
     }
 
-    fn spawn(dir: tempfile::TempDir, envs: Vec<(String, String)>) -> Server {
+    /// Starts a stopped server again in the same working directory, on the same
+    /// gRPC address when it was fixed ([`start_at`](Self::start_at)).
+    pub fn start_again(mut self) -> Server {
+        let dir = self._dir.take().unwrap();
+        let envs = std::mem::take(&mut self.envs);
+        let grpc_addr = std::mem::take(&mut self.grpc_addr);
+        Self::spawn(dir, envs, grpc_addr)
+    }
+
+    fn spawn(dir: tempfile::TempDir, envs: Vec<(String, String)>, grpc_addr: String) -> Server {
         let path = dir.path().join("config.yaml");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_soulbased"));
         for (k, _) in std::env::vars() {
@@ -87,7 +119,7 @@ impl Server {
             .current_dir(dir.path())
             .arg("--config")
             .arg(&path)
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+            .args(["--grpc-addr", &grpc_addr, "--http-addr", "127.0.0.1:0"])
             .env("RUST_LOG", "error")
             .envs(envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::piped())
@@ -127,6 +159,7 @@ impl Server {
             pending: Vec::new(),
             _dir: Some(dir),
             envs,
+            grpc_addr,
         }
     }
 
