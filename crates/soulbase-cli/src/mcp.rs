@@ -20,10 +20,10 @@ pub struct McpArgs {
 
 /// Runs `soulbase mcp` until the client closes stdin.
 pub fn run(global: &Global, args: McpArgs) -> ExitCode {
-    if global.server.is_some() {
+    if global.server_url().is_some() {
         return Failure::Usage(
-            "mcp serves the local configuration; --server is not supported (point the MCP \
-             client at the server's /mcp endpoint instead)"
+            "mcp serves the local configuration; --server / $SOULBASE_SERVER is not supported \
+             (point the MCP client at the server's /mcp endpoint instead)"
                 .into(),
         )
         .report();

@@ -30,10 +30,12 @@ pub struct Global {
     /// without one, tool commands run locally on the configuration.
     #[arg(long, global = true, value_name = "URL")]
     pub server: Option<String>,
-    /// API key sent as x-api-key (default: $SOULBASE_API_KEY).
+    /// API key sent as x-api-key (default: $SOULBASE_API_KEY — prefer the variable:
+    /// command-line arguments are visible to other users of the machine).
     #[arg(long, global = true, value_name = "KEY")]
     pub api_key: Option<String>,
-    /// JWT sent as `authorization: Bearer …` (default: $SOULBASE_TOKEN).
+    /// JWT sent as `authorization: Bearer …` (default: $SOULBASE_TOKEN — prefer the
+    /// variable).
     #[arg(long, global = true, value_name = "JWT")]
     pub token: Option<String>,
     /// The tenant to act for (local mode; development servers: x-soulbase-tenant).

@@ -82,7 +82,8 @@ pub struct ServerConfig {
     /// Development only: accept the unauthenticated `x-soulbase-tenant` /
     /// `x-soulbase-actor` headers as the caller's identity. Never in production.
     pub dev_insecure: bool,
-    /// TLS for the gRPC and HTTP listeners; plaintext when absent.
+    /// TLS (and mTLS) for the gRPC listener; plaintext when absent. The HTTP
+    /// listener (API, MCP, metrics) stays plaintext: terminate TLS in front of it.
     pub tls: Option<TlsConfig>,
     /// Browser origins allowed on the MCP endpoint (`Origin` validation); requests
     /// without an `Origin` header always pass. Empty: any browser origin is refused.
@@ -95,7 +96,9 @@ pub struct ServerConfig {
     pub internal_token_env: Option<String>,
 }
 
-/// gRPC endpoints (`http://host:port` or `https://…`) of roles served elsewhere.
+/// gRPC endpoints (`http://host:port`) of roles served elsewhere. The role clients
+/// speak plaintext HTTP/2: keep the role services on a private network (NetworkPolicy,
+/// a service mesh's mTLS) and require the internal token.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteRoles {
@@ -602,9 +605,12 @@ impl Config {
             ("server.remote.evidence", &self.server.remote.evidence),
         ] {
             if let Some(url) = url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
+                && !url.starts_with("http://")
             {
-                push(field.into(), "must start with http:// or https://".into());
+                push(
+                    field.into(),
+                    "must start with http:// (role clients speak plaintext HTTP/2)".into(),
+                );
             }
         }
         if self

@@ -188,3 +188,18 @@ fn config_error_maps_to_the_stable_code() {
     assert_eq!(soul.code(), soulbase_errors::ErrorCode::ConfigInvalid);
     assert_eq!(soul.field("paths"), Some("skills.watch"));
 }
+
+#[test]
+fn remote_role_endpoints_must_be_plain_http_uris() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        &dir,
+        "server:\n  roles: [tools]\n  remote:\n    sandbox: https://sandbox:50051\n    \
+         evidence: evidence:50051\n    auth: http://policy:50051\n",
+    );
+    let err = ConfigLoader::new().with_file(&path).load().unwrap_err();
+    let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
+    assert!(paths.contains(&"server.remote.sandbox"), "{err}");
+    assert!(paths.contains(&"server.remote.evidence"), "{err}");
+    assert!(!paths.contains(&"server.remote.auth"), "{err}");
+}

@@ -32,7 +32,8 @@ use crate::roles::{check_token, non_empty, with_token};
 /// The most records one Append may carry.
 pub const MAX_APPEND_BATCH: usize = 10_000;
 
-/// The largest Append request the evidence role accepts, in bytes.
+/// The largest message of the evidence role (an Append batch, a GetCall answer),
+/// in bytes.
 pub const MAX_APPEND_BYTES: usize = 64 << 20;
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Status> {
@@ -120,6 +121,7 @@ impl EvidenceRoleService {
     pub fn into_server(self) -> evidence_pb::evidence_server::EvidenceServer<Self> {
         evidence_pb::evidence_server::EvidenceServer::new(self)
             .max_decoding_message_size(MAX_APPEND_BYTES)
+            .max_encoding_message_size(MAX_APPEND_BYTES)
     }
 
     async fn evidence(&self, r: &evidence_pb::GetCallRequest) -> Result<CallEvidence, SoulError> {
@@ -230,7 +232,9 @@ impl RemoteEvidence {
     /// A client over `channel`, sending `token` as the internal token when set.
     pub fn new(channel: Channel, token: Option<String>) -> Self {
         Self {
-            client: evidence_pb::evidence_client::EvidenceClient::new(channel),
+            client: evidence_pb::evidence_client::EvidenceClient::new(channel)
+                .max_decoding_message_size(MAX_APPEND_BYTES)
+                .max_encoding_message_size(MAX_APPEND_BYTES),
             token: token.map(Arc::from),
         }
     }

@@ -4,7 +4,8 @@
 //!
 //! - [`SandboxRoleService`] serves `Sandbox.Execute`: it rebuilds the planned call
 //!   from the request, narrows the caller's capability profile by this role's own
-//!   ceiling (`sandbox.ceiling`), guards it and runs it.
+//!   grant for the tenant and ceiling (`sandbox.grants`, `sandbox.ceiling`), guards
+//!   it and runs it under a wall-clock limit.
 //! - [`RemoteSandbox`] is the client [`Sandbox`]: its `guard` runs the pure
 //!   provider-level checks locally ([`guard_provider`]), its `execute` sends the call
 //!   with a deadline of the call's timeout plus a grace period.
@@ -18,12 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use soulbase_errors::ErrorCode;
 use soulbase_errors::SoulError;
 use soulbase_observe::SideEffectRecord;
 use soulbase_proto::soulbase::sandbox::v1 as sandbox_pb;
 use soulbase_sandbox::{
-    Capability, ExecOutput, ExecRequest, Profile, ProviderBinding, Sandbox, guard_provider,
-    intersect,
+    Capability, ExecOutput, ExecRequest, IntersectingProfiles, Profile, ProviderBinding, Sandbox,
+    guard_provider,
 };
 use soulbase_types::{CallId, TenantId};
 use tonic::transport::Channel;
@@ -38,6 +40,13 @@ pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much longer than the call's own timeout the client waits for the response,
 /// so the server's timeout (not the transport deadline) normally decides.
 pub const EXEC_DEADLINE_GRACE: Duration = Duration::from_secs(2);
+
+/// The longest `timeout_ms` the sandbox role accepts (the manifest's own limit).
+pub const MAX_EXEC_TIMEOUT_MS: u64 = soulbase_tools::manifest::MAX_TIMEOUT_MS;
+
+/// The largest request or response message of the sandbox role, in bytes: outputs
+/// and arguments are bounded by the manifest's limits, not by tonic's 4 MiB default.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// The owned parts of one `ExecuteRequest`, parsed and validated.
 struct ParsedExec {
@@ -67,10 +76,15 @@ fn parse_exec(r: &sandbox_pb::ExecuteRequest) -> Result<ParsedExec, SoulError> {
         provider: parse_json("provider_json", &r.provider_json)?,
         args: parse_json("arguments_json", &r.arguments_json)?,
         capabilities: parse_json("capabilities_json", &r.capabilities_json)?,
-        timeout: if r.timeout_ms == 0 {
-            DEFAULT_EXEC_TIMEOUT
-        } else {
-            Duration::from_millis(r.timeout_ms)
+        timeout: match r.timeout_ms {
+            0 => DEFAULT_EXEC_TIMEOUT,
+            ms if ms > MAX_EXEC_TIMEOUT_MS => {
+                return Err(convert::invalid(
+                    "timeout_ms",
+                    format!("timeout_ms must be at most {MAX_EXEC_TIMEOUT_MS}"),
+                ));
+            }
+            ms => Duration::from_millis(ms),
         },
         max_bytes_out: (r.max_bytes_out > 0).then_some(r.max_bytes_out),
     })
@@ -82,60 +96,60 @@ fn json_text<T: serde::Serialize>(what: &str, value: &T) -> Result<String, SoulE
 
 /// Serves `soulbase.sandbox.v1.Sandbox` over an in-process [`Sandbox`].
 ///
-/// With a ceiling, every call's profile is intersected with it before the guard
-/// runs: this process never grants more than its own configuration allows, whatever
-/// the calling `tools` role computed.
+/// Every call's profile is re-derived here before the guard runs: the capabilities
+/// the caller planned, intersected with this process's own grant for the call's
+/// tenant and its ceiling ([`IntersectingProfiles::compute`]). So this process never
+/// grants more than its own configuration allows, whatever the calling `tools` role
+/// computed — with the same `sandbox` configuration on both, the profile is unchanged.
 #[derive(Clone)]
 pub struct SandboxRoleService {
     sandbox: Arc<dyn Sandbox>,
-    ceiling: Option<Arc<[Capability]>>,
+    profiles: Arc<IntersectingProfiles>,
     token: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for SandboxRoleService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SandboxRoleService")
-            .field("ceiling", &self.ceiling)
-            .finish_non_exhaustive()
+        f.debug_struct("SandboxRoleService").finish_non_exhaustive()
     }
 }
 
 impl SandboxRoleService {
-    /// A service over `sandbox`; `ceiling`, when set, bounds every call's profile
-    /// (`sandbox.ceiling`); `token`, when set, is required on every RPC.
+    /// A service over `sandbox`; `profiles` (this process's `sandbox.grants` and
+    /// `sandbox.ceiling`) bounds every call's profile; `token`, when set, is required
+    /// on every RPC.
     pub fn new(
         sandbox: Arc<dyn Sandbox>,
-        ceiling: Option<Vec<Capability>>,
+        profiles: Arc<IntersectingProfiles>,
         token: Option<String>,
     ) -> Self {
         Self {
             sandbox,
-            ceiling: ceiling.map(Arc::from),
+            profiles,
             token: token.map(Arc::from),
         }
     }
 
-    /// The tonic server for this service.
+    /// The tonic server for this service (messages up to [`MAX_MESSAGE_BYTES`]).
     pub fn into_server(self) -> sandbox_pb::sandbox_server::SandboxServer<Self> {
         sandbox_pb::sandbox_server::SandboxServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
 
-    /// The profile a call runs under here: its own capabilities, narrowed by the
-    /// ceiling when one is configured.
+    /// The profile a call runs under here: its planned capabilities narrowed by this
+    /// process's grant for the tenant and its ceiling.
     fn profile(&self, p: &ParsedExec) -> Profile {
-        let Some(ceiling) = &self.ceiling else {
-            return Profile::new(p.capabilities.clone());
-        };
-        let narrowed = intersect(&p.capabilities, ceiling);
-        if narrowed != p.capabilities {
+        let narrowed = self.profiles.compute(&p.tenant, &p.capabilities);
+        if narrowed.capabilities() != p.capabilities.as_slice() {
             tracing::warn!(
                 call_id = %p.call_id,
                 tenant = %p.tenant,
                 tool_id = %p.tool,
-                "the sandbox ceiling narrowed the call's capability profile"
+                "this sandbox's grant or ceiling narrowed the call's capability profile"
             );
         }
-        Profile::new(narrowed)
+        narrowed
     }
 
     async fn run(&self, r: &sandbox_pb::ExecuteRequest) -> Result<ExecOutput, SoulError> {
@@ -152,7 +166,13 @@ impl SandboxRoleService {
             max_bytes_out: p.max_bytes_out,
         };
         self.sandbox.guard(&req)?;
-        self.sandbox.execute(req).await
+        let limit = p.timeout.saturating_add(Duration::from_secs(1));
+        tokio::time::timeout(limit, self.sandbox.execute(req))
+            .await
+            .unwrap_or_else(|_| {
+                Err(SoulError::of(ErrorCode::ProviderTimeout)
+                    .with_note(format!("the sandbox role stopped the call after {limit:?}")))
+            })
     }
 }
 
@@ -193,7 +213,9 @@ impl RemoteSandbox {
     /// A client over `channel`, sending `token` as the internal token when set.
     pub fn new(channel: Channel, token: Option<String>) -> Self {
         Self {
-            client: sandbox_pb::sandbox_client::SandboxClient::new(channel),
+            client: sandbox_pb::sandbox_client::SandboxClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             token: token.map(Arc::from),
         }
     }
@@ -255,7 +277,6 @@ impl Sandbox for RemoteSandbox {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use soulbase_errors::ErrorCode;
 
     fn request() -> sandbox_pb::ExecuteRequest {
         sandbox_pb::ExecuteRequest {

@@ -10,8 +10,8 @@ use soulbase_grpc::sandbox_proto::{ExecuteRequest, sandbox_client::SandboxClient
 use soulbase_grpc::{RemoteSandbox, SandboxRoleService};
 use soulbase_observe::SideEffectRecord;
 use soulbase_sandbox::{
-    BuiltinExecutor, BuiltinHandler, Capability, ExecOutput, ExecRequest, LocalSandbox, Profile,
-    ProviderBinding, Sandbox,
+    BuiltinExecutor, BuiltinHandler, Capability, ExecOutput, ExecRequest, IntersectingProfiles,
+    LocalSandbox, Profile, ProviderBinding, Sandbox,
 };
 use soulbase_types::{CallId, TenantId, ToolId};
 use tonic::transport::{Channel, Endpoint};
@@ -32,12 +32,21 @@ impl BuiltinHandler for Echo {
     }
 }
 
+/// The sandbox role's own profiles: `ceiling`, and every tenant granted everything.
+fn profiles(ceiling: Option<Vec<Capability>>) -> IntersectingProfiles {
+    IntersectingProfiles::new(ceiling).default_grant(None)
+}
+
 async fn serve(ceiling: Option<Vec<Capability>>, token: Option<&str>) -> Channel {
+    serve_with(profiles(ceiling), token).await
+}
+
+async fn serve_with(profiles: IntersectingProfiles, token: Option<&str>) -> Channel {
     let builtin = BuiltinExecutor::new();
     builtin.register("soulbase.test.echo", Arc::new(Echo));
     let service = SandboxRoleService::new(
         Arc::new(LocalSandbox::new(builtin)),
-        ceiling,
+        Arc::new(profiles),
         token.map(str::to_owned),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -176,6 +185,26 @@ async fn the_ceiling_narrows_the_profile() {
     // The caller's profile allows it ...
     remote.guard(&call.request(json!({}))).unwrap();
     // ... the sandbox role's ceiling does not.
+    let e = remote.execute(call.request(json!({}))).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked);
+
+    // A plan inside the ceiling passes it unchanged (the guard allows the host).
+    let inside = RemoteSandbox::new(serve(Some(vec![net("*.example.com")]), None).await, None);
+    let e = inside
+        .execute(call.request(json!({})))
+        .await
+        .expect_err("no HTTP executor is plugged in here");
+    assert_eq!(e.code(), ErrorCode::ProviderUnavailable, "{e:?}");
+}
+
+#[tokio::test]
+async fn the_role_applies_its_own_grant_for_the_tenant() {
+    // This role grants the call's tenant nothing: a plan naming a host is blocked,
+    // whatever the caller computed.
+    let none = IntersectingProfiles::new(None);
+    let remote = RemoteSandbox::new(serve_with(none, None).await, None);
+    let call = Call::new(http(), vec![net("api.example.com")]);
+    remote.guard(&call.request(json!({}))).unwrap();
     let e = remote.execute(call.request(json!({}))).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked);
 }

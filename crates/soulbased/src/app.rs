@@ -35,7 +35,7 @@ use soulbase_observe::{EvidenceSink, EvidenceStore};
 use soulbase_qos::{LocalQuota, QuotaGate};
 use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
 use soulbase_sandbox::{
-    BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind, Sandbox, parse_capabilities,
+    BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind, Sandbox,
 };
 use soulbase_sandbox_http::{HttpExecutor, HttpOptions};
 use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
@@ -210,9 +210,10 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 
 impl App {
     /// Builds the seams from `loader`'s configuration. Must run inside a Tokio
-    /// runtime: with the `tools` role it opens persistence (database, spool
-    /// recovery, drainer) and restores the registry. Returns the app and the
-    /// evidence flush handle for shutdown.
+    /// runtime: with the `tools` or `evidence` role it opens persistence (database,
+    /// spool recovery, drainer), and with `tools` restores the registry. Role
+    /// services are built only behind the internal token (or `dev_insecure`).
+    /// Returns the app and the evidence flush handle for shutdown.
     pub async fn build(loader: ConfigLoader) -> Result<(Arc<App>, EvidenceFlush), SoulError> {
         let snapshot = loader.load().map_err(|e| {
             SoulError::new(ErrorCode::ConfigInvalid, "the configuration is invalid")
@@ -299,7 +300,19 @@ impl App {
                 Some(r) => (Arc::new(r.clone()), Arc::new(r.clone())),
                 None => (local_authorizer.clone(), local_consent.clone()),
             };
-        let auth_role = roles.contains(&Role::Auth).then(|| {
+        // Role services answer other processes without a caller identity of their
+        // own: they are served only behind the internal token (or in development).
+        // Without one, a tools process runs its roles in-process and serves none.
+        let expose_roles = token.is_some() || cfg.server.dev_insecure;
+        if !expose_roles && !tools_role {
+            return Err(SoulError::new(
+                ErrorCode::ConfigInvalid,
+                "a process serving only role services must require the internal token \
+                 (server.internal_token_env)",
+            )
+            .with_field("field", "server.internal_token_env"));
+        }
+        let auth_role = (roles.contains(&Role::Auth) && expose_roles).then(|| {
             AuthRoleService::new(
                 authenticator.clone(),
                 local_authorizer.clone(),
@@ -307,15 +320,19 @@ impl App {
                 token.clone(),
             )
         });
-        let qos_role = match (roles.contains(&Role::Qos), &local_gate) {
+        let qos_role = match (roles.contains(&Role::Qos) && expose_roles, &local_gate) {
             (true, Some(q)) => Some(QosRoleService::new(q.clone(), token.clone())),
             _ => None,
         };
         let serves_roles = roles.iter().any(|r| *r != Role::Tools);
-        if serves_roles && token.is_none() {
+        if serves_roles && !expose_roles {
+            tracing::info!(
+                "auth/qos/sandbox/evidence run in-process only: set \
+                 server.internal_token_env to serve them to other processes"
+            );
+        } else if serves_roles && token.is_none() {
             tracing::warn!(
-                "role services are served without server.internal_token_env: \
-                 restrict who can reach them (NetworkPolicy, mTLS)"
+                "server.dev_insecure: role services are served without an internal token"
             );
         }
         if remote_auth.is_some()
@@ -340,16 +357,8 @@ impl App {
             Some(r) => Arc::new(r.clone()),
             None => local_sandbox.clone(),
         };
-        let sandbox_role = if sandbox_role {
-            let ceiling = parse_capabilities(cfg.sandbox.ceiling.as_deref(), "sandbox.ceiling")?;
-            Some(SandboxRoleService::new(
-                local_sandbox,
-                ceiling,
-                token.clone(),
-            ))
-        } else {
-            None
-        };
+        let sandbox_role = (sandbox_role && expose_roles)
+            .then(|| SandboxRoleService::new(local_sandbox, profiles.clone(), token.clone()));
         let (sink, idempotency, persistence, flush): (
             Arc<dyn EvidenceSink>,
             Arc<dyn IdempotencyStore>,
@@ -382,7 +391,7 @@ impl App {
                 EvidenceFlush::none(),
             )
         };
-        let evidence_role = match (evidence_role, &persistence) {
+        let evidence_role = match (evidence_role && expose_roles, &persistence) {
             (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
             _ => None,
         };

@@ -508,8 +508,26 @@ pub type McpService = soulbase_mcp::transport::StreamableHttpService<
     soulbase_mcp::transport::LocalSessionManager,
 >;
 
-/// The whole HTTP router, with `mcp` mounted at `/mcp`.
+/// The whole HTTP router, with `mcp` mounted at `/mcp`. Without the `tools` role only
+/// `/api/reload`, `/healthz`, `/readyz` and `/metrics` are served.
 pub fn router(app: Arc<App>, mcp: McpService) -> Router {
+    let tools_role = app
+        .config
+        .current()
+        .config()
+        .server
+        .roles
+        .contains(&soulbase_config::Role::Tools);
+    if !tools_role {
+        // A role-only process (auth, qos, sandbox, evidence) answers other
+        // processes over gRPC; its HTTP side is operations only.
+        return Router::new()
+            .route("/api/reload", post(reload))
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .with_state(app);
+    }
     let mcp_routes = Router::new()
         .route_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(app.clone(), mcp_gate));

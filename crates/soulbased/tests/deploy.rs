@@ -893,11 +893,20 @@ fn split_roles_overlay_is_consistent() {
     assert_ingress_only_from_tools(&o, o.serving(Role::Evidence)[0], false);
     assert_ingress_only_from_tools(&o, o.serving(Role::Auth)[0], false);
 
-    // The sandbox role enforces the same ceiling the tools role computes profiles with.
+    // The sandbox role re-derives every profile from the same grants and ceiling
+    // the tools role computes them with (else it narrows or blocks calls).
     let sandbox = o.serving(Role::Sandbox)[0];
     assert_eq!(
         sandbox.config.sandbox.ceiling, tools.config.sandbox.ceiling,
         "sandbox.ceiling differs between tools and sandbox"
+    );
+    assert_eq!(
+        sandbox.config.sandbox.default_grant, tools.config.sandbox.default_grant,
+        "sandbox.default_grant differs between tools and sandbox"
+    );
+    assert_eq!(
+        sandbox.config.sandbox.grants, tools.config.sandbox.grants,
+        "sandbox.grants differs between tools and sandbox"
     );
     // Backend URLs go only where they are used.
     assert!(

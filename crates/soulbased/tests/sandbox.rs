@@ -120,23 +120,33 @@ async fn the_same_runs_on_a_remote_sandbox_role() {
     let (port, hits) = service().await;
     // Both processes read the same skills directory (as pods mount the same
     // ConfigMap): the tools process plans, the sandbox process executes.
+    // Production-like: the role service requires the internal token.
+    let token = [(
+        "SB_TEST_INTERNAL_TOKEN",
+        "internal-token-for-tests-0123456789",
+    )];
     let addr = common::free_addr();
-    let tools = Server::start_in(
+    let tools = Server::start_env(
         &CONFIG.replace(
             "server:\n",
             &format!(
-                "server:\n  roles: [tools, auth, qos, evidence]\n  remote:\n    sandbox: http://{addr}\n"
+                "server:\n  roles: [tools, auth, qos, evidence]\n  \
+                 internal_token_env: SB_TEST_INTERNAL_TOKEN\n  remote:\n    sandbox: http://{addr}\n"
             ),
         ),
         |dir| prepare(dir, &port),
+        &token,
     );
     let skills = tools.dir().join("skills");
     let sandbox_config = format!(
         "{}skills:\n  dir: {}\n",
-        CONFIG.replace("server:\n", "server:\n  roles: [sandbox]\n"),
+        CONFIG.replace(
+            "server:\n",
+            "server:\n  roles: [sandbox]\n  internal_token_env: SB_TEST_INTERNAL_TOKEN\n"
+        ),
         skills.display()
     );
-    let _sandbox = Server::start_at(&sandbox_config, &[], &addr);
+    let _sandbox = Server::start_at(&sandbox_config, &token, &addr);
     scenario(&tools, &hits).await;
 }
 

@@ -306,8 +306,12 @@ async fn tools_with_each_role_in_its_own_process() {
         .unwrap()
         .into_inner();
     evidence_of(&tools, &ok.call_id).await;
-    let stored = evidence_of(&evidence, &ok.call_id).await;
-    assert_eq!(stored["records"].as_array().unwrap().len(), 2, "{stored}");
+    assert_eq!(stored(&evidence, &ok.call_id).await, ["begin", "end"]);
+    // A role-only process serves operations over HTTP, not the tools API.
+    let (status, _) = http(&evidence.http, "GET", "/api/tools", &[], "").await;
+    assert_eq!(status, 404);
+    let (status, _) = http(&evidence.http, "GET", "/readyz", &[], "").await;
+    assert_eq!(status, 200);
     // Neither role process serves tools.
     for role in [&sandbox, &evidence] {
         let st = role
@@ -427,8 +431,63 @@ async fn calls_made_while_the_evidence_role_is_down_lose_no_evidence() {
         ev["replay"]["outcome"]["begin_id"],
         during.evidence_ref.as_str()
     );
-    let stored = wait_for_evidence(&evidence, &during.call_id).await;
-    assert_eq!(stored["records"][0]["payload"]["event"], "begin");
+    assert_eq!(stored(&evidence, &during.call_id).await, ["begin", "end"]);
+}
+
+/// The events the evidence role stores for `call_id` of `acme`, read over
+/// `soulbase.evidence.v1` with the internal token.
+async fn stored(evidence: &Server, call_id: &str) -> Vec<String> {
+    use soulbase_observe::EvidenceStore;
+    let remote = soulbase_grpc::RemoteEvidence::new(evidence.channel().await, Some(TOKEN.into()));
+    let tenant = soulbase_types::TenantId::new("acme").unwrap();
+    let call_id = soulbase_types::CallId::new(call_id).unwrap();
+    let records = remote.call(Some(&tenant), &call_id).await.unwrap().records;
+    records
+        .iter()
+        .map(|r| {
+            serde_json::to_value(r).unwrap()["payload"]["event"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_internal_token_role_services_are_not_served() {
+    // The embedded default: every role in one process, no token, no dev mode.
+    let config = "policy:\n  rules:\n    - { effect: allow, tenant: acme, tools: [\"*\"] }\n";
+    let server = Server::start(config);
+    let mut sandbox =
+        soulbase_grpc::sandbox_proto::sandbox_client::SandboxClient::new(server.channel().await);
+    let st = sandbox
+        .execute(soulbase_grpc::sandbox_proto::ExecuteRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unimplemented);
+    let mut evidence =
+        soulbase_grpc::evidence_proto::evidence_client::EvidenceClient::new(server.channel().await);
+    let st = evidence
+        .get_call(soulbase_grpc::evidence_proto::GetCallRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unimplemented);
+
+    // A process serving only role services refuses to start without the token.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "server:\n  roles: [sandbox]\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server.internal_token_env"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
