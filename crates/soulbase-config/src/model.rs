@@ -82,8 +82,7 @@ pub struct ServerConfig {
     /// Development only: accept the unauthenticated `x-soulbase-tenant` /
     /// `x-soulbase-actor` headers as the caller's identity. Never in production.
     pub dev_insecure: bool,
-    /// TLS (and mTLS) for the gRPC listener; plaintext when absent. The HTTP
-    /// listener (API, MCP, metrics) stays plaintext: terminate TLS in front of it.
+    /// TLS (and mTLS) for the gRPC and HTTP listeners; plaintext when absent.
     pub tls: Option<TlsConfig>,
     /// Browser origins allowed on the MCP endpoint (`Origin` validation); requests
     /// without an `Origin` header always pass. Empty: any browser origin is refused.

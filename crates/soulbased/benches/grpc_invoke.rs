@@ -5,7 +5,8 @@
 //! - concurrent: 32 streams on one HTTP/2 connection — throughput and p50/p99.
 //!
 //! The tool is the builtin `soulbase.builtin.echo`; evidence goes to the durable
-//! spool (sync durability: every Begin and End on disk before the call goes on)
+//! spool (sync durability: every Begin and End on disk before the call goes on;
+//! `BENCH_DURABILITY=async` measures the `async` mode)
 //! draining into Postgres when `DATABASE_URL` is set (`cargo xtask bench` sets it;
 //! a fresh database per run), else into SQLite in a temporary data directory.
 
@@ -48,6 +49,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        let durability = std::env::var("BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
         let data = tempfile::tempdir().unwrap();
@@ -56,6 +58,7 @@ fn main() {
             .with_flag("server.grpc_addr", &grpc)
             .with_flag("server.http_addr", &http)
             .with_flag("server.dev_insecure", "true")
+            .with_flag("evidence.durability", &durability)
             .with_flag(
                 "policy.rules",
                 r#"[{"effect":"allow","tenant":"acme","tools":["*"]}]"#,
@@ -70,13 +73,15 @@ fn main() {
                     .unwrap();
                 admin.close().await;
                 let db = soulbase_testkit::with_database(&url, &name);
-                println!("evidence: Postgres ({name}), sync durability");
+                println!("evidence: Postgres ({name}), {durability} durability");
                 loader
                     .with_flag("evidence.backend", "postgres")
                     .with_flag("evidence.url", &db)
             }
             _ => {
-                println!("evidence: SQLite (set DATABASE_URL for Postgres), sync durability");
+                println!(
+                    "evidence: SQLite (set DATABASE_URL for Postgres), {durability} durability"
+                );
                 loader
             }
         };

@@ -14,7 +14,8 @@
 //!   optional TLS / mTLS (rustls, ring provider; feature `tls`).
 //! - HTTP on `server.http_addr` ([`http_api`]): the JSON API under `/api`,
 //!   `/healthz`, `/readyz`, `/metrics` (Prometheus text, [`metrics`]) and MCP
-//!   streamable HTTP at `/mcp`.
+//!   streamable HTTP at `/mcp`; over HTTPS (and mTLS) with `server.tls`
+//!   ([`https`], the same files as the gRPC listener).
 //! - Configuration from defaults < `config.yaml` < `SOULBASE_*` environment < flags,
 //!   hot-reloaded (file watch and `POST /api/reload`).
 //! - Graceful shutdown on SIGTERM / SIGINT: readiness drops, listeners stop
@@ -36,6 +37,8 @@ pub mod app;
 pub mod builtins;
 pub mod evidence;
 pub mod http_api;
+#[cfg(feature = "tls")]
+pub mod https;
 pub mod metrics;
 pub mod server;
 pub mod stdio;

@@ -70,6 +70,30 @@ fn tls(
     })
 }
 
+/// The HTTP listener with TLS from `server.tls` (the files the gRPC listener uses).
+#[cfg(feature = "tls")]
+fn https_listener(
+    listener: TcpListener,
+    tls: &TlsConfig,
+) -> Result<crate::https::TlsListener, SoulError> {
+    let addr = listener.local_addr().ok();
+    crate::https::TlsListener::new(listener, crate::https::server_config(tls)?).map_err(|e| {
+        SoulError::new(ErrorCode::ConfigInvalid, "cannot serve HTTPS")
+            .with_field("address", format!("{addr:?}"))
+            .with_note(e.to_string())
+    })
+}
+
+#[cfg(not(feature = "tls"))]
+fn https_listener(listener: TcpListener, _tls: &TlsConfig) -> Result<TcpListener, SoulError> {
+    drop(listener);
+    Err(SoulError::new(
+        ErrorCode::ConfigInvalid,
+        "server.tls is set but soulbased was built without the tls feature",
+    )
+    .with_field("field", "server.tls"))
+}
+
 #[cfg(not(feature = "tls"))]
 fn tls(
     _builder: tonic::transport::Server,
@@ -215,11 +239,18 @@ pub async fn run(
     // HTTP (API, health, metrics, MCP).
     let mcp = mcp_service(&app, mcp_stop.clone(), http_addr.ip().is_loopback());
     let router = http_api::router(app.clone(), mcp);
-    let http = tokio::spawn(
-        axum::serve(http_listener, router)
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
+    let http = match &cfg.tls {
+        None => tokio::spawn(
+            axum::serve(http_listener, router)
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        ),
+        Some(t) => tokio::spawn(
+            axum::serve(https_listener(http_listener, t)?, router)
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        ),
+    };
 
     let hup = reload_on_sighup(app.clone());
     app.set_ready(true);

@@ -1,4 +1,4 @@
-//! The gRPC listener with TLS (rustls, ring) from `server.tls`.
+//! The gRPC and HTTP listeners with TLS (rustls, ring) from `server.tls`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -58,6 +58,57 @@ policy:
     // A plaintext client gets no answer from the TLS listener.
     let mut plain = server.invoker().await;
     assert!(plain.invoke(as_dev(req, "acme", "bob")).await.is_err());
+
+    // The HTTP listener serves HTTPS with the same certificate ...
+    let http_port = server.http.rsplit(':').next().unwrap().to_owned();
+    let client = https_client(&cert_pem, None);
+    let res = client
+        .get(format!("https://localhost:{http_port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let res = client
+        .post(format!(
+            "https://localhost:{http_port}/api/tools/soulbase.builtin.echo/invoke"
+        ))
+        .header("x-soulbase-tenant", "acme")
+        .header("x-soulbase-actor", "bob")
+        .body(r#"{"over":"https"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        body["output"],
+        serde_json::json!({"echo": {"over": "https"}})
+    );
+    // ... and answers no plaintext HTTP.
+    assert!(!plaintext_gets_http(&server.http).await);
+}
+
+/// An HTTPS client trusting `ca_pem`, presenting `identity` (PEM cert + key) if given.
+fn https_client(ca_pem: &str, identity: Option<String>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()]);
+    if let Some(pem) = identity {
+        b = b.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// Whether a plaintext HTTP/1.1 request to `addr` gets an HTTP response.
+async fn plaintext_gets_http(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    out.starts_with(b"HTTP/")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,4 +178,17 @@ policy:
         .await
         .unwrap();
     ToolInvokerClient::new(authed).invoke(req()).await.unwrap();
+
+    // The HTTP listener requires the client certificate too.
+    let http_port = server.http.rsplit(':').next().unwrap().to_owned();
+    let url = format!("https://localhost:{http_port}/healthz");
+    let anonymous = https_client(&server_key.cert.pem(), None);
+    assert!(anonymous.get(&url).send().await.is_err());
+    let identity = format!(
+        "{}{}",
+        client_key.cert.pem(),
+        client_key.signing_key.serialize_pem()
+    );
+    let authed = https_client(&server_key.cert.pem(), Some(identity));
+    assert_eq!(authed.get(&url).send().await.unwrap().status(), 200);
 }
