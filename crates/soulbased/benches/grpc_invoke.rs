@@ -52,7 +52,12 @@ fn main() {
         let durability = std::env::var("BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
-        let data = tempfile::tempdir().unwrap();
+        // BENCH_DATA_DIR puts the spool elsewhere (e.g. on another disk or tmpfs,
+        // to see how much of the tail is the spool disk's fsync).
+        let data = match std::env::var("BENCH_DATA_DIR") {
+            Ok(d) => tempfile::tempdir_in(d).unwrap(),
+            Err(_) => tempfile::tempdir().unwrap(),
+        };
         let loader = ConfigLoader::new()
             .with_flag("data_dir", data.path().to_str().unwrap())
             .with_flag("server.grpc_addr", &grpc)

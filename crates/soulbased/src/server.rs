@@ -14,8 +14,8 @@ use soulbase_mcp::transport::{
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 
 use crate::app::App;
 use crate::evidence::EvidenceFlush;
@@ -231,8 +231,10 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // TCP_NODELAY: a response is several small writes (headers, data, trailers);
+    // with Nagle each waits for the peer's delayed ACK (~40 ms).
     let grpc = tokio::spawn(routes.serve_with_incoming_shutdown(
-        TcpListenerStream::new(grpc_listener),
+        TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
         stopped(stop_rx.clone()),
     ));
 
