@@ -2,7 +2,6 @@
 //! configuration (the same session as `soulbased mcp`, [`soulbased::stdio::serve_mcp`]).
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use soulbased::app::App;
@@ -39,16 +38,7 @@ pub fn run(global: &Global, args: McpArgs) -> ExitCode {
             let (app, flush) = App::build(loader.clone())
                 .await
                 .map_err(|e| soul_detailed(&e))?;
-            let poll = Duration::from_millis(app.config.current().config().skills.poll_interval_ms);
-            let _watcher = soulbase_config::watch(app.config.clone(), loader, poll);
-            let mut status = app.config.subscribe();
-            let follower = app.clone();
-            tokio::spawn(async move {
-                while status.changed().await.is_ok() {
-                    status.borrow_and_update();
-                    follower.apply_current();
-                }
-            });
+            let _watcher = app.follow_config(loader);
             soulbased::stdio::serve_mcp(
                 app,
                 flush,

@@ -1,7 +1,7 @@
 //! [`RemoteInvoker`]: the invoker over gRPC, a drop-in for the in-process one.
 
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_tools::pipeline::{CallResult, CallStatus, PreflightReport, ToolCall};
+use soulbase_tools::pipeline::{CallResult, CallStatus, PreflightReport, ToolCall, is_denial};
 use soulbase_types::{CallId, EnvelopeId, Origin};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -159,25 +159,6 @@ impl RemoteInvoker {
             .map_err(|s| SoulError::from_status(&s))?;
         convert::preflight_from_proto(resp.into_inner())
     }
-}
-
-/// Whether `code` means "governance said no" rather than "something failed" (the
-/// pipeline's classification, for failures that carry no outcome trailer, e.g.
-/// refused before the pipeline, and for metrics).
-pub fn is_denial(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::AuthUnauthenticated
-            | ErrorCode::AuthForbidden
-            | ErrorCode::PolicyDenyTool
-            | ErrorCode::ConsentRequired
-            | ErrorCode::SubscriptionRequired
-            | ErrorCode::SkillNotImported
-            | ErrorCode::ToolDisabled
-            | ErrorCode::QuotaBudgetExceeded
-            | ErrorCode::QuotaRateLimited
-            | ErrorCode::SandboxCapabilityBlocked
-    )
 }
 
 fn failed(call_id: CallId, err: &SoulError, md: &MetadataMap) -> CallResult {

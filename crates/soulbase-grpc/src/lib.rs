@@ -43,7 +43,7 @@ pub mod roles;
 pub mod sandbox_role;
 
 pub use auth::{MetadataAuth, SubjectResolver};
-pub use client::{Credentials, RemoteInvoker, is_denial};
+pub use client::{Credentials, RemoteInvoker};
 pub use evidence_role::{EvidenceRoleService, RemoteEvidence};
 pub use invoker::{CallRunner, InvokerService};
 pub use observe::{CallObserver, NoopObserver, Surface};
@@ -52,6 +52,8 @@ pub use roles::{
     AuthRoleService, QosRoleService, RemoteAuth, RemoteQuotaGate, evidence_proto, sandbox_proto,
 };
 pub use sandbox_role::{RemoteSandbox, SandboxRoleService};
+/// The pipeline's denial classification (re-exported for clients and metrics).
+pub use soulbase_tools::pipeline::is_denial;
 
 /// The generated `soulbase.tools.v1` messages, clients and servers.
 pub use soulbase_proto::tools::v1 as proto;

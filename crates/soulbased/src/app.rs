@@ -454,6 +454,24 @@ impl App {
         self.invoker.set_config_hash(snap.hash());
     }
 
+    /// Watches the configuration file (and polls) with `loader`, applying every
+    /// accepted snapshot to the seams; dropping the returned watcher stops watching.
+    /// What a long-running process (the server, an MCP stdio session) starts once.
+    pub fn follow_config(self: &Arc<Self>, loader: ConfigLoader) -> soulbase_config::ConfigWatcher {
+        let poll = Duration::from_millis(self.config.current().config().skills.poll_interval_ms);
+        let watcher = soulbase_config::watch(self.config.clone(), loader, poll);
+        let mut status = self.config.subscribe();
+        let follower = self.clone();
+        tokio::spawn(async move {
+            while status.changed().await.is_ok() {
+                let s = status.borrow_and_update().clone();
+                tracing::info!(status = ?s, "configuration reload");
+                follower.apply_current();
+            }
+        });
+        watcher
+    }
+
     /// Re-reads the configuration now and applies it when valid.
     pub fn reload(&self) -> ReloadStatus {
         let status = self.config.reload(&self.loader);

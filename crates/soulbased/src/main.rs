@@ -128,17 +128,7 @@ async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), Str
         )
     })?;
     // Hot reload: watch the file; apply each accepted snapshot.
-    let poll = Duration::from_millis(app.config.current().config().skills.poll_interval_ms);
-    let _watcher = soulbase_config::watch(app.config.clone(), loader, poll);
-    let mut status = app.config.subscribe();
-    let follower = app.clone();
-    tokio::spawn(async move {
-        while status.changed().await.is_ok() {
-            let s = status.borrow_and_update().clone();
-            tracing::info!(status = ?s, "configuration reload");
-            follower.apply_current();
-        }
-    });
+    let _watcher = app.follow_config(loader);
     match command {
         Some(Command::Mcp {
             tenant,

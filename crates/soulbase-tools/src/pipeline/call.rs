@@ -90,8 +90,10 @@ pub enum CallStatus {
     Error,
 }
 
-/// Codes that mean "governance said no" rather than "something failed".
-pub(crate) fn is_denial(code: ErrorCode) -> bool {
+/// Whether `code` means "governance said no" rather than "something failed": the
+/// pipeline's classification of a call as `Denied`, shared by the gRPC client (for
+/// failures without an outcome trailer) and the metrics.
+pub fn is_denial(code: ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::AuthUnauthenticated

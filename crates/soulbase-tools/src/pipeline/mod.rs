@@ -52,7 +52,7 @@ mod obligations;
 mod router;
 mod stage;
 
-pub use call::{CallResult, CallStatus, PreflightReport, ToolCall};
+pub use call::{CallResult, CallStatus, PreflightReport, ToolCall, is_denial};
 pub use idempotency::{Claim, IdempotencyKey, IdempotencyStore, MemoryIdempotency, StoredOutcome};
 pub use invoker::{Invoker, InvokerBuilder, ToolResolver};
 pub use obligations::apply_obligations;
