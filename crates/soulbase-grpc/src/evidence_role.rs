@@ -27,7 +27,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::convert;
-use crate::roles::{check_token, non_empty, with_token};
+use crate::roles::{TOKEN_REFUSED_HEADER, check_token, non_empty, with_token};
 
 /// The most records one Append may carry.
 pub const MAX_APPEND_BATCH: usize = 10_000;
@@ -204,7 +204,12 @@ fn unavailable(what: impl std::fmt::Display) -> SoulError {
 /// `ErrorDetail`: connection refused, deadline, …) is `EVIDENCE.UNAVAILABLE`, the
 /// code the pipeline fails closed with when evidence cannot be written.
 fn status_error(status: &Status) -> SoulError {
-    if status.details().is_empty() && status.code() != tonic::Code::Unauthenticated {
+    if status.metadata().get(TOKEN_REFUSED_HEADER).is_some() {
+        return unavailable(
+            "refused this process's internal token (server.internal_token_env must name the same token on both sides)",
+        );
+    }
+    if status.details().is_empty() {
         return unavailable(format!("{:?}: {}", status.code(), status.message()));
     }
     SoulError::from_status(status)

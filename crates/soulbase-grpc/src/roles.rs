@@ -47,6 +47,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The metadata key a role service sets on a refusal of the internal token, so its
+/// client can tell "this process is misconfigured" from a refusal of the end user.
+pub const TOKEN_REFUSED_HEADER: &str = "x-soulbase-internal-token-refused";
+
 /// Checks the internal token of a request, when one is required.
 pub(crate) fn check_token<T>(token: Option<&str>, request: &Request<T>) -> Result<(), Status> {
     let Some(want) = token else {
@@ -60,8 +64,32 @@ pub(crate) fn check_token<T>(token: Option<&str>, request: &Request<T>) -> Resul
     if constant_time_eq(got.as_bytes(), want.as_bytes()) {
         Ok(())
     } else {
-        Err(SoulError::of(ErrorCode::AuthUnauthenticated).to_status())
+        let mut status = SoulError::new(
+            ErrorCode::AuthUnauthenticated,
+            "this role service requires the internal token",
+        )
+        .to_status();
+        status
+            .metadata_mut()
+            .insert(TOKEN_REFUSED_HEADER, MetadataValue::from_static("1"));
+        Err(status)
     }
+}
+
+/// The error a role service's status carries, as its caller should see it.
+///
+/// A refusal of the internal token is the deployment's fault, not the end user's:
+/// it becomes `PROVIDER.UNAVAILABLE` (retryable once the token is fixed) rather than
+/// the `AUTH.UNAUTHENTICATED` the end user would otherwise be told.
+pub(crate) fn role_error(status: &Status) -> SoulError {
+    if status.metadata().get(TOKEN_REFUSED_HEADER).is_some() {
+        return SoulError::new(
+            ErrorCode::ProviderUnavailable,
+            "a role service refused this process's internal token",
+        )
+        .with_note("server.internal_token_env must name the same token on both sides".to_owned());
+    }
+    SoulError::from_status(status)
 }
 
 fn subject_to_proto(s: &Subject) -> auth_pb::Subject {
@@ -272,7 +300,7 @@ impl RemoteAuth {
             .clone()
             .authenticate(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         subject_from_proto(response.get_ref().subject.as_ref())
             .map_err(|e| transport_error(e.message()))
     }
@@ -292,7 +320,7 @@ impl Authorizer for RemoteAuth {
             .clone()
             .authorize(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         Ok(Decision {
             policy_hash: response.into_inner().policy_hash,
         })
@@ -314,7 +342,7 @@ impl ConsentVerifier for RemoteAuth {
             .clone()
             .verify_consent(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         Ok(())
     }
 }
@@ -524,7 +552,7 @@ impl QuotaGate for RemoteQuotaGate {
             .clone()
             .check(with_token(self.token.as_deref(), Self::body(&req)))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         Ok(snapshot_from_json(&response.get_ref().budget_json))
     }
 
@@ -534,7 +562,7 @@ impl QuotaGate for RemoteQuotaGate {
             .clone()
             .reserve(with_token(self.token.as_deref(), Self::body(&req)))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         reservation_from_proto(Some(response.into_inner()))
     }
 
@@ -552,7 +580,7 @@ impl QuotaGate for RemoteQuotaGate {
             .clone()
             .settle(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         Ok(())
     }
 
@@ -564,7 +592,7 @@ impl QuotaGate for RemoteQuotaGate {
             .clone()
             .refund(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         Ok(())
     }
 }
@@ -589,6 +617,10 @@ mod tests {
             SoulError::from_status(&missing).code(),
             ErrorCode::AuthUnauthenticated
         );
+        // The caller is told the deployment is at fault, not the end user.
+        assert_eq!(role_error(&missing).code(), ErrorCode::ProviderUnavailable);
+        let user = SoulError::of(ErrorCode::AuthUnauthenticated).to_status();
+        assert_eq!(role_error(&user).code(), ErrorCode::AuthUnauthenticated);
     }
 
     #[test]

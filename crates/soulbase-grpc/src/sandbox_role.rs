@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::convert;
-use crate::roles::{check_token, transport_error, with_token};
+use crate::roles::{check_token, role_error, transport_error, with_token};
 
 /// The wall-clock budget of a call whose request carries `timeout_ms = 0`.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -268,7 +268,7 @@ impl Sandbox for RemoteSandbox {
             .clone()
             .execute(request)
             .await
-            .map_err(|s| SoulError::from_status(&s))?;
+            .map_err(|s| role_error(&s))?;
         output_from_proto(response.into_inner())
     }
 }

@@ -236,9 +236,10 @@ async fn the_internal_token_is_required() {
             .write_batch(&[begin("acme", &call, 1)])
             .await
             .unwrap_err();
-        assert_eq!(e.code(), ErrorCode::AuthUnauthenticated);
+        assert_eq!(e.code(), ErrorCode::EvidenceUnavailable);
+        assert!(e.audit().causes.join(" ").contains("internal token"), "{e}");
         let e = remote.call(None, &call).await.unwrap_err();
-        assert_eq!(e.code(), ErrorCode::AuthUnauthenticated);
+        assert_eq!(e.code(), ErrorCode::EvidenceUnavailable);
     }
     assert!(store.is_empty());
 }

@@ -232,6 +232,6 @@ async fn the_internal_token_is_required() {
     for token in [None, Some("wrong".to_owned())] {
         let remote = RemoteSandbox::new(channel.clone(), token);
         let e = remote.execute(call.request(json!({}))).await.unwrap_err();
-        assert_eq!(e.code(), ErrorCode::AuthUnauthenticated);
+        assert_eq!(e.code(), ErrorCode::ProviderUnavailable);
     }
 }

@@ -505,7 +505,8 @@ async fn role_services_refuse_callers_without_the_internal_token() {
         ))
         .await
         .unwrap_err();
-    assert_eq!(code_of(&st), "AUTH.UNAUTHENTICATED");
+    // The end user is not at fault: the deployment's tokens disagree.
+    assert_eq!(code_of(&st), "PROVIDER.UNAVAILABLE");
     assert!(st.metadata().get("x-soulbase-evidence-ref").is_none());
 }
 
