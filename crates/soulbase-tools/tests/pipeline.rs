@@ -424,6 +424,37 @@ async fn bad_arguments_name_the_json_pointer() {
 }
 
 #[tokio::test]
+async fn malformed_idempotency_keys_are_refused_before_execution() {
+    let h = harness();
+    // A NUL would be refused by Postgres when the Begin is drained, and a huge key
+    // would bloat every record and index carrying it.
+    for key in ["k\u{0}1".to_owned(), "k\n1".to_owned(), "k".repeat(256)] {
+        let r = h
+            .invoker
+            .invoke(
+                h.call("demo.calc.add", json!({"text": "a", "n": 1}))
+                    .with_idempotency_key(key.clone()),
+            )
+            .await;
+        let e = r.error.unwrap();
+        assert_eq!(e.code, ErrorCode::SchemaValidationFailed, "{key:?}");
+        assert_eq!(
+            e.fields.get("field").map(String::as_str),
+            Some("idempotency_key")
+        );
+    }
+    assert_eq!(h.executions.load(Ordering::SeqCst), 0);
+    let ok = h
+        .invoker
+        .invoke(
+            h.call("demo.calc.add", json!({"text": "a", "n": 1}))
+                .with_idempotency_key("k".repeat(255)),
+        )
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[tokio::test]
 async fn another_tenants_tool_is_invisible_not_forbidden() {
     let h = harness();
     let r = h

@@ -286,6 +286,9 @@ impl Invoker {
             .with_field("field", "args")
             .with_field("max_bytes_in", manifest.limits.max_bytes_in.to_string()));
         }
+        if let Some(key) = &call.idempotency_key {
+            check_idempotency_key(key)?;
+        }
         if manifest.idempotency == Idempotency::Keyed
             && call.idempotency_key.as_deref().is_none_or(str::is_empty)
         {
@@ -692,4 +695,24 @@ impl Invoker {
         }
         CallResult::failed(call.call_id.clone(), &err, None)
     }
+}
+
+/// Longest idempotency key accepted, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// An idempotency key is recorded in evidence and stored as a database key: it must
+/// be at most [`MAX_IDEMPOTENCY_KEY_BYTES`] of printable text (no control
+/// characters — a NUL would be refused by Postgres and wedge the evidence drain).
+fn check_idempotency_key(key: &str) -> Result<(), SoulError> {
+    let bad = |message: &'static str| {
+        Err(SoulError::new(ErrorCode::SchemaValidationFailed, message)
+            .with_field("field", "idempotency_key"))
+    };
+    if key.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+        return bad("the idempotency_key is longer than 255 bytes");
+    }
+    if key.chars().any(char::is_control) {
+        return bad("the idempotency_key contains control characters");
+    }
+    Ok(())
 }
