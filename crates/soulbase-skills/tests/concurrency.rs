@@ -13,6 +13,19 @@ use soulbase_tools::pipeline::ToolCall;
 
 const N: usize = 12;
 
+/// Each worker makes at least this many rounds...
+const MIN_ROUNDS: usize = 300;
+/// ...and keeps going until the reloader has applied at least this many
+/// reloads since the worker started, so every worker races with reloads
+/// however the threads are scheduled.
+const MIN_RELOADS: usize = 5;
+
+/// Whether a worker in round `i`, which saw `start` reloads when it began,
+/// goes on: no timing, only progress counts.
+fn keep_going(i: usize, start: usize, reloads: &AtomicUsize) -> bool {
+    i < MIN_ROUNDS || reloads.load(Ordering::Relaxed) < start + MIN_RELOADS
+}
+
 /// Writes generation `g` of the directory: N skills whose descriptions all say `g`.
 fn write_generation(dir: &std::path::Path, g: usize) {
     for i in 0..N {
@@ -53,10 +66,13 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
     let mut tasks = Vec::new();
     for w in 0..4 {
         let e = e.clone();
+        let reloads = reloads.clone();
         tasks.push(tokio::spawn(async move {
             let t = tenant();
             let mut checks = 0;
-            for i in 0..300 {
+            let start = reloads.load(Ordering::Relaxed);
+            let mut i = 0;
+            while keep_going(i, start, &reloads) {
                 // A listing comes from one registry snapshot and one skill set.
                 let set = e.catalog.current();
                 let specs = enabled_tools(&set, &e.registry.view(), &t);
@@ -77,6 +93,7 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
                 assert!(r.is_ok(), "{r:?}");
                 assert_eq!(r.output.unwrap(), json!({"text": "hi"}));
                 checks += 1;
+                i += 1;
                 tokio::task::yield_now().await;
             }
             checks
@@ -88,11 +105,8 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
     }
     stop.store(true, Ordering::Relaxed);
     reloader.join().unwrap();
-    assert_eq!(total, 4 * 300);
-    assert!(
-        reloads.load(Ordering::Relaxed) > 2,
-        "the reloader really raced"
-    );
+    assert!(total >= 4 * MIN_ROUNDS);
+    assert!(reloads.load(Ordering::Relaxed) >= MIN_RELOADS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -135,9 +149,12 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
     for w in 0..4 {
         let e = e.clone();
         let gw = gw.clone();
+        let reloads = reloads.clone();
         tasks.push(tokio::spawn(async move {
             let t = tenant();
-            for i in 0..300 {
+            let start = reloads.load(Ordering::Relaxed);
+            let mut i = 0;
+            while keep_going(i, start, &reloads) {
                 // Listings never show a skill tool without an owner in their set.
                 let set = e.catalog.current();
                 for s in enabled_tools(&set, &e.registry.view(), &t) {
@@ -176,6 +193,7 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
                     .invoke(None, ToolCall::new(subject(), tool, json!({"text": "hi"})))
                     .await;
                 assert!(r.is_ok(), "{r:?}");
+                i += 1;
                 tokio::task::yield_now().await;
             }
         }));
@@ -185,8 +203,5 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
     }
     stop.store(true, Ordering::Relaxed);
     reloader.join().unwrap();
-    assert!(
-        reloads.load(Ordering::Relaxed) > 2,
-        "the reloader really raced"
-    );
+    assert!(reloads.load(Ordering::Relaxed) >= MIN_RELOADS);
 }
