@@ -70,6 +70,17 @@ fn tls(
     })
 }
 
+/// The HTTP listener, plaintext or with TLS from `server.tls`.
+enum HttpListener {
+    Plain(TcpListener),
+    Tls(HttpsListener),
+}
+
+#[cfg(feature = "tls")]
+type HttpsListener = crate::https::TlsListener;
+#[cfg(not(feature = "tls"))]
+type HttpsListener = TcpListener;
+
 /// The HTTP listener with TLS from `server.tls` (the files the gRPC listener uses).
 #[cfg(feature = "tls")]
 fn https_listener(
@@ -231,6 +242,12 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    // The HTTP listener's TLS is set up before anything is served, so a bad
+    // `server.tls` fails start-up without leaving the gRPC listener running.
+    let http_listener = match &cfg.tls {
+        None => HttpListener::Plain(http_listener),
+        Some(t) => HttpListener::Tls(https_listener(http_listener, t)?),
+    };
     // TCP_NODELAY: a response is several small writes (headers, data, trailers);
     // with Nagle each waits for the peer's delayed ACK (~40 ms).
     let grpc = tokio::spawn(routes.serve_with_incoming_shutdown(
@@ -241,14 +258,14 @@ pub async fn run(
     // HTTP (API, health, metrics, MCP).
     let mcp = mcp_service(&app, mcp_stop.clone(), http_addr.ip().is_loopback());
     let router = http_api::router(app.clone(), mcp);
-    let http = match &cfg.tls {
-        None => tokio::spawn(
-            axum::serve(http_listener, router)
+    let http = match http_listener {
+        HttpListener::Plain(plain) => tokio::spawn(
+            axum::serve(plain, router)
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
                 .into_future(),
         ),
-        Some(t) => tokio::spawn(
-            axum::serve(https_listener(http_listener, t)?, router)
+        HttpListener::Tls(tls) => tokio::spawn(
+            axum::serve(tls, router)
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
                 .into_future(),
         ),
