@@ -2,7 +2,15 @@
 //! (`cargo bench -p soulbased --bench grpc_invoke`).
 //!
 //! - sequential: one client, one call at a time — p50/p99 of the round trip;
-//! - concurrent: 32 streams on one HTTP/2 connection — throughput and p50/p99.
+//! - paced: 32 streams offering a fixed load together (`BENCH_RATE`, default
+//!   10,000 calls/s) — p50/p99 as a client at that rate sees them, each call timed
+//!   from when it was due if the server had fallen behind;
+//! - saturated: 32 streams, each sending its next call as soon as the last returns
+//!   — the most calls/s, and p50/p99 at that load (queueing included).
+//!
+//! The streams share one HTTP/2 connection (`BENCH_CONNECTIONS` spreads them over
+//! more); `BENCH_TIMELINE` prints slow calls per 50 ms window, which tells
+//! periodic stalls from steady queueing.
 //!
 //! The tool is the builtin `soulbase.builtin.echo`; evidence goes to the durable
 //! spool (sync durability: every Begin and End on disk before the call goes on;
@@ -107,6 +115,21 @@ fn main() {
             }
         };
         let client = ToolInvokerClient::new(channel);
+        // BENCH_CONNECTIONS spreads the concurrent streams over that many HTTP/2
+        // connections (default 1: all 32 streams on one connection).
+        let connections: usize = std::env::var("BENCH_CONNECTIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let mut clients = vec![client.clone()];
+        for _ in 1..connections {
+            let channel = tonic::transport::Channel::from_shared(endpoint.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            clients.push(ToolInvokerClient::new(channel));
+        }
 
         // Warm up.
         for _ in 0..500 {
@@ -121,36 +144,120 @@ fn main() {
         }
         soulbase_testkit::report("grpc invoke echo, sequential round trip", samples);
 
-        const STREAMS: usize = 32;
-        const PER_STREAM: usize = 1000;
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..STREAMS {
-            let mut c = client.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut s = Vec::with_capacity(PER_STREAM);
-                for _ in 0..PER_STREAM {
-                    let t = Instant::now();
-                    c.invoke(request()).await.unwrap();
-                    s.push(t.elapsed());
-                }
-                s
-            }));
+        // A fixed offered load (BENCH_RATE calls/s, default 10,000) over the same 32
+        // streams: latency as a client sending at that rate sees it. Each call is
+        // timed from when the schedule says it should start, so a server that
+        // falls behind is charged for the wait (no coordinated omission).
+        let rate: f64 = std::env::var("BENCH_RATE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000.0);
+        let (timed, elapsed) = run_streams(&clients, Some(rate)).await;
+        if std::env::var_os("BENCH_TIMELINE").is_some() {
+            timeline(&timed);
         }
-        let mut all: Vec<Duration> = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap());
+        let all: Vec<Duration> = timed.iter().map(|&(_, d)| d).collect();
+        let calls = all.len() as f64;
+        let name = format!("grpc invoke echo, 32 streams at {rate:.0}/s");
+        soulbase_testkit::report(&name, all);
+        println!(
+            "{name}: {:.0} calls/s achieved ({} calls in {:.2?})",
+            calls / elapsed.as_secs_f64(),
+            calls,
+            elapsed
+        );
+        // Saturation: every stream sends its next call as soon as the last returns.
+        let (timed, elapsed) = run_streams(&clients, None).await;
+        if std::env::var_os("BENCH_TIMELINE").is_some() {
+            timeline(&timed);
         }
-        let elapsed = started.elapsed();
-        let calls = (STREAMS * PER_STREAM) as f64;
+        let all: Vec<Duration> = timed.iter().map(|&(_, d)| d).collect();
+        let calls = all.len() as f64;
         soulbase_testkit::report("grpc invoke echo, 32 concurrent streams", all);
         println!(
             "grpc invoke echo, 32 concurrent streams: {:.0} calls/s ({} calls in {:.2?})",
             calls / elapsed.as_secs_f64(),
-            STREAMS * PER_STREAM,
+            calls,
             elapsed
         );
+
         let _ = stop.send(());
         let _ = server.await;
     });
+}
+
+/// Concurrent streams of this many calls each.
+const STREAMS: usize = 32;
+/// Calls per stream.
+const PER_STREAM: usize = 1000;
+
+/// Runs `STREAMS` streams of `PER_STREAM` calls spread over `clients`: back to back,
+/// or paced so that all streams together offer `rate` calls/s. Returns each call's
+/// (scheduled start since the run began, latency) and the run's duration.
+async fn run_streams(
+    clients: &[ToolInvokerClient<tonic::transport::Channel>],
+    rate: Option<f64>,
+) -> (Vec<(Duration, Duration)>, Duration) {
+    let started = tokio::time::Instant::now();
+    // Each stream sends every `interval`, streams staggered evenly within it.
+    let interval = rate.map(|r| Duration::from_secs_f64(STREAMS as f64 / r));
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        let mut c = clients[i % clients.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = Vec::with_capacity(PER_STREAM);
+            let mut last_done = started;
+            for k in 0..PER_STREAM {
+                let t = match interval {
+                    Some(iv) => {
+                        let due = started + iv.mul_f64(k as f64 + i as f64 / STREAMS as f64);
+                        tokio::time::sleep_until(due).await;
+                        // Late because the previous call overran its slot: the
+                        // server's doing, timed from when the call was due. Late
+                        // only because the timer fires on millisecond ticks: the
+                        // harness's, timed from when it is sent.
+                        if last_done > due {
+                            due
+                        } else {
+                            tokio::time::Instant::now()
+                        }
+                    }
+                    None => tokio::time::Instant::now(),
+                };
+                c.invoke(request()).await.unwrap();
+                last_done = tokio::time::Instant::now();
+                s.push((t - started, last_done - t));
+            }
+            s
+        }));
+    }
+    let mut timed = Vec::with_capacity(STREAMS * PER_STREAM);
+    for t in tasks {
+        timed.extend(t.await.unwrap());
+    }
+    (timed, started.elapsed())
+}
+
+/// Prints, per 50 ms window of the run, how many calls started in it and how many
+/// of those took over 5 ms: periodic stalls show up as clustered windows.
+fn timeline(timed: &[(Duration, Duration)]) {
+    let window = Duration::from_millis(50);
+    let mut buckets: std::collections::BTreeMap<u128, (usize, usize, Duration)> =
+        std::collections::BTreeMap::new();
+    for &(at, took) in timed {
+        let b = buckets
+            .entry(at.as_millis() / window.as_millis())
+            .or_default();
+        b.0 += 1;
+        if took > Duration::from_millis(5) {
+            b.1 += 1;
+        }
+        b.2 = b.2.max(took);
+    }
+    for (b, (n, slow, max)) in buckets {
+        println!(
+            "  t={:>5} ms  calls {n:>5}  >5ms {slow:>4}  max {max:.1?}",
+            b * 50
+        );
+    }
 }
