@@ -46,6 +46,30 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(ids)
 }
 
+/// The file of records the store refused for good, one JSON object per line:
+/// `{"refused": cause, "record": record}`. A crash right after quarantining may
+/// repeat a line; the record's envelope id tells.
+pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
+
+/// Appends `record` to the quarantine file and makes it durable.
+pub fn quarantine(dir: &Path, record: &EvidenceRecord, cause: &str) -> io::Result<()> {
+    let mut line = serde_json::to_vec(&serde_json::json!({
+        "refused": cause,
+        "record": record,
+    }))
+    .map_err(io::Error::other)?;
+    line.push(b'\n');
+    let path = dir.join(QUARANTINE_FILE);
+    let created = !path.exists();
+    let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+    f.write_all(&line)?;
+    f.sync_data()?;
+    if created {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// Makes a directory entry change (create, rename, delete) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -73,6 +73,8 @@ pub struct Shared {
     pub store_error: Mutex<Option<String>>,
     /// Records written to the store by this process.
     pub records_drained: AtomicU64,
+    /// Records the store refused for good, kept in the quarantine file instead.
+    pub records_quarantined: AtomicU64,
     /// Set when the sink is shutting down.
     pub stopping: AtomicBool,
     /// Wakes the drainer for shutdown.

@@ -112,6 +112,9 @@ pub struct SpoolStats {
     pub drained: Pos,
     /// Records written to the store by this process.
     pub records_drained: u64,
+    /// Records the store refused for good, kept in `quarantine.jsonl` in the spool
+    /// directory instead (by this process).
+    pub records_quarantined: u64,
     /// The last store failure, `None` once a batch lands again.
     pub store_error: Option<String>,
     /// Whether the last append failed (new calls are refused until one succeeds).
@@ -173,6 +176,7 @@ impl DurableSink {
             broken: AtomicBool::new(false),
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
+            records_quarantined: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
         });
@@ -255,6 +259,7 @@ impl DurableSink {
             committed: *lock(&s.committed),
             drained: *lock(&s.drained),
             records_drained: s.records_drained.load(Ordering::Relaxed),
+            records_quarantined: s.records_quarantined.load(Ordering::Relaxed),
             store_error: lock(&s.store_error).clone(),
             broken: s.broken.load(Ordering::Acquire),
         }

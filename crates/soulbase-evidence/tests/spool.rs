@@ -10,9 +10,9 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::{Durability, DurableSink, SpoolOptions};
 use soulbase_observe::{
     BudgetUsage, CallEvidence, CallPage, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceQuery, EvidenceRecord, EvidenceSink, EvidenceStore, MemoryStore,
+    EvidenceQuery, EvidenceRecord, EvidenceSink, EvidenceStore, MemoryStore, store_refusal,
 };
-use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId, UnixMillis};
+use soulbase_types::{ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
 
 fn begin() -> EvidenceRecord {
     Envelope::new(
@@ -63,6 +63,8 @@ struct Flaky {
     down: AtomicBool,
     lose_acks: AtomicUsize,
     writes: AtomicUsize,
+    /// Records refused for good (`SCHEMA.VALIDATION_FAILED`), by envelope id.
+    refused: std::sync::Mutex<Vec<EnvelopeId>>,
 }
 
 #[async_trait]
@@ -70,6 +72,10 @@ impl EvidenceStore for Flaky {
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
         if self.down.load(Ordering::SeqCst) {
             return Err(SoulError::of(ErrorCode::EvidenceUnavailable).with_note("down"));
+        }
+        let refused = self.refused.lock().unwrap().clone();
+        if records.iter().any(|r| refused.contains(&r.id)) {
+            return Err(store_refusal("refused by the test"));
         }
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.write_batch(records).await?;
@@ -138,6 +144,48 @@ async fn sync_records_drain_to_the_store_exactly_once() {
     assert_eq!(stats.open_calls, 0);
     assert_eq!(stats.reserved_bytes, 0);
     assert_eq!(stats.records_drained, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let mut refused_id = None;
+    for i in 0..50 {
+        let b = begin();
+        if i == 17 {
+            store.refused.lock().unwrap().push(b.id.clone());
+            refused_id = Some(b.id.clone());
+        }
+        sink.record(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+    }
+    // Without isolation the batch holding it would be retried forever.
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (49, 50, 0));
+    let stats = sink.stats();
+    assert_eq!(stats.records_quarantined, 1);
+    assert_eq!(stats.records_drained, 99);
+    assert_eq!(stats.store_error, None);
+    // Kept, not lost: the whole record, with the store's reason.
+    let text = std::fs::read_to_string(dir.path().join("quarantine.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    let kept: EvidenceRecord = serde_json::from_value(lines[0]["record"].clone()).unwrap();
+    assert_eq!(Some(kept.id), refused_id);
+    assert_eq!(lines[0]["refused"], "refused by the test");
+    // Later records still drain.
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (50, 51, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,5 +37,5 @@ pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, EvidenceSink, MemorySink};
 pub use store::{
     CallEvidence, CallPage, CallSummary, EvidenceQuery, EvidenceStore, MAX_PAGE, PageCursor,
-    store_error, summarize,
+    is_store_refusal, store_error, store_refusal, summarize,
 };

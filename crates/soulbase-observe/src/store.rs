@@ -11,6 +11,28 @@ use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, Unix
 
 use crate::{EndStatus, EvidenceEvent, EvidenceRecord};
 
+/// The public field marking a [`store_refusal`]; it survives gRPC (the evidence
+/// role), unlike notes.
+const REFUSED_BY: &str = "refused_by";
+
+/// The error an [`EvidenceStore`] returns when it refuses the data itself (a value
+/// the database cannot hold), as opposed to an outage: `SCHEMA.VALIDATION_FAILED`
+/// marked `refused_by: store`. Only this marking makes the durable sink quarantine
+/// a record; any other error is retried.
+pub fn store_refusal(reason: impl Into<String>) -> SoulError {
+    SoulError::new(
+        ErrorCode::SchemaValidationFailed,
+        "the evidence store refuses this record",
+    )
+    .with_field(REFUSED_BY, "store")
+    .with_field("reason", reason.into())
+}
+
+/// Whether `e` is a [`store_refusal`].
+pub fn is_store_refusal(e: &SoulError) -> bool {
+    e.code() == ErrorCode::SchemaValidationFailed && e.field(REFUSED_BY) == Some("store")
+}
+
 /// The most calls one page of [`EvidenceStore::list`] returns.
 pub const MAX_PAGE: u32 = 1_000;
 
@@ -19,6 +41,11 @@ pub const MAX_PAGE: u32 = 1_000;
 pub trait EvidenceStore: Send + Sync + 'static {
     /// Writes `records` atomically (all or none). A record whose envelope id is
     /// already stored is skipped, so re-sending a batch is harmless.
+    ///
+    /// An error means "try again later" (an outage), except a [`store_refusal`]:
+    /// the store refuses the data itself and retrying the same batch can never
+    /// succeed (the durable sink then isolates and quarantines the refused record
+    /// instead of retrying forever).
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError>;
 
     /// Every record of one call (Begin, End, Denial), oldest first; empty when unknown.

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use soulbase_errors::SoulError;
 use soulbase_observe::{
     CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceStore,
-    PageCursor, summarize,
+    PageCursor, store_refusal, summarize,
 };
 use soulbase_types::{CallId, TenantId, UnixMillis};
 use sqlx::QueryBuilder;
@@ -93,6 +93,19 @@ fn row(r: &EvidenceRecord) -> Result<Row, SoulError> {
     })
 }
 
+/// Postgres refusing the data itself, which no retry changes: a character it
+/// cannot store (22021, e.g. a NUL in a text column; 22P05) or a value beyond its
+/// limits (54000, e.g. an index row too large). Anything else — including COPY
+/// format errors, which would be a bug of ours, not bad data — is retried.
+fn refusal(e: &sqlx::Error) -> Option<SoulError> {
+    let sqlx::Error::Database(db) = e else {
+        return None;
+    };
+    let code = db.code()?;
+    matches!(code.as_ref(), "22021" | "22P05" | "54000")
+        .then(|| store_refusal(format!("SQLSTATE {code}: {}", db.message())))
+}
+
 fn decode(text: &str) -> Result<EvidenceRecord, SoulError> {
     serde_json::from_str(text).map_err(|e| db_error("decoding a stored evidence record", e))
 }
@@ -115,8 +128,8 @@ fn put_text(buf: &mut Vec<u8>, value: Option<&str>) -> Result<(), SoulError> {
 }
 
 /// `records` as `COPY … (FORMAT binary)` data: the header, one tuple per record
-/// (text columns as UTF-8, `at_ms` as a big-endian int8, `record` as jsonb version 1
-/// followed by the JSON), the trailer. The JSON is serialized straight into the
+/// (text columns as UTF-8, `at_ms` as a big-endian int8, `record` as its JSON
+/// text), the trailer. The JSON is serialized straight into the
 /// buffer — no per-row strings, no text-format escaping for the server to undo.
 fn copy_binary(records: &[EvidenceRecord]) -> Result<Vec<u8>, SoulError> {
     let mut buf = Vec::with_capacity(records.len() * 1_024 + 32);
@@ -159,7 +172,6 @@ fn copy_binary(records: &[EvidenceRecord]) -> Result<Vec<u8>, SoulError> {
         put_text(&mut buf, status)?;
         let at = buf.len();
         buf.extend_from_slice(&[0; 4]);
-        buf.push(1); // jsonb binary format version
         serde_json::to_writer(&mut buf, r).map_err(SoulError::internal)?;
         let len = i32::try_from(buf.len() - at - 4).map_err(SoulError::internal)?;
         buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
@@ -211,7 +223,7 @@ async fn insert_skipping_stored(pool: &sqlx::PgPool, rows: Vec<Row>) -> Result<(
     }
     sqlx::query(
         "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
-         SELECT id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record::jsonb \
+         SELECT id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record \
          FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], \
                      $6::text[], $7::text[], $8::text[], $9::text[]) \
               AS t(id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
@@ -298,6 +310,9 @@ impl EvidenceStore for SqlEvidenceStore {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = written {
+                    if let Some(refused) = refusal(&e) {
+                        return Err(refused);
+                    }
                     // A partition may have been dropped by retention meanwhile.
                     self.forget_partitions();
                     return Err(db_error("writing evidence", e));

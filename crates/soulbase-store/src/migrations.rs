@@ -35,6 +35,11 @@ pub fn postgres() -> Migrator {
             "registry",
             include_str!("../../../migrations/postgres/0003_registry.sql"),
         ),
+        migration(
+            4,
+            "evidence record text",
+            include_str!("../../../migrations/postgres/0004_evidence_record_text.sql"),
+        ),
     ])
 }
 

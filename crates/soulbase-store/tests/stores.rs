@@ -276,6 +276,61 @@ async fn overlapping_batches_on_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refusing_data_is_not_an_outage() {
+    let db = fresh_postgres().await;
+    // A row an older binary would COPY (jsonb's version byte before the JSON) is
+    // refused rather than stored garbled (it stays in that process's spool).
+    let Db::Postgres(pool) = &db else {
+        unreachable!()
+    };
+    sqlx::query("SELECT soulbase_evidence_ensure_partition(1700000000000)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let garbled = sqlx::query(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+         VALUES ('x', 1700000000000, 'acme', 'begin', 'c', E'\\x01{}')",
+    )
+    .execute(pool)
+    .await;
+    let garbled = garbled.unwrap_err().to_string();
+    assert!(
+        garbled.contains("evidence_record_is_json_text"),
+        "{garbled}"
+    );
+    let store = SqlEvidenceStore::new(db);
+    // A NUL in a text column: Postgres refuses it (SQLSTATE 22021) however often
+    // the batch is sent, so the store says so rather than "unavailable".
+    let bad = Envelope::new(
+        tenant("acme"),
+        ActorId::new("bob").unwrap(),
+        Origin::Api,
+        EvidenceEvent::Denied(Denial {
+            call_id: CallId::generate(),
+            tool: "demo\u{0}z".into(),
+            code: ErrorCode::PolicyDenyTool,
+        }),
+    );
+    let good = begin("acme", "demo.a.x", 1_700_000_000_000);
+    let e = store
+        .write_batch(&[good.clone(), bad.clone()])
+        .await
+        .unwrap_err();
+    assert!(soulbase_observe::is_store_refusal(&e), "{e:?}");
+    // A record holding the escape \u0000 is stored as it is (text, not jsonb).
+    let mut escaped = begin("acme", "demo.a.x", 1_700_000_000_001);
+    if let EvidenceEvent::Begin(b) = &mut escaped.payload {
+        b.idempotency_key = Some("k\u{0}".into());
+    }
+    store
+        .write_batch(&[good.clone(), escaped.clone()])
+        .await
+        .unwrap();
+    let kept = store.call(None, &call_of(&escaped)).await.unwrap();
+    assert_eq!(kept.records, vec![escaped]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_batches_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     overlapping_batches(fresh_sqlite(dir.path()).await).await;

@@ -48,12 +48,19 @@ impl EvidenceStats {
     pub fn depth(&self) -> u64 {
         self.accepted
             .load(Ordering::Relaxed)
-            .saturating_sub(self.written())
+            .saturating_sub(self.written() + self.quarantined())
     }
 
     /// Records written to the store by this process.
     pub fn written(&self) -> u64 {
         self.sink.as_ref().map_or(0, |s| s.stats().records_drained)
+    }
+
+    /// Records the store refused for good, kept in the spool's quarantine file.
+    pub fn quarantined(&self) -> u64 {
+        self.sink
+            .as_ref()
+            .map_or(0, |s| s.stats().records_quarantined)
     }
 
     /// Bytes in the spool.

@@ -8,7 +8,8 @@
 //! - `soulbase_call_duration_seconds{surface}` — latency histogram;
 //! - `soulbase_budget_remaining_calls{tenant,tool}` — calls left under the tightest
 //!   limit, as last seen by a preflight;
-//! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`;
+//! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`,
+//!   `soulbase_evidence_quarantined_total`;
 //! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`.
 
 use std::collections::BTreeMap;
@@ -214,7 +215,8 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let (depth, written) = stats.map_or((0, 0), |s| (s.depth(), s.written()));
+        let (depth, written, quarantined) =
+            stats.map_or((0, 0, 0), |s| (s.depth(), s.written(), s.quarantined()));
         let _ = writeln!(
             out,
             "# HELP soulbase_evidence_queue_depth Evidence records accepted but not yet in the store."
@@ -227,6 +229,12 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE soulbase_evidence_written_total counter");
         let _ = writeln!(out, "soulbase_evidence_written_total {written}");
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_evidence_quarantined_total Evidence records the store refused, kept in the spool's quarantine.jsonl."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_evidence_quarantined_total counter");
+        let _ = writeln!(out, "soulbase_evidence_quarantined_total {quarantined}");
         let _ = writeln!(
             out,
             "# HELP soulbase_calls_in_flight Calls inside the pipeline right now."
