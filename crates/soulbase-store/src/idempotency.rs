@@ -125,7 +125,7 @@ impl SqlIdempotency {
         let row: Option<(String, String, Option<String>, i64)> = match &self.db {
             Db::Postgres(p) => {
                 sqlx::query_as(
-                    "SELECT args_digest, state, result::text, lease_until_ms FROM idempotency \
+                    "SELECT args_digest, state, result, lease_until_ms FROM idempotency \
                  WHERE tenant = $1 AND tool = $2 AND key = $3",
                 )
                 .bind(k.tenant.as_str())
@@ -250,7 +250,7 @@ impl IdempotencyStore for SqlIdempotency {
         let now = UnixMillis::now().0;
         match &self.db {
             Db::Postgres(p) => sqlx::query(
-                "UPDATE idempotency SET state = 'done', result = $4::jsonb, updated_ms = $5 \
+                "UPDATE idempotency SET state = 'done', result = $4, updated_ms = $5 \
                  WHERE tenant = $1 AND tool = $2 AND key = $3",
             )
             .bind(key.tenant.as_str())

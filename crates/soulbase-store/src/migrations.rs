@@ -40,6 +40,11 @@ pub fn postgres() -> Migrator {
             "evidence record text",
             include_str!("../../../migrations/postgres/0004_evidence_record_text.sql"),
         ),
+        migration(
+            5,
+            "idempotency result text",
+            include_str!("../../../migrations/postgres/0005_idempotency_result_text.sql"),
+        ),
     ])
 }
 

@@ -379,6 +379,15 @@ async fn idempotency_semantics(db: Db) {
         Claim::Completed(s) => assert_eq!(*s, stored),
         other => panic!("{other:?}"),
     }
+    // Any output a tool may return is stored, a NUL escape included (jsonb refuses it).
+    assert_eq!(a.claim(&key("k4"), "d", wait).await.unwrap(), Claim::Owner);
+    let mut nul = outcome("d");
+    nul.result.output = Some(json!({"text": "a\u{0}b"}));
+    a.complete(&key("k4"), nul.clone()).await.unwrap();
+    match b.claim(&key("k4"), "d", wait).await.unwrap() {
+        Claim::Completed(s) => assert_eq!(*s, nul),
+        other => panic!("{other:?}"),
+    }
     // Released: the next caller owns it.
     assert_eq!(a.claim(&key("k2"), "d", wait).await.unwrap(), Claim::Owner);
     a.release(&key("k2")).await.unwrap();
@@ -403,7 +412,7 @@ async fn idempotency_semantics(db: Db) {
         .purge_before(UnixMillis(UnixMillis::now().0 + 1_000))
         .await
         .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
