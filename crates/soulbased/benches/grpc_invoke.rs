@@ -111,7 +111,10 @@ fn main() {
                 .await
             {
                 Ok(c) => break c,
-                Err(_) => tokio::task::yield_now().await,
+                // A server that failed to start (e.g. a port taken between
+                // free_port and bind) would otherwise leave this loop spinning.
+                Err(_) if server.is_finished() => panic!("the server stopped: {:?}", server.await),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
             }
         };
         let client = ToolInvokerClient::new(channel);
