@@ -5,7 +5,9 @@
 //! - `checkpoint` — `<segment> <offset>`: everything before it is in the store;
 //! - `reserve` — zero-filled bytes released when the disk fills, so the End of an
 //!   accepted Begin can still be written;
-//! - `LOCK` — held (advisory lock) by the one process using the spool.
+//! - `LOCK` — held (advisory lock) by the one process using the spool;
+//! - `next.seg.tmp` — the next segment while it is zero-filled ahead of use (see
+//!   the writer); never read, removed at start-up.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -23,6 +25,10 @@ pub struct Pos {
     /// Bytes into the segment.
     pub offset: u64,
 }
+
+/// The next segment while it is being zero-filled; not a segment name, so neither
+/// recovery nor the drainer reads it.
+pub const NEXT_SEGMENT: &str = "next.seg.tmp";
 
 /// The file name of segment `id`.
 pub fn segment_path(dir: &Path, id: u64) -> PathBuf {

@@ -4,17 +4,25 @@
 //! writes them with one `write` and makes them durable with one `fdatasync`. Under
 //! load many callers share one fsync; idle, a lone caller pays one fsync.
 //!
-//! The segment is extended with zeros a chunk at a time ahead of the data, so most
-//! rounds overwrite allocated blocks and their `fdatasync` flushes data only — no
-//! file-size change for the filesystem to journal, which is what makes an fsync
-//! slow and jittery on a busy disk. A segment is cut to its data when sealed.
+//! Rounds overwrite zeros written ahead of the data, so their `fdatasync` flushes
+//! data only — no file-size change or block allocation for the filesystem to
+//! persist, which is what makes an fsync slow and jittery on a busy disk. The zeros
+//! are written off the commit path: once the active segment is half full, a helper
+//! thread zero-fills and fsyncs the next segment as `next.seg.tmp`, which the
+//! writer renames into place when it rolls over. Only when no prepared file is
+//! ready (the first segment after a start, or a slow disk) does the writer extend
+//! the active segment itself, a chunk at a time; that round's `fdatasync` then also
+//! flushes the chunk (measured: 3–8 ms instead of ~0.1 ms on a virtual disk). A
+//! segment is cut to its data when sealed.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 
 use soulbase_types::EnvelopeId;
 use tokio::sync::mpsc;
@@ -26,6 +34,84 @@ use crate::shared::{Kind, Request, Shared, lock, unavailable};
 const MAX_ROUND: usize = 32_768;
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
+/// Writes a zero-filled file of `bytes` at [`segment::NEXT_SEGMENT`] and makes
+/// it durable, for the writer to rename into place as its next segment. It is
+/// flushed a MiB at a time so that the commits sharing the disk never queue
+/// behind one large flush.
+fn prepare_next(dir: &Path, bytes: u64) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(dir.join(segment::NEXT_SEGMENT))?;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        file.sync_data()?;
+        at += n as u64;
+    }
+    file.sync_all()?;
+    Ok(file)
+}
+
+/// The zero-filled next segment, being prepared on a helper thread.
+struct Prepared {
+    /// The helper, done once the file is durable.
+    job: Option<JoinHandle<io::Result<File>>>,
+}
+
+impl Prepared {
+    /// Starts preparing a next segment of `bytes`, unless one is under way.
+    fn start(&mut self, dir: &Path, bytes: u64) {
+        if self.job.is_some() {
+            return;
+        }
+        let dir = dir.to_path_buf();
+        match std::thread::Builder::new()
+            .name("evidence-spool-prep".into())
+            .spawn(move || prepare_next(&dir, bytes))
+        {
+            Ok(h) => self.job = Some(h),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not start preparing the next spool segment")
+            }
+        }
+    }
+
+    /// The prepared file, renamed to segment `id`, if it is ready; never waits.
+    fn take(&mut self, shared: &Shared, id: u64) -> Option<Active> {
+        if !self.job.as_ref().is_some_and(JoinHandle::is_finished) {
+            return None;
+        }
+        let file = match self.job.take()?.join() {
+            Ok(Ok(file)) => file,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not prepare the next spool segment");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let allocated = file.metadata().ok()?.len();
+        let renamed = std::fs::rename(
+            shared.dir.join(segment::NEXT_SEGMENT),
+            segment::segment_path(&shared.dir, id),
+        )
+        .and_then(|()| segment::sync_dir(&shared.dir));
+        if let Err(e) = renamed {
+            tracing::warn!(error = %e, "could not use the prepared spool segment");
+            return None;
+        }
+        Some(Active {
+            file,
+            id,
+            len: 0,
+            allocated,
+            chunk: 0,
+        })
+    }
+}
 
 /// Opens (creating) segment `id` for writing.
 pub fn open_segment(shared: &Shared, id: u64) -> io::Result<File> {
@@ -90,6 +176,9 @@ pub fn run(
     segment_bytes: u64,
 ) {
     active.chunk = CHUNK.min(segment_bytes.max(4 << 10));
+    // Room past `segment_bytes` in a prepared segment for the round that crosses it.
+    let prepared_bytes = segment_bytes + active.chunk / 4;
+    let mut prepared = Prepared { job: None };
     let mut pins: HashMap<EnvelopeId, u64> = HashMap::new();
     let mut batch: Vec<Request> = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
@@ -113,18 +202,28 @@ pub fn run(
             }
             Err(e) => recover_from_failed_append(&shared, &mut pins, &mut batch, &mut active, e),
         }
+        if active.len >= segment_bytes / 2 {
+            prepared.start(&shared.dir, prepared_bytes);
+        }
         if active.len >= segment_bytes {
             if let Err(e) = active.trim().and_then(|()| active.file.sync_all()) {
                 tracing::warn!(error = %e, "could not trim a sealed spool segment");
             }
-            match open_segment(&shared, active.id + 1) {
-                Ok(file) => {
+            let next = match prepared.take(&shared, active.id + 1) {
+                Some(next) => Ok(next),
+                None => open_segment(&shared, active.id + 1).map(|file| Active {
+                    file,
+                    id: active.id + 1,
+                    len: 0,
+                    allocated: 0,
+                    chunk: 0,
+                }),
+            };
+            match next {
+                Ok(next) => {
                     active = Active {
-                        file,
-                        id: active.id + 1,
-                        len: 0,
-                        allocated: 0,
                         chunk: active.chunk,
+                        ..next
                     };
                     shared.active.store(active.id, Ordering::Release);
                     *lock(&shared.committed) = Pos {
@@ -136,6 +235,11 @@ pub fn run(
                 Err(e) => tracing::error!(error = %e, "could not open a new spool segment"),
             }
         }
+    }
+    // Every sender is gone: let a preparation under way finish before the thread
+    // ends, so nothing writes in the directory after the writer has stopped.
+    if let Some(job) = prepared.job.take() {
+        let _ = job.join();
     }
 }
 
