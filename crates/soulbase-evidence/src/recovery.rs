@@ -73,7 +73,7 @@ pub fn aborted_end(begin: &EvidenceRecord) -> Option<EvidenceRecord> {
 /// Recovers the spool in `dir` (which must be locked by the caller).
 pub fn recover(dir: &Path) -> Result<RecoveryReport, SoulError> {
     // A next segment prepared before a crash holds nothing; the writer makes a new one.
-    let _ = std::fs::remove_file(dir.join(segment::NEXT_SEGMENT));
+    segment::remove_prepared(dir);
     let ids = segment::list_segments(dir).map_err(|e| io_err("listing segments", e))?;
     let mut report = RecoveryReport {
         segments: ids.len(),

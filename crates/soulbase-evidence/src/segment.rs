@@ -6,8 +6,8 @@
 //! - `reserve` — zero-filled bytes released when the disk fills, so the End of an
 //!   accepted Begin can still be written;
 //! - `LOCK` — held (advisory lock) by the one process using the spool;
-//! - `next.seg.tmp` — the next segment while it is zero-filled ahead of use (see
-//!   the writer); never read, removed at start-up.
+//! - `next-<pid>-<n>.seg.tmp` — the next segment while it is zero-filled ahead of
+//!   use (see the writer); never read, removed at start-up.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -26,9 +26,27 @@ pub struct Pos {
     pub offset: u64,
 }
 
-/// The next segment while it is being zero-filled; not a segment name, so neither
-/// recovery nor the drainer reads it.
-pub const NEXT_SEGMENT: &str = "next.seg.tmp";
+/// Prefix of a next segment's name while it is zero-filled
+/// (`next-<pid>-<n>.seg.tmp`); not a segment name, so neither recovery nor the
+/// drainer reads it.
+pub const NEXT_PREFIX: &str = "next-";
+/// Suffix of a next segment's name while it is zero-filled.
+pub const NEXT_SUFFIX: &str = ".seg.tmp";
+
+/// Removes next segments left by an earlier run (they hold nothing); a writer
+/// still finishing holds its file open and loses only its head start.
+pub fn remove_prepared(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(NEXT_PREFIX) && name.ends_with(NEXT_SUFFIX) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
 
 /// The file name of segment `id`.
 pub fn segment_path(dir: &Path, id: u64) -> PathBuf {

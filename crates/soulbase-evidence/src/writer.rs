@@ -8,7 +8,7 @@
 //! data only — no file-size change or block allocation for the filesystem to
 //! persist, which is what makes an fsync slow and jittery on a busy disk. The zeros
 //! are written off the commit path: once the active segment is half full, a helper
-//! thread zero-fills and fsyncs the next segment as `next.seg.tmp`, which the
+//! thread zero-fills and fsyncs the next segment as `next-….seg.tmp`, which the
 //! writer renames into place when it rolls over. Only when no prepared file is
 //! ready (the first segment after a start, or a slow disk) does the writer extend
 //! the active segment itself, a chunk at a time; that round's `fdatasync` then also
@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use soulbase_types::EnvelopeId;
@@ -34,32 +34,51 @@ use crate::shared::{Kind, Request, Shared, lock, unavailable};
 const MAX_ROUND: usize = 32_768;
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
-/// Writes a zero-filled file of `bytes` at [`segment::NEXT_SEGMENT`] and makes
-/// it durable, for the writer to rename into place as its next segment. It is
-/// flushed a MiB at a time so that the commits sharing the disk never queue
-/// behind one large flush.
-fn prepare_next(dir: &Path, bytes: u64) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(dir.join(segment::NEXT_SEGMENT))?;
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < bytes {
-        let n = (bytes - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        file.sync_data()?;
-        at += n as u64;
-    }
-    file.sync_all()?;
-    Ok(file)
+/// Writes a zero-filled file of `bytes` at `path` (a new file: never one another
+/// writer could be using) and makes it durable, for the writer to rename into place
+/// as its next segment. It is flushed a MiB at a time, so the commits sharing the
+/// disk never queue behind one large flush, and stops early when `cancel` is set.
+/// On any failure the file is removed, so a full disk is not filled further.
+fn prepare_next(path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
+    let write = || {
+        let file = OpenOptions::new().create_new(true).write(true).open(path)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < bytes {
+            if cancel.load(Ordering::Acquire) {
+                return Err(io::Error::other("preparation cancelled"));
+            }
+            let n = (bytes - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at)?;
+            file.sync_data()?;
+            at += n as u64;
+        }
+        file.sync_all()?;
+        Ok(file)
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(path);
+    })
 }
 
-/// The zero-filled next segment, being prepared on a helper thread.
-struct Prepared {
+/// Tells the prepared files of this process apart (several spools, or a spool
+/// reopened while an earlier writer is still finishing).
+static PREPARATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// A zero-filled next segment being prepared on a helper thread.
+struct Job {
+    /// Where it is written.
+    path: PathBuf,
+    /// Stops the helper.
+    cancel: Arc<AtomicBool>,
     /// The helper, done once the file is durable.
-    job: Option<JoinHandle<io::Result<File>>>,
+    handle: JoinHandle<io::Result<File>>,
+}
+
+/// The next segment, zero-filled ahead of use.
+struct Prepared {
+    /// The preparation under way or finished, if any.
+    job: Option<Job>,
 }
 
 impl Prepared {
@@ -68,24 +87,50 @@ impl Prepared {
         if self.job.is_some() {
             return;
         }
-        let dir = dir.to_path_buf();
+        let path = dir.join(format!(
+            "{}{}-{}{}",
+            segment::NEXT_PREFIX,
+            std::process::id(),
+            PREPARATIONS.fetch_add(1, Ordering::Relaxed),
+            segment::NEXT_SUFFIX
+        ));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (p, c) = (path.clone(), cancel.clone());
         match std::thread::Builder::new()
             .name("evidence-spool-prep".into())
-            .spawn(move || prepare_next(&dir, bytes))
+            .spawn(move || prepare_next(&p, bytes, &c))
         {
-            Ok(h) => self.job = Some(h),
+            Ok(handle) => {
+                self.job = Some(Job {
+                    path,
+                    cancel,
+                    handle,
+                })
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not start preparing the next spool segment")
             }
         }
     }
 
+    /// Stops a preparation under way and removes its file (the disk is full: its
+    /// bytes are better spent on the Ends of accepted calls). Waits at most for
+    /// the MiB being written.
+    fn abandon(&mut self) {
+        if let Some(job) = self.job.take() {
+            job.cancel.store(true, Ordering::Release);
+            let _ = job.handle.join();
+            let _ = std::fs::remove_file(&job.path);
+        }
+    }
+
     /// The prepared file, renamed to segment `id`, if it is ready; never waits.
     fn take(&mut self, shared: &Shared, id: u64) -> Option<Active> {
-        if !self.job.as_ref().is_some_and(JoinHandle::is_finished) {
+        if !self.job.as_ref().is_some_and(|j| j.handle.is_finished()) {
             return None;
         }
-        let file = match self.job.take()?.join() {
+        let job = self.job.take()?;
+        let file = match job.handle.join() {
             Ok(Ok(file)) => file,
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not prepare the next spool segment");
@@ -94,11 +139,8 @@ impl Prepared {
             Err(_) => return None,
         };
         let allocated = file.metadata().ok()?.len();
-        let renamed = std::fs::rename(
-            shared.dir.join(segment::NEXT_SEGMENT),
-            segment::segment_path(&shared.dir, id),
-        )
-        .and_then(|()| segment::sync_dir(&shared.dir));
+        let renamed = std::fs::rename(&job.path, segment::segment_path(&shared.dir, id))
+            .and_then(|()| segment::sync_dir(&shared.dir));
         if let Err(e) = renamed {
             tracing::warn!(error = %e, "could not use the prepared spool segment");
             return None;
@@ -200,9 +242,12 @@ pub fn run(
                 commit(&shared, &mut pins, &mut batch, &active);
                 shared.broken.store(false, Ordering::Release);
             }
-            Err(e) => recover_from_failed_append(&shared, &mut pins, &mut batch, &mut active, e),
+            Err(e) => {
+                prepared.abandon();
+                recover_from_failed_append(&shared, &mut pins, &mut batch, &mut active, e)
+            }
         }
-        if active.len >= segment_bytes / 2 {
+        if active.len >= segment_bytes / 2 && !shared.broken.load(Ordering::Acquire) {
             prepared.start(&shared.dir, prepared_bytes);
         }
         if active.len >= segment_bytes {
@@ -239,7 +284,7 @@ pub fn run(
     // Every sender is gone: let a preparation under way finish before the thread
     // ends, so nothing writes in the directory after the writer has stopped.
     if let Some(job) = prepared.job.take() {
-        let _ = job.join();
+        let _ = job.handle.join();
     }
 }
 

@@ -228,7 +228,7 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     // A next segment left half-prepared by an earlier run, and not zeros: it must
     // never be read nor become a segment as it is.
-    let stale = dir.path().join("next.seg.tmp");
+    let stale = dir.path().join("next-1-0.seg.tmp");
     std::fs::write(&stale, vec![0xAB; 64 << 10]).unwrap();
     let down = Arc::new(Flaky::default());
     down.down.store(true, Ordering::SeqCst);
