@@ -21,9 +21,21 @@ const MIN_ROUNDS: usize = 300;
 const MIN_RELOADS: usize = 5;
 
 /// Whether a worker in round `i`, which saw `start` reloads when it began,
-/// goes on: no timing, only progress counts.
-fn keep_going(i: usize, start: usize, reloads: &AtomicUsize) -> bool {
-    i < MIN_ROUNDS || reloads.load(Ordering::Relaxed) < start + MIN_RELOADS
+/// goes on: no timing, only progress counts. A reloader that has ended (it
+/// panicked: its join fails the test) makes no more progress to wait for.
+fn keep_going(i: usize, start: usize, reloads: &AtomicUsize, reloader_done: &AtomicBool) -> bool {
+    i < MIN_ROUNDS
+        || (reloads.load(Ordering::Relaxed) < start + MIN_RELOADS
+            && !reloader_done.load(Ordering::Relaxed))
+}
+
+/// Sets its flag when dropped: marks a reloader thread's end, panics included.
+struct Done(Arc<AtomicBool>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Writes generation `g` of the directory: N skills whose descriptions all say `g`.
@@ -44,6 +56,7 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
     let e = Arc::new(env(dir.path()));
     let stop = Arc::new(AtomicBool::new(false));
     let reloads = Arc::new(AtomicUsize::new(0));
+    let reloader_done = Arc::new(AtomicBool::new(false));
 
     // The reloader flips the whole directory between two generations; each
     // generation is written completely before the reload that applies it.
@@ -52,7 +65,9 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
         let stop = stop.clone();
         let reloads = reloads.clone();
         let path = dir.path().to_path_buf();
+        let done = Done(reloader_done.clone());
         std::thread::spawn(move || {
+            let _done = done;
             let mut g = 0;
             while !stop.load(Ordering::Relaxed) {
                 g = 1 - g;
@@ -67,12 +82,13 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
     for w in 0..4 {
         let e = e.clone();
         let reloads = reloads.clone();
+        let reloader_done = reloader_done.clone();
         tasks.push(tokio::spawn(async move {
             let t = tenant();
             let mut checks = 0;
             let start = reloads.load(Ordering::Relaxed);
             let mut i = 0;
-            while keep_going(i, start, &reloads) {
+            while keep_going(i, start, &reloads, &reloader_done) {
                 // A listing comes from one registry snapshot and one skill set.
                 let set = e.catalog.current();
                 let specs = enabled_tools(&set, &e.registry.view(), &t);
@@ -124,12 +140,15 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let reloads = Arc::new(AtomicUsize::new(0));
+    let reloader_done = Arc::new(AtomicBool::new(false));
     let reloader = {
         let e = e.clone();
         let stop = stop.clone();
         let reloads = reloads.clone();
         let path = dir.path().to_path_buf();
+        let done = Done(reloader_done.clone());
         std::thread::spawn(move || {
+            let _done = done;
             let mut present = true;
             while !stop.load(Ordering::Relaxed) {
                 present = !present;
@@ -150,11 +169,12 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
         let e = e.clone();
         let gw = gw.clone();
         let reloads = reloads.clone();
+        let reloader_done = reloader_done.clone();
         tasks.push(tokio::spawn(async move {
             let t = tenant();
             let start = reloads.load(Ordering::Relaxed);
             let mut i = 0;
-            while keep_going(i, start, &reloads) {
+            while keep_going(i, start, &reloads, &reloader_done) {
                 // Listings never show a skill tool without an owner in their set.
                 let set = e.catalog.current();
                 for s in enabled_tools(&set, &e.registry.view(), &t) {
