@@ -127,7 +127,6 @@ struct Inner {
     durability: Durability,
     drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    _lock: File,
 }
 
 /// An [`EvidenceSink`] that never loses what it accepted: records go to an
@@ -192,7 +191,7 @@ impl DurableSink {
         let segment_bytes = options.segment_bytes;
         let writer = std::thread::Builder::new()
             .name("evidence-spool".into())
-            .spawn(move || writer::run(w_shared, rx, active, segment_bytes))
+            .spawn(move || writer::run(w_shared, rx, active, segment_bytes, lock_file))
             .map_err(|e| unavailable("cannot start the spool writer").with_note(e.to_string()))?;
         let drainer = tokio::spawn(drain::run(shared.clone(), store, options.drain));
         Ok((
@@ -203,7 +202,6 @@ impl DurableSink {
                     durability: options.durability,
                     drainer: Mutex::new(Some(drainer)),
                     writer: Mutex::new(Some(writer)),
-                    _lock: lock_file,
                 }),
             },
             report,

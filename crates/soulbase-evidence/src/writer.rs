@@ -113,9 +113,9 @@ impl Prepared {
         }
     }
 
-    /// Stops a preparation under way and removes its file (the disk is full: its
-    /// bytes are better spent on the Ends of accepted calls). Waits at most for
-    /// the MiB being written.
+    /// Stops a preparation under way and removes its file (the disk is full, and
+    /// its bytes are better spent on the Ends of accepted calls; or the writer is
+    /// stopping). Waits at most for the MiB being written.
     fn abandon(&mut self) {
         if let Some(job) = self.job.take() {
             job.cancel.store(true, Ordering::Release);
@@ -211,11 +211,17 @@ impl Active {
 }
 
 /// Runs until every sender is gone; every batch is durable before it is acknowledged.
+///
+/// `dir_lock` is the spool directory's lock: held here, it is released only once
+/// the last queued request is written and any preparation has finished, so a
+/// spool reopened meanwhile (same process, after the sink is dropped) never has two
+/// writers.
 pub fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<Request>,
     mut active: Active,
     segment_bytes: u64,
+    dir_lock: File,
 ) {
     active.chunk = CHUNK.min(segment_bytes.max(4 << 10));
     // Room past `segment_bytes` in a prepared segment for the round that crosses it.
@@ -281,11 +287,10 @@ pub fn run(
             }
         }
     }
-    // Every sender is gone: let a preparation under way finish before the thread
-    // ends, so nothing writes in the directory after the writer has stopped.
-    if let Some(job) = prepared.job.take() {
-        let _ = job.handle.join();
-    }
+    // Every sender is gone: stop a preparation and remove its file (the next start
+    // would), so nothing writes in the directory once the lock is released.
+    prepared.abandon();
+    drop(dir_lock);
 }
 
 /// Records a successful round: pins, the committed position, acknowledgements.

@@ -273,6 +273,33 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Arc::new(Flaky::default());
+    down.down.store(true, Ordering::SeqCst);
+    let opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
+    let (sink, _) = DurableSink::open(opts.clone(), down.clone()).await.unwrap();
+    // Queued, not yet written, when the sink goes away: the old writer still has
+    // them to write, and holds the directory until it has.
+    for _ in 0..2_000 {
+        let b = begin();
+        sink.record(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+    }
+    drop(sink);
+    let (_sink, report) = loop {
+        match DurableSink::open(opts.clone(), down.clone()).await {
+            Ok(v) => break v,
+            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    assert_eq!(report.records, 4_000);
+    assert!(report.aborted.is_empty());
+    assert_eq!(report.truncated_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_tail_is_cut_and_intact_records_survive() {
     let dir = tempfile::tempdir().unwrap();
     let down = Arc::new(Flaky::default());
