@@ -33,8 +33,8 @@ pub const NEXT_PREFIX: &str = "next-";
 /// Suffix of a next segment's name while it is zero-filled.
 pub const NEXT_SUFFIX: &str = ".seg.tmp";
 
-/// Removes next segments left by an earlier run (they hold nothing); a writer
-/// still finishing holds its file open and loses only its head start.
+/// Removes next segments left by an earlier run (they hold nothing). Called with
+/// the directory locked, so no writer of this spool is running.
 pub fn remove_prepared(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;

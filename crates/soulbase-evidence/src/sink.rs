@@ -288,7 +288,8 @@ impl Drop for Inner {
             h.abort();
         }
         // The writer thread ends once the channel closes (after `tx` is dropped with
-        // this struct); it acknowledges nothing it has not made durable.
+        // this struct); it acknowledges nothing it has not made durable, and holds
+        // the directory lock until it has written everything queued.
         let _ = lock(&self.writer).take();
     }
 }

@@ -34,6 +34,7 @@ use crate::shared::{Kind, Request, Shared, lock, unavailable};
 const MAX_ROUND: usize = 32_768;
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
+
 /// Writes a zero-filled file of `bytes` at `path` (a new file: never one another
 /// writer could be using) and makes it durable, for the writer to rename into place
 /// as its next segment. It is flushed a MiB at a time, so the commits sharing the
@@ -61,8 +62,8 @@ fn prepare_next(path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File
     })
 }
 
-/// Tells the prepared files of this process apart (several spools, or a spool
-/// reopened while an earlier writer is still finishing).
+/// Tells the prepared files of this process apart (with the pid, a name is never
+/// reused, so a file is only ever written by the helper that created it).
 static PREPARATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// A zero-filled next segment being prepared on a helper thread.

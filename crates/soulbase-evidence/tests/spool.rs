@@ -118,6 +118,26 @@ fn count(store: &MemoryStore) -> (usize, usize, usize) {
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// Opens the spool again once the previous sink's writer has released it (it holds
+/// the directory until everything queued is written); fails after [`LIMIT`].
+async fn reopen(
+    opts: SpoolOptions,
+    store: Arc<dyn EvidenceStore>,
+) -> (DurableSink, soulbase_evidence::RecoveryReport) {
+    let attempt = async {
+        loop {
+            match DurableSink::open(opts.clone(), store.clone()).await {
+                Ok(v) => return v,
+                Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, attempt)
+        .await
+        .expect("the old writer released the spool")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_records_drain_to_the_store_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,14 +225,7 @@ async fn a_restart_closes_orphaned_begins_as_aborted_and_keeps_the_rest() {
     drop(sink);
 
     let store = Arc::new(MemoryStore::new());
-    let (sink, report) = loop {
-        // The old writer thread may still hold the lock for a moment.
-        match DurableSink::open(SpoolOptions::new(dir.path()), store.clone()).await {
-            Ok(v) => break v,
-            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-            Err(e) => panic!("{e:?}"),
-        }
-    };
+    let (sink, report) = reopen(SpoolOptions::new(dir.path()), store.clone()).await;
     let EvidenceEvent::Begin(b) = &orphan.payload else {
         unreachable!()
     };
@@ -257,13 +270,7 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
     drop(sink);
 
     let store = Arc::new(MemoryStore::new());
-    let (sink, report) = loop {
-        match DurableSink::open(opts.clone(), store.clone()).await {
-            Ok(v) => break v,
-            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-            Err(e) => panic!("{e:?}"),
-        }
-    };
+    let (sink, report) = reopen(opts.clone(), store.clone()).await;
     // Every record read back intact (checksummed), nothing torn, nothing open.
     assert_eq!(report.records, 600);
     assert_eq!(report.truncated_bytes, 0);
@@ -279,21 +286,15 @@ async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_re
     down.down.store(true, Ordering::SeqCst);
     let opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
     let (sink, _) = DurableSink::open(opts.clone(), down.clone()).await.unwrap();
-    // Queued, not yet written, when the sink goes away: the old writer still has
-    // them to write, and holds the directory until it has.
+    // Some may still be queued when the sink goes away: the old writer writes them
+    // and only then releases the directory, so the reopened spool sees them all.
     for _ in 0..2_000 {
         let b = begin();
         sink.record(b.clone()).await.unwrap();
         sink.record(end(&b)).await.unwrap();
     }
     drop(sink);
-    let (_sink, report) = loop {
-        match DurableSink::open(opts.clone(), down.clone()).await {
-            Ok(v) => break v,
-            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-            Err(e) => panic!("{e:?}"),
-        }
-    };
+    let (_sink, report) = reopen(opts.clone(), down.clone()).await;
     assert_eq!(report.records, 4_000);
     assert!(report.aborted.is_empty());
     assert_eq!(report.truncated_bytes, 0);
@@ -324,13 +325,7 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     std::fs::write(last, bytes).unwrap();
 
     let store = Arc::new(MemoryStore::new());
-    let (sink, report) = loop {
-        match DurableSink::open(SpoolOptions::new(dir.path()), store.clone()).await {
-            Ok(v) => break v,
-            Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-            Err(e) => panic!("{e:?}"),
-        }
-    };
+    let (sink, report) = reopen(SpoolOptions::new(dir.path()), store.clone()).await;
     assert!(report.truncated_bytes >= 10, "{report:?}");
     assert!(report.aborted.is_empty());
     sink.wait_drained(LIMIT).await.unwrap();
