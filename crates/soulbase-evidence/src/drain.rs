@@ -80,7 +80,22 @@ fn next_batch(
         let limit = (pos.segment == committed.segment).then_some(committed.offset);
         let (records, offset, corrupt) = match segment::read_range(&shared.dir, pos, limit, max) {
             Ok(r) => r,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), pos.offset, true),
+            // A sealed segment deleted before it was drained: its records are gone.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && limit.is_none() => {
+                tracing::error!(
+                    segment = pos.segment,
+                    "a spool segment was deleted before it was drained; its records are lost"
+                );
+                (Vec::new(), pos.offset, false)
+            }
+            // The active segment deleted: the writer puts it back from its open file
+            // with its next round; until then this is an error, retried.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("the active spool segment {} is missing", pos.segment),
+                ));
+            }
             Err(e) => return Err(e),
         };
         if !records.is_empty() {

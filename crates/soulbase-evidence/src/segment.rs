@@ -94,6 +94,22 @@ pub fn quarantine(dir: &Path, record: &EvidenceRecord, cause: &str) -> io::Resul
     Ok(())
 }
 
+/// Opens and locks the spool's `LOCK` file: held for as long as the returned file
+/// is open. `WouldBlock` when another process (or another sink in this one)
+/// holds it.
+pub fn lock_dir(dir: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+        Err(fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 /// Makes a directory entry change (create, rename, delete) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -305,18 +305,13 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
             .with_note(format!("{what}: {e}"))
     };
     std::fs::create_dir_all(dir).map_err(|e| io("creating the directory", e))?;
-    let lock_file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("LOCK"))
-        .map_err(|e| io("opening LOCK", e))?;
-    if lock_file.try_lock().is_err() {
-        return Err(
+    let lock_file = segment::lock_dir(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => {
             unavailable("the evidence spool is in use by another process")
-                .with_field("dir", dir.display().to_string()),
-        );
-    }
+                .with_field("dir", dir.display().to_string())
+        }
+        _ => io("opening LOCK", e),
+    })?;
     let report = recovery::recover(dir)?;
     if let Err(e) = segment::ensure_reserve(dir, options.disk_reserve) {
         tracing::warn!(error = %e, "could not create the spool's disk reserve");
@@ -324,6 +319,7 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(segment::segment_path(dir, report.active_segment))
         .map_err(|e| io("opening the active segment", e))?;

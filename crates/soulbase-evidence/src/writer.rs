@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,7 +42,11 @@ const CHUNK: u64 = 4 << 20;
 /// On any failure the file is removed, so a full disk is not filled further.
 fn prepare_next(path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
     let write = || {
-        let file = OpenOptions::new().create_new(true).write(true).open(path)?;
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(path)?;
         let zeros = vec![0u8; 1 << 20];
         let mut at = 0;
         while at < bytes {
@@ -161,6 +165,7 @@ pub fn open_segment(shared: &Shared, id: u64) -> io::Result<File> {
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(segment::segment_path(&shared.dir, id))?;
     segment::sync_dir(&shared.dir)?;
@@ -222,7 +227,7 @@ pub fn run(
     mut rx: mpsc::Receiver<Request>,
     mut active: Active,
     segment_bytes: u64,
-    dir_lock: File,
+    mut dir_lock: File,
 ) {
     active.chunk = CHUNK.min(segment_bytes.max(4 << 10));
     // Room past `segment_bytes` in a prepared segment for the round that crosses it.
@@ -243,7 +248,11 @@ pub fn run(
         for r in &batch {
             buf.extend_from_slice(&r.bytes);
         }
-        match active.append(&buf) {
+        let data_len = active.len + buf.len() as u64;
+        let appended = active
+            .append(&buf)
+            .and_then(|()| restore_if_unlinked(&shared, &mut active, &mut dir_lock, data_len));
+        match appended {
             Ok(()) => {
                 active.len += buf.len() as u64;
                 commit(&shared, &mut pins, &mut batch, &active);
@@ -292,6 +301,52 @@ pub fn run(
     // would), so nothing writes in the directory once the lock is released.
     prepared.abandon();
     drop(dir_lock);
+}
+
+/// Puts the active segment back if its file was deleted while in use (the spool
+/// directory removed under a running server, by hand or by a temp-file cleaner).
+/// Its records, `data_len` bytes, are still in the open file: they are copied to a
+/// new file under the segment's name (recreating the directory and taking its lock
+/// again) before the round is acknowledged, so the drainer reads them and nothing
+/// accepted is lost. Sealed segments deleted before they were drained cannot be
+/// recovered; the drainer reports them. An error (the directory cannot be
+/// recreated, or another process holds it now) fails the round like a failed write.
+fn restore_if_unlinked(
+    shared: &Shared,
+    active: &mut Active,
+    dir_lock: &mut File,
+    data_len: u64,
+) -> io::Result<()> {
+    if active.file.metadata()?.nlink() > 0 {
+        return Ok(());
+    }
+    tracing::error!(
+        segment = active.id,
+        dir = %shared.dir.display(),
+        "the active spool segment was deleted while in use; restoring it from the open file"
+    );
+    std::fs::create_dir_all(&shared.dir)?;
+    let relocked = segment::lock_dir(&shared.dir)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(segment::segment_path(&shared.dir, active.id))?;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < data_len {
+        let n = (data_len - at).min(chunk.len() as u64) as usize;
+        active.file.read_exact_at(&mut chunk[..n], at)?;
+        file.write_all_at(&chunk[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_all()?;
+    segment::sync_dir(&shared.dir)?;
+    *dir_lock = relocked;
+    active.file = file;
+    active.allocated = data_len;
+    Ok(())
 }
 
 /// Records a successful round: pins, the committed position, acknowledgements.

@@ -446,3 +446,60 @@ async fn bad_options_name_the_field() {
     assert_eq!(err.code(), ErrorCode::ConfigInvalid);
     assert_eq!(err.field("field"), Some("evidence.spool_max_bytes"));
 }
+
+/// The segment files in `dir` (`seg-*.log`).
+fn segment_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("seg-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_directory_deleted_while_in_use_is_restored_without_losing_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let store = Arc::new(Flaky::default());
+    store.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(&spool), store.clone())
+        .await
+        .unwrap();
+    let mut begins = Vec::new();
+    for _ in 0..50 {
+        let b = begin();
+        sink.record(b.clone()).await.unwrap();
+        begins.push(b);
+    }
+    // Deleted under the running sink while the store is down: the 50 Begins exist
+    // only in the writer's open file.
+    std::fs::remove_dir_all(&spool).unwrap();
+    for b in &begins[..25] {
+        sink.record(end(b)).await.unwrap();
+    }
+    // Acknowledged means back on disk under its name, and the directory locked again.
+    assert_eq!(segment_files(&spool), 1);
+    let err = DurableSink::open(SpoolOptions::new(&spool), store.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.message().contains("in use"), "{err:?}");
+
+    // Deleted again while idle: nothing is written until the next round, which a
+    // flush (here: the one `wait_drained` makes) is.
+    std::fs::remove_dir_all(&spool).unwrap();
+    store.down.store(false, Ordering::SeqCst);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (50, 25, 0));
+    for b in &begins[25..] {
+        sink.record(end(b)).await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (50, 50, 0));
+    let stats = sink.stats();
+    assert_eq!(stats.records_drained, 100);
+    assert_eq!(stats.store_error, None);
+    assert!(!stats.broken);
+}
