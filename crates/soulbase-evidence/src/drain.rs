@@ -18,7 +18,8 @@ use soulbase_observe::{EvidenceRecord, EvidenceStore, is_store_refusal};
 use soulbase_types::EnvelopeId;
 
 use crate::segment::{self, Pos};
-use crate::shared::{Shared, lock};
+use crate::shared::{Kind, Request, Shared, lock};
+use tokio::sync::mpsc;
 
 /// Tuning of the drainer.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +72,11 @@ fn next_batch(
     pos: Pos,
     max: usize,
 ) -> std::io::Result<(Vec<EvidenceRecord>, Pos)> {
+    if shared.fenced.load(Ordering::Acquire) {
+        return Err(std::io::Error::other(
+            "the spool directory was deleted and is now used by another process",
+        ));
+    }
     let committed = *lock(&shared.committed);
     let mut pos = pos;
     loop {
@@ -137,6 +143,9 @@ fn next_batch(
 
 /// Deletes segments wholly before `drained` that no open Begin pins.
 fn delete_drained(shared: &Shared, drained: Pos) {
+    if shared.fenced.load(Ordering::Acquire) {
+        return;
+    }
     let pin = shared.min_pin.load(Ordering::Acquire);
     let active = shared.active.load(Ordering::Acquire);
     let Ok(ids) = segment::list_segments(&shared.dir) else {
@@ -178,7 +187,16 @@ fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
 /// persisted in order, each after its batch landed, at most every
 /// `checkpoint_every` (sooner on reaching a new segment, and at shutdown); the
 /// drained position is published with each checkpoint.
-pub async fn run(shared: Arc<Shared>, store: Arc<dyn EvidenceStore>, opts: DrainOptions) {
+///
+/// `wake` reaches the writer without keeping it alive: a missing active segment is
+/// restored by the writer's next round, so the drainer asks for one (an empty
+/// flush) rather than waiting for the next record.
+pub async fn run(
+    shared: Arc<Shared>,
+    store: Arc<dyn EvidenceStore>,
+    opts: DrainOptions,
+    wake: mpsc::WeakSender<Request>,
+) {
     let mut pos = *lock(&shared.drained);
     let mut backoff = opts.min_backoff;
     // Segments drained before a restart need no new record to be cleaned up.
@@ -210,6 +228,15 @@ pub async fn run(shared: Arc<Shared>, store: Arc<dyn EvidenceStore>, opts: Drain
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "reading the evidence spool failed");
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && let Some(writer) = wake.upgrade()
+                {
+                    let _ = writer.try_send(Request {
+                        bytes: Vec::new(),
+                        kind: Kind::Flush,
+                        ack: None,
+                    });
+                }
                 *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));
                 if wait_or_stop(&shared, backoff).await {
                     finish(checkpoint).await;
@@ -381,6 +408,9 @@ async fn finish(checkpoint: Option<tokio::task::JoinHandle<()>>) {
 
 /// Persists the checkpoint, publishes it and deletes what is no longer needed.
 async fn persist(shared: &Arc<Shared>, pos: Pos) {
+    if shared.fenced.load(Ordering::Acquire) {
+        return;
+    }
     let s = shared.clone();
     let written = tokio::task::spawn_blocking(move || {
         let r = segment::write_checkpoint(&s.dir, pos);

@@ -69,6 +69,11 @@ pub struct Shared {
     pub min_pin: AtomicU64,
     /// The last append failed (disk full, IO error): new Begins are refused until one succeeds.
     pub broken: AtomicBool,
+    /// The spool directory was deleted and another process has taken its path since:
+    /// this sink no longer writes, reads, checkpoints or deletes anything there.
+    pub fenced: AtomicBool,
+    /// Bytes of the disk reserve file, recreated with a deleted directory.
+    pub disk_reserve: u64,
     /// The last store error, cleared by a successful batch.
     pub store_error: Mutex<Option<String>>,
     /// Records written to the store by this process.

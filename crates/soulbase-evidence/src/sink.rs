@@ -173,6 +173,8 @@ impl DurableSink {
             active: AtomicU64::new(report.active_segment),
             min_pin: AtomicU64::new(u64::MAX),
             broken: AtomicBool::new(false),
+            fenced: AtomicBool::new(false),
+            disk_reserve: options.disk_reserve,
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
             records_quarantined: AtomicU64::new(0),
@@ -193,7 +195,12 @@ impl DurableSink {
             .name("evidence-spool".into())
             .spawn(move || writer::run(w_shared, rx, active, segment_bytes, lock_file))
             .map_err(|e| unavailable("cannot start the spool writer").with_note(e.to_string()))?;
-        let drainer = tokio::spawn(drain::run(shared.clone(), store, options.drain));
+        let drainer = tokio::spawn(drain::run(
+            shared.clone(),
+            store,
+            options.drain,
+            tx.downgrade(),
+        ));
         Ok((
             DurableSink {
                 inner: Arc::new(Inner {

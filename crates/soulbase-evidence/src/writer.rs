@@ -248,11 +248,7 @@ pub fn run(
         for r in &batch {
             buf.extend_from_slice(&r.bytes);
         }
-        let data_len = active.len + buf.len() as u64;
-        let appended = active
-            .append(&buf)
-            .and_then(|()| restore_if_unlinked(&shared, &mut active, &mut dir_lock, data_len));
-        match appended {
+        match append_round(&shared, &mut active, &mut dir_lock, &buf) {
             Ok(()) => {
                 active.len += buf.len() as u64;
                 commit(&shared, &mut pins, &mut batch, &active);
@@ -260,13 +256,22 @@ pub fn run(
             }
             Err(e) => {
                 prepared.abandon();
-                recover_from_failed_append(&shared, &mut pins, &mut batch, &mut active, e)
+                recover_from_failed_append(
+                    &shared,
+                    &mut pins,
+                    &mut batch,
+                    &mut active,
+                    &mut dir_lock,
+                    e,
+                )
             }
         }
         if active.len >= segment_bytes / 2 && !shared.broken.load(Ordering::Acquire) {
             prepared.start(&shared.dir, prepared_bytes);
         }
-        if active.len >= segment_bytes {
+        // Never while broken: the last round failed, and a segment whose file was
+        // deleted and could not be restored must not be sealed and left behind.
+        if active.len >= segment_bytes && !shared.broken.load(Ordering::Acquire) {
             if let Err(e) = active.trim().and_then(|()| active.file.sync_all()) {
                 tracing::warn!(error = %e, "could not trim a sealed spool segment");
             }
@@ -303,50 +308,108 @@ pub fn run(
     drop(dir_lock);
 }
 
-/// Puts the active segment back if its file was deleted while in use (the spool
-/// directory removed under a running server, by hand or by a temp-file cleaner).
-/// Its records, `data_len` bytes, are still in the open file: they are copied to a
-/// new file under the segment's name (recreating the directory and taking its lock
-/// again) before the round is acknowledged, so the drainer reads them and nothing
-/// accepted is lost. Sealed segments deleted before they were drained cannot be
-/// recovered; the drainer reports them. An error (the directory cannot be
-/// recreated, or another process holds it now) fails the round like a failed write.
+/// Appends a round's bytes and makes them durable under the segment's name (see
+/// [`restore_if_unlinked`]): every acknowledging path goes through here.
+fn append_round(
+    shared: &Shared,
+    active: &mut Active,
+    dir_lock: &mut File,
+    bytes: &[u8],
+) -> io::Result<()> {
+    if shared.fenced.load(Ordering::Acquire) {
+        return Err(io::Error::other(
+            "the spool directory was deleted and is now used by another process",
+        ));
+    }
+    let data_len = active.len + bytes.len() as u64;
+    active.append(bytes)?;
+    restore_if_unlinked(shared, active, dir_lock, data_len)
+}
+
+/// Whether `file` has lost its last name.
+fn unlinked(file: &File) -> io::Result<bool> {
+    Ok(file.metadata()?.nlink() == 0)
+}
+
+/// Puts the spool back if its active segment or `LOCK` was deleted while in use
+/// (the directory removed under a running server, by hand or by a temp-file
+/// cleaner). The active segment's records, `data_len` bytes, are still in the open
+/// file: they are copied to a new file under the segment's name (recreating the
+/// directory, with its reserve, and taking its lock again) before the round is
+/// acknowledged, so the drainer reads them and nothing accepted is lost. Sealed
+/// segments deleted before they were drained cannot be recovered; the drainer
+/// reports them.
+///
+/// An error fails the round like a failed write. If another process has locked
+/// the path meanwhile, the sink is fenced: it never writes, reads or deletes there
+/// again.
 fn restore_if_unlinked(
     shared: &Shared,
     active: &mut Active,
     dir_lock: &mut File,
     data_len: u64,
 ) -> io::Result<()> {
-    if active.file.metadata()?.nlink() > 0 {
+    let segment_gone = unlinked(&active.file)?;
+    if !segment_gone && !unlinked(dir_lock)? {
         return Ok(());
     }
+    let dir = &shared.dir;
     tracing::error!(
         segment = active.id,
-        dir = %shared.dir.display(),
-        "the active spool segment was deleted while in use; restoring it from the open file"
+        dir = %dir.display(),
+        "spool files were deleted while in use; restoring them"
     );
-    std::fs::create_dir_all(&shared.dir)?;
-    let relocked = segment::lock_dir(&shared.dir)?;
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(segment::segment_path(&shared.dir, active.id))?;
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < data_len {
-        let n = (data_len - at).min(chunk.len() as u64) as usize;
-        active.file.read_exact_at(&mut chunk[..n], at)?;
-        file.write_all_at(&chunk[..n], at)?;
-        at += n as u64;
+    let recreated = !dir.exists();
+    if recreated {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            segment::sync_dir(parent)?;
+        }
     }
-    file.sync_all()?;
-    segment::sync_dir(&shared.dir)?;
-    *dir_lock = relocked;
-    active.file = file;
-    active.allocated = data_len;
-    Ok(())
+    let same =
+        |a: &std::fs::Metadata, b: &std::fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
+    let held = dir_lock.metadata()?;
+    let still_ours = std::fs::metadata(dir.join("LOCK")).is_ok_and(|m| same(&m, &held));
+    if !still_ours {
+        match segment::lock_dir(dir) {
+            // Held from here on, also if the copy below fails.
+            Ok(relocked) => *dir_lock = relocked,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                shared.fenced.store(true, Ordering::Release);
+                tracing::error!(
+                    dir = %dir.display(),
+                    "the deleted spool directory is now used by another process; this sink stops using it"
+                );
+                return Err(io::Error::other(
+                    "the spool directory was deleted and is now used by another process",
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if segment_gone {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(segment::segment_path(dir, active.id))?;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < data_len {
+            let n = (data_len - at).min(chunk.len() as u64) as usize;
+            active.file.read_exact_at(&mut chunk[..n], at)?;
+            file.write_all_at(&chunk[..n], at)?;
+            at += n as u64;
+        }
+        file.sync_all()?;
+        active.file = file;
+        active.allocated = data_len;
+    }
+    if recreated && let Err(e) = segment::ensure_reserve(dir, shared.disk_reserve) {
+        tracing::warn!(error = %e, "could not recreate the spool's disk reserve");
+    }
+    segment::sync_dir(dir)
 }
 
 /// Records a successful round: pins, the committed position, acknowledgements.
@@ -391,6 +454,7 @@ fn recover_from_failed_append(
     pins: &mut HashMap<EnvelopeId, u64>,
     batch: &mut Vec<Request>,
     active: &mut Active,
+    dir_lock: &mut File,
     error: io::Error,
 ) {
     tracing::error!(error = %error, segment = active.id, "evidence spool append failed");
@@ -412,11 +476,14 @@ fn recover_from_failed_append(
         return;
     }
     let bytes: Vec<u8> = ends.iter().flat_map(|r| r.bytes.iter().copied()).collect();
-    let mut result = active.append(&bytes);
-    if result.is_err() && segment::release_reserve(&shared.dir) {
+    let mut result = append_round(shared, active, dir_lock, &bytes);
+    if result.is_err()
+        && !shared.fenced.load(Ordering::Acquire)
+        && segment::release_reserve(&shared.dir)
+    {
         tracing::warn!("released the spool reserve to write the Ends of accepted calls");
         let _ = active.trim();
-        result = active.append(&bytes);
+        result = append_round(shared, active, dir_lock, &bytes);
     }
     match result {
         Ok(()) => {

@@ -63,6 +63,8 @@ struct Flaky {
     down: AtomicBool,
     lose_acks: AtomicUsize,
     writes: AtomicUsize,
+    /// Calls of `write_batch`, also while down.
+    attempts: AtomicUsize,
     /// Records refused for good (`SCHEMA.VALIDATION_FAILED`), by envelope id.
     refused: std::sync::Mutex<Vec<EnvelopeId>>,
 }
@@ -70,6 +72,7 @@ struct Flaky {
 #[async_trait]
 impl EvidenceStore for Flaky {
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(SoulError::of(ErrorCode::EvidenceUnavailable).with_note("down"));
         }
@@ -502,4 +505,107 @@ async fn a_spool_directory_deleted_while_in_use_is_restored_without_losing_a_rec
     assert_eq!(stats.records_drained, 100);
     assert_eq!(stats.store_error, None);
     assert!(!stats.broken);
+    // The restored spool recovers like any other: no orphan, nothing re-sent twice.
+    drop(sink);
+    let (sink, report) = reopen(SpoolOptions::new(&spool), store.clone()).await;
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert!(report.aborted.is_empty(), "{report:?}");
+    assert_eq!(count(&store.inner), (50, 50, 0));
+}
+
+/// Polls `done` until it holds, failing after [`LIMIT`].
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(LIMIT, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting until {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_segments_with_the_lock_left_in_place_are_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    store.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("seg-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    // The lock this sink holds is still the directory's: the restore keeps it.
+    sink.record(end(&b)).await.unwrap();
+    assert_eq!(segment_files(dir.path()), 1);
+    store.down.store(false, Ordering::SeqCst);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (1, 1, 0));
+    assert!(!sink.stats().broken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sink_restores_its_deleted_segment_when_the_drainer_misses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let store = Arc::new(Flaky::default());
+    store.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(SpoolOptions::new(&spool), store.clone())
+        .await
+        .unwrap();
+    for _ in 0..10 {
+        sink.record(begin()).await.unwrap();
+    }
+    // The drainer holds those 10 and retries; the next 10 are in the spool only.
+    until("the drainer tried the store", || {
+        store.attempts.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    for _ in 0..10 {
+        sink.record(begin()).await.unwrap();
+    }
+    std::fs::remove_dir_all(&spool).unwrap();
+    // No record and no flush from here: the drainer finds the segment missing and
+    // wakes the writer, which puts it back.
+    store.down.store(false, Ordering::SeqCst);
+    until("all 20 Begins are in the store", || {
+        count(&store.inner).0 == 20
+    })
+    .await;
+    assert_eq!(segment_files(&spool), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_whose_deleted_directory_another_process_took_stops_using_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    let first_store = Arc::new(MemoryStore::new());
+    let (first, _) = DurableSink::open(SpoolOptions::new(&spool), first_store.clone())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&spool).unwrap();
+    let second_store = Arc::new(MemoryStore::new());
+    let (second, _) = DurableSink::open(SpoolOptions::new(&spool), second_store.clone())
+        .await
+        .unwrap();
+    // The first sink finds the path locked by the second: it refuses, for good.
+    for _ in 0..2 {
+        let err = first.record(begin()).await.err().unwrap();
+        assert_eq!(err.code(), ErrorCode::EvidenceUnavailable);
+        assert!(first.stats().broken);
+    }
+    // The second spool holds exactly its own records: one open Begin, closed as
+    // aborted when it is reopened.
+    second.record(begin()).await.unwrap();
+    drop(second);
+    let (second, report) = reopen(SpoolOptions::new(&spool), second_store.clone()).await;
+    second.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(report.aborted.len(), 1, "{report:?}");
+    assert_eq!(count(&second_store), (1, 1, 1));
+    assert_eq!(count(&first_store), (0, 0, 0));
 }
