@@ -253,6 +253,11 @@ pub async fn run(
         };
         if records.is_empty() {
             pos = next;
+            // Registered before `stopping` is read, so a shutdown in between is not
+            // missed (`notify_waiters` only wakes registered waiters).
+            let stop = shared.stop_notify.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
             let stopping = shared.stopping.load(Ordering::Acquire);
             let pending = persisted != pos;
             if pending
@@ -272,7 +277,7 @@ pub async fn run(
             let due = persisted_at + opts.checkpoint_every;
             tokio::select! {
                 () = notified => {}
-                () = shared.stop_notify.notified() => {}
+                () = &mut stop => {}
                 () = tokio::time::sleep_until(due), if pending => {}
             }
             continue;
@@ -431,11 +436,14 @@ async fn persist(shared: &Arc<Shared>, pos: Pos) {
 
 /// Sleeps `d` unless the sink is stopping; true when it is.
 async fn wait_or_stop(shared: &Shared, d: Duration) -> bool {
+    let stop = shared.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
     if shared.stopping.load(Ordering::Acquire) {
         return true;
     }
     tokio::select! {
         () = tokio::time::sleep(d) => shared.stopping.load(Ordering::Acquire),
-        () = shared.stop_notify.notified() => true,
+        () = stop => true,
     }
 }

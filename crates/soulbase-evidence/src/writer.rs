@@ -271,7 +271,14 @@ pub fn run(
         }
         // Never while broken: the last round failed, and a segment whose file was
         // deleted and could not be restored must not be sealed and left behind.
-        if active.len >= segment_bytes && !shared.broken.load(Ordering::Acquire) {
+        // Checked again here: a segment deleted since the round's check must be put
+        // back before its only open file is let go.
+        if active.len >= segment_bytes && !shared.broken.load(Ordering::Acquire) && {
+            let len = active.len;
+            restore_if_unlinked(&shared, &mut active, &mut dir_lock, len)
+                .inspect_err(|e| tracing::error!(error = %e, "not sealing the spool segment"))
+                .is_ok()
+        } {
             if let Err(e) = active.trim().and_then(|()| active.file.sync_all()) {
                 tracing::warn!(error = %e, "could not trim a sealed spool segment");
             }

@@ -561,7 +561,8 @@ async fn an_idle_sink_restores_its_deleted_segment_when_the_drainer_misses_it() 
     for _ in 0..10 {
         sink.record(begin()).await.unwrap();
     }
-    // The drainer holds those 10 and retries; the next 10 are in the spool only.
+    // The drainer holds (some of) those 10 and retries; the next 10 are in the
+    // spool only.
     until("the drainer tried the store", || {
         store.attempts.load(Ordering::SeqCst) > 0
     })
