@@ -83,6 +83,14 @@ fn next_batch(
         if pos >= committed {
             return Ok((Vec::new(), pos));
         }
+        if !shared.owns_dir() {
+            // NotFound: the drainer wakes the writer, whose next round restores the
+            // directory or fences the sink.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the spool directory's LOCK is missing or not this sink's",
+            ));
+        }
         let limit = (pos.segment == committed.segment).then_some(committed.offset);
         let (records, offset, corrupt) = match segment::read_range(&shared.dir, pos, limit, max) {
             Ok(r) => r,
@@ -143,7 +151,7 @@ fn next_batch(
 
 /// Deletes segments wholly before `drained` that no open Begin pins.
 fn delete_drained(shared: &Shared, drained: Pos) {
-    if shared.fenced.load(Ordering::Acquire) {
+    if !shared.owns_dir() {
         return;
     }
     let pin = shared.min_pin.load(Ordering::Acquire);
@@ -375,6 +383,13 @@ async fn isolate(
                 pending.push(a);
             }
             Err(e) if is_store_refusal(&e) && kept.contains(&slice[0].id) => {}
+            Err(e) if is_store_refusal(&e) && !shared.owns_dir() => {
+                // Quarantined later, in the directory once it is this sink's again.
+                return Err(crate::shared::unavailable(
+                    "the spool directory is missing or not this sink's",
+                )
+                .with_note(e.to_string()));
+            }
             Err(e) if is_store_refusal(&e) => {
                 let cause = e.field("reason").unwrap_or(e.message()).to_owned();
                 let (record, why, s) = (slice[0].clone(), cause.clone(), shared.clone());
@@ -413,22 +428,23 @@ async fn finish(checkpoint: Option<tokio::task::JoinHandle<()>>) {
 
 /// Persists the checkpoint, publishes it and deletes what is no longer needed.
 async fn persist(shared: &Arc<Shared>, pos: Pos) {
-    if shared.fenced.load(Ordering::Acquire) {
-        return;
-    }
-    let s = shared.clone();
-    let written = tokio::task::spawn_blocking(move || {
-        let r = segment::write_checkpoint(&s.dir, pos);
-        if r.is_ok() {
-            delete_drained(&s, pos);
+    // Not this sink's directory (deleted, or another process's now): no file is
+    // written there, but what is in the store is still published as drained.
+    if shared.owns_dir() {
+        let s = shared.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let r = segment::write_checkpoint(&s.dir, pos);
+            if r.is_ok() {
+                delete_drained(&s, pos);
+            }
+            r
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "could not persist the spool checkpoint"),
+            Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
         }
-        r
-    })
-    .await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "could not persist the spool checkpoint"),
-        Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
     }
     *lock(&shared.drained) = pos;
     shared.drained_notify.notify_waiters();

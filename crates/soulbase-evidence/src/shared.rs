@@ -72,6 +72,10 @@ pub struct Shared {
     /// The spool directory was deleted and another process has taken its path since:
     /// this sink no longer writes, reads, checkpoints or deletes anything there.
     pub fenced: AtomicBool,
+    /// Device and inode of the `LOCK` file this sink holds (updated when the writer
+    /// locks a recreated directory): the directory is this sink's while its `LOCK`
+    /// is that file.
+    pub lock_id: Mutex<(u64, u64)>,
     /// Bytes of the disk reserve file, recreated with a deleted directory.
     pub disk_reserve: u64,
     /// The last store error, cleared by a successful batch.
@@ -97,6 +101,16 @@ pub fn unavailable(message: &'static str) -> SoulError {
 }
 
 impl Shared {
+    /// Whether the spool directory is still this sink's: not fenced, and its `LOCK`
+    /// is the file this sink holds. The drainer reads, checkpoints and deletes only
+    /// then (a deleted `LOCK` may have let another process in).
+    pub fn owns_dir(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        !self.fenced.load(Ordering::Acquire)
+            && std::fs::metadata(self.dir.join("LOCK"))
+                .is_ok_and(|m| (m.dev(), m.ino()) == *lock(&self.lock_id))
+    }
+
     /// Admits a record of `len` bytes against the cap. Begins need room for
     /// themselves plus their End's reserve; Ends are always admitted (their room was
     /// reserved); denials need room for themselves.

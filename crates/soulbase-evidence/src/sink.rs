@@ -174,6 +174,7 @@ impl DurableSink {
             min_pin: AtomicU64::new(u64::MAX),
             broken: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
+            lock_id: Mutex::new(file_id(&lock_file)),
             disk_reserve: options.disk_reserve,
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
@@ -299,6 +300,14 @@ impl Drop for Inner {
         // the directory lock until it has written everything queued.
         let _ = lock(&self.writer).take();
     }
+}
+
+/// Device and inode of an open file.
+fn file_id(file: &File) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata()
+        .map(|m| (m.dev(), m.ino()))
+        .unwrap_or_default()
 }
 
 type Prepared = (File, RecoveryReport, (File, u64));

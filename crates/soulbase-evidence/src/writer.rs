@@ -328,6 +328,9 @@ fn append_round(
             "the spool directory was deleted and is now used by another process",
         ));
     }
+    // Before writing (the directory may have another owner now, who must never
+    // see this round) and after (a deletion during the write).
+    restore_if_unlinked(shared, active, dir_lock, active.len)?;
     let data_len = active.len + bytes.len() as u64;
     active.append(bytes)?;
     restore_if_unlinked(shared, active, dir_lock, data_len)
@@ -380,7 +383,13 @@ fn restore_if_unlinked(
     if !still_ours {
         match segment::lock_dir(dir) {
             // Held from here on, also if the copy below fails.
-            Ok(relocked) => *dir_lock = relocked,
+            Ok(relocked) => {
+                *lock(&shared.lock_id) = relocked
+                    .metadata()
+                    .map(|m| (m.dev(), m.ino()))
+                    .unwrap_or_default();
+                *dir_lock = relocked;
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 shared.fenced.store(true, Ordering::Release);
                 tracing::error!(

@@ -610,3 +610,31 @@ async fn a_sink_whose_deleted_directory_another_process_took_stops_using_it() {
     assert_eq!(count(&second_store), (1, 1, 1));
     assert_eq!(count(&first_store), (0, 0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_whose_deleted_lock_another_process_took_refuses_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_store = Arc::new(MemoryStore::new());
+    let (first, _) = DurableSink::open(SpoolOptions::new(dir.path()), first_store.clone())
+        .await
+        .unwrap();
+    let b = begin();
+    first.record(b.clone()).await.unwrap();
+    first.record(end(&b)).await.unwrap();
+    first.wait_drained(LIMIT).await.unwrap();
+    // Only LOCK deleted: a second sink can open the directory while the first runs.
+    std::fs::remove_file(dir.path().join("LOCK")).unwrap();
+    let second_store = Arc::new(MemoryStore::new());
+    let (second, _) = DurableSink::open(SpoolOptions::new(dir.path()), second_store.clone())
+        .await
+        .unwrap();
+    let err = first.record(begin()).await.err().unwrap();
+    assert_eq!(err.code(), ErrorCode::EvidenceUnavailable);
+    // The refused Begin is nowhere in the directory: reopened, the second spool
+    // finds no call left open.
+    drop(second);
+    let (second, report) = reopen(SpoolOptions::new(dir.path()), second_store.clone()).await;
+    second.wait_drained(LIMIT).await.unwrap();
+    assert!(report.aborted.is_empty(), "{report:?}");
+    assert_eq!(count(&first_store), (1, 1, 0));
+}
