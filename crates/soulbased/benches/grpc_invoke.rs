@@ -12,6 +12,11 @@
 //! more); `BENCH_TIMELINE` prints slow calls per 50 ms window, which tells
 //! periodic stalls from steady queueing.
 //!
+//! Scheduling experiments: `BENCH_CLIENT_THREADS=N` runs the client on a runtime of
+//! its own (0: one thread), as a separate client process would; `BENCH_SERVER_THREADS`,
+//! `BENCH_GQI` and `BENCH_EVI` set the server runtime's worker threads, global queue
+//! interval and event interval.
+//!
 //! The tool is the builtin `soulbase.builtin.echo`; evidence goes to the durable
 //! spool (sync durability: every Begin and End on disk before the call goes on;
 //! `BENCH_DURABILITY=async` measures the `async` mode)
@@ -51,12 +56,39 @@ fn request() -> tonic::Request<InvokeRequest> {
     req
 }
 
+fn env_num(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.enable_all();
+    if let Some(n) = env_num("BENCH_GQI") {
+        b.global_queue_interval(n);
+    }
+    if let Some(n) = env_num("BENCH_EVI") {
+        b.event_interval(n);
+    }
+    if let Some(n) = env_num("BENCH_SERVER_THREADS") {
+        b.worker_threads(n as usize);
+    }
+    let rt = b.build().unwrap();
+    let client_rt = env_num("BENCH_CLIENT_THREADS").map(|n| {
+        if n == 0 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(n as usize)
+                .enable_all()
+                .build()
+                .unwrap()
+        }
+    });
+    // `data` is returned so the spool directory outlives the setup block.
+    let (grpc, stop, server, _data) = rt.block_on(async {
         let durability = std::env::var("BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
@@ -103,6 +135,9 @@ fn main() {
         let server = tokio::spawn(soulbased::server::run(app, flush, async move {
             let _ = stopped.await;
         }));
+        (grpc, stop, server, data)
+    });
+    let client_part = async {
         let endpoint = format!("http://{grpc}");
         let channel = loop {
             match tonic::transport::Channel::from_shared(endpoint.clone())
@@ -113,7 +148,7 @@ fn main() {
                 Ok(c) => break c,
                 // A server that failed to start (e.g. a port taken between
                 // free_port and bind) would otherwise leave this loop spinning.
-                Err(_) if server.is_finished() => panic!("the server stopped: {:?}", server.await),
+                Err(_) if server.is_finished() => panic!("the server stopped"),
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
             }
         };
@@ -183,10 +218,13 @@ fn main() {
             calls,
             elapsed
         );
-
-        let _ = stop.send(());
-        let _ = server.await;
-    });
+    };
+    match &client_rt {
+        Some(c) => c.block_on(client_part),
+        None => rt.block_on(client_part),
+    }
+    let _ = stop.send(());
+    let _ = rt.block_on(server);
 }
 
 /// Concurrent streams of this many calls each.
