@@ -121,6 +121,15 @@ fn count(store: &MemoryStore) -> (usize, usize, usize) {
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// Opens a sink with `opts` in front of a store that is down (records stay in
+/// the spool until the test brings it up).
+async fn open_with_store_down(opts: SpoolOptions) -> (DurableSink, Arc<Flaky>) {
+    let store = Arc::new(Flaky::default());
+    store.down.store(true, Ordering::SeqCst);
+    let (sink, _) = DurableSink::open(opts, store.clone()).await.unwrap();
+    (sink, store)
+}
+
 /// Opens the spool again once the previous sink's writer has released it (it holds
 /// the directory until everything queued is written); fails after [`LIMIT`].
 async fn reopen(
@@ -214,11 +223,7 @@ async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_closes_orphaned_begins_as_aborted_and_keeps_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let down = Arc::new(Flaky::default());
-    down.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), down.clone())
-        .await
-        .unwrap();
+    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir.path())).await;
     let finished = begin();
     sink.record(finished.clone()).await.unwrap();
     sink.record(end(&finished)).await.unwrap();
@@ -246,11 +251,9 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
     // never be read nor become a segment as it is.
     let stale = dir.path().join("next-1-0.seg.tmp");
     std::fs::write(&stale, vec![0xAB; 64 << 10]).unwrap();
-    let down = Arc::new(Flaky::default());
-    down.down.store(true, Ordering::SeqCst);
     let mut opts = SpoolOptions::new(dir.path());
     opts.segment_bytes = 8 << 10;
-    let (sink, _) = DurableSink::open(opts.clone(), down.clone()).await.unwrap();
+    let (sink, _down) = open_with_store_down(opts.clone()).await;
     assert!(!stale.exists(), "start-up removes a stale next segment");
     // Many rollovers, most onto segments prepared by the helper thread; the store
     // is down, so every segment stays for recovery to read back.
@@ -285,10 +288,8 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_record() {
     let dir = tempfile::tempdir().unwrap();
-    let down = Arc::new(Flaky::default());
-    down.down.store(true, Ordering::SeqCst);
     let opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
-    let (sink, _) = DurableSink::open(opts.clone(), down.clone()).await.unwrap();
+    let (sink, down) = open_with_store_down(opts.clone()).await;
     // Some may still be queued when the sink goes away: the old writer writes them
     // and only then releases the directory, so the reopened spool sees them all.
     for _ in 0..2_000 {
@@ -306,11 +307,7 @@ async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_tail_is_cut_and_intact_records_survive() {
     let dir = tempfile::tempdir().unwrap();
-    let down = Arc::new(Flaky::default());
-    down.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), down.clone())
-        .await
-        .unwrap();
+    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir.path())).await;
     let b = begin();
     sink.record(b.clone()).await.unwrap();
     sink.record(end(&b)).await.unwrap();
@@ -338,14 +335,8 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_refuses_begins_but_never_the_end_of_an_accepted_one() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Flaky::default());
-    store.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(
-        SpoolOptions::new(dir.path()).max_bytes(64 << 10),
-        store.clone(),
-    )
-    .await
-    .unwrap();
+    let (sink, store) =
+        open_with_store_down(SpoolOptions::new(dir.path()).max_bytes(64 << 10)).await;
     let mut open = Vec::new();
     let refused = loop {
         let b = begin();
@@ -465,11 +456,7 @@ fn segment_files(dir: &std::path::Path) -> usize {
 async fn a_spool_directory_deleted_while_in_use_is_restored_without_losing_a_record() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    let store = Arc::new(Flaky::default());
-    store.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(&spool), store.clone())
-        .await
-        .unwrap();
+    let (sink, store) = open_with_store_down(SpoolOptions::new(&spool)).await;
     let mut begins = Vec::new();
     for _ in 0..50 {
         let b = begin();
@@ -527,11 +514,7 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_segments_with_the_lock_left_in_place_are_restored() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Flaky::default());
-    store.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let (sink, store) = open_with_store_down(SpoolOptions::new(dir.path())).await;
     let b = begin();
     sink.record(b.clone()).await.unwrap();
     for e in std::fs::read_dir(dir.path()).unwrap() {
@@ -553,11 +536,7 @@ async fn deleted_segments_with_the_lock_left_in_place_are_restored() {
 async fn an_idle_sink_restores_its_deleted_segment_when_the_drainer_misses_it() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
-    let store = Arc::new(Flaky::default());
-    store.down.store(true, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(&spool), store.clone())
-        .await
-        .unwrap();
+    let (sink, store) = open_with_store_down(SpoolOptions::new(&spool)).await;
     for _ in 0..10 {
         sink.record(begin()).await.unwrap();
     }
