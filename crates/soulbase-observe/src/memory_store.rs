@@ -101,7 +101,10 @@ impl EvidenceStore for MemoryStore {
             .filter(|r| tenant.is_none_or(|t| &r.tenant == t))
             .cloned()
             .collect();
-        records.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
+        // Ids are time-ordered only to the millisecond: an End recorded in its
+        // Begin's millisecond must still come after it.
+        let is_end = |r: &EvidenceRecord| matches!(r.payload, EvidenceEvent::End(_));
+        records.sort_by(|a, b| (a.at, is_end(a), &a.id).cmp(&(b.at, is_end(b), &b.id)));
         Ok(CallEvidence { records })
     }
 

@@ -67,7 +67,7 @@ pub trait EvidenceStore: Send + Sync + 'static {
 /// The records of one call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallEvidence {
-    /// Oldest first.
+    /// Oldest first; within one millisecond an End comes after the Begin.
     pub records: Vec<EvidenceRecord>,
 }
 

@@ -91,6 +91,19 @@ async fn writes_are_idempotent_by_envelope_id() {
 }
 
 #[tokio::test]
+async fn a_call_reads_begin_before_end_within_one_millisecond() {
+    let store = MemoryStore::new();
+    let mut b = begin("acme", "demo.a.x", 1_000);
+    b.id = EnvelopeId::new("ffffffff-ffff-7fff-bfff-ffffffffffff").unwrap();
+    let mut e = end_of(&b, EndStatus::Ok);
+    e.at = b.at;
+    e.id = EnvelopeId::new("00000000-0000-7000-8000-000000000000").unwrap();
+    store.write_batch(&[e.clone(), b.clone()]).await.unwrap();
+    let ev = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(ev.records, vec![b, e]);
+}
+
+#[tokio::test]
 async fn listing_filters_and_paginates_newest_first() {
     let store = MemoryStore::new();
     let mut all = Vec::new();

@@ -363,7 +363,7 @@ impl EvidenceStore for SqlEvidenceStore {
             Db::Postgres(pool) => {
                 sqlx::query_as(
                     "SELECT record::text FROM evidence \
-                 WHERE call_id = $1 AND ($2::text IS NULL OR tenant = $2) ORDER BY at_ms, id",
+                 WHERE call_id = $1 AND ($2::text IS NULL OR tenant = $2) ORDER BY at_ms, kind = 'end', id",
                 )
                 .bind(call_id.as_str())
                 .bind(tenant)
@@ -373,7 +373,7 @@ impl EvidenceStore for SqlEvidenceStore {
             Db::Sqlite(pool) => {
                 sqlx::query_as(
                     "SELECT record FROM evidence \
-                 WHERE call_id = ?1 AND (?2 IS NULL OR tenant = ?2) ORDER BY at_ms, id",
+                 WHERE call_id = ?1 AND (?2 IS NULL OR tenant = ?2) ORDER BY at_ms, kind = 'end', id",
                 )
                 .bind(call_id.as_str())
                 .bind(tenant)

@@ -20,7 +20,7 @@ use soulbase_tools::pipeline::{
     CallResult, CallStatus, Claim, IdempotencyKey, IdempotencyStore, StoredOutcome,
 };
 use soulbase_tools::registry::{Registry, TenantOverride, ToolOwner, ToolState};
-use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId, UnixMillis};
+use soulbase_types::{ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
 
 fn tenant(s: &str) -> TenantId {
     TenantId::new(s).unwrap()
@@ -217,6 +217,32 @@ async fn evidence_semantics(db: Db) {
         .write_batch(&[begin("acme", "demo.a.x", now - 2 * DAY)])
         .await
         .unwrap();
+}
+
+/// An End in its Begin's millisecond whose id sorts first (ids are time-ordered
+/// only to the millisecond) still reads after the Begin.
+async fn a_call_reads_begin_before_end(db: Db) {
+    let store = SqlEvidenceStore::new(db);
+    let now = UnixMillis::now().0;
+    let mut b = begin("acme", "demo.a.x", now);
+    b.id = EnvelopeId::new("ffffffff-ffff-7fff-bfff-ffffffffffff").unwrap();
+    let mut e = end_of(&b, EndStatus::Ok);
+    e.at = b.at;
+    e.id = EnvelopeId::new("00000000-0000-7000-8000-000000000000").unwrap();
+    store.write_batch(&[e.clone(), b.clone()]).await.unwrap();
+    let ev = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(ev.records, vec![b, e]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reads_begin_before_end_on_postgres() {
+    a_call_reads_begin_before_end(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_reads_begin_before_end_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_call_reads_begin_before_end(fresh_sqlite(dir.path()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
