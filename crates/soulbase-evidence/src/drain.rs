@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use soulbase_observe::{EvidenceRecord, EvidenceStore, is_store_refusal};
 use soulbase_types::EnvelopeId;
+use tokio::sync::mpsc;
 
 use crate::segment::{self, Pos};
 use crate::shared::{Kind, Request, Shared, lock};
-use tokio::sync::mpsc;
 
 /// Tuning of the drainer.
 #[derive(Debug, Clone, Copy)]
@@ -73,9 +73,7 @@ fn next_batch(
     max: usize,
 ) -> std::io::Result<(Vec<EvidenceRecord>, Pos)> {
     if shared.fenced.load(Ordering::Acquire) {
-        return Err(std::io::Error::other(
-            "the spool directory was deleted and is now used by another process",
-        ));
+        return Err(std::io::Error::other(crate::shared::FENCED));
     }
     let committed = *lock(&shared.committed);
     let mut pos = pos;

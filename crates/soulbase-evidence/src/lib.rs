@@ -22,6 +22,10 @@
 //!   [`store_refusal`](soulbase_observe::store_refusal), not an outage) is isolated
 //!   from its batch and kept in `quarantine.jsonl` in the spool directory, so it
 //!   never blocks the drain.
+//! - a spool **deleted under a running sink** (its directory, segments or `LOCK`)
+//!   loses nothing acknowledged: the writer puts the active segment back from its
+//!   open file before acknowledging, and stops using the path for good if another
+//!   process has locked it meanwhile.
 
 mod drain;
 mod frame;

@@ -110,6 +110,13 @@ pub fn lock_dir(dir: &Path) -> io::Result<File> {
     }
 }
 
+/// A file's identity (device, inode): tells whether the `LOCK` in the directory is
+/// still the file a sink holds open.
+pub fn identity(meta: &fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
 /// Makes a directory entry change (create, rename, delete) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

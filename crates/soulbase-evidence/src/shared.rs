@@ -95,6 +95,9 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Why a fenced sink refuses: its deleted directory has another owner now.
+pub const FENCED: &str = "the spool directory was deleted and is now used by another process";
+
 /// The stable refusal.
 pub fn unavailable(message: &'static str) -> SoulError {
     SoulError::new(ErrorCode::EvidenceUnavailable, message)
@@ -105,10 +108,9 @@ impl Shared {
     /// is the file this sink holds. The drainer reads, checkpoints and deletes only
     /// then (a deleted `LOCK` may have let another process in).
     pub fn owns_dir(&self) -> bool {
-        use std::os::unix::fs::MetadataExt;
         !self.fenced.load(Ordering::Acquire)
             && std::fs::metadata(self.dir.join("LOCK"))
-                .is_ok_and(|m| (m.dev(), m.ino()) == *lock(&self.lock_id))
+                .is_ok_and(|m| crate::segment::identity(&m) == *lock(&self.lock_id))
     }
 
     /// Admits a record of `len` bytes against the cap. Begins need room for

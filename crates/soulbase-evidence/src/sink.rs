@@ -155,6 +155,12 @@ impl DurableSink {
             .await
             .map_err(SoulError::internal)??;
         let (lock_file, report, active_file) = opened;
+        let lock_id = lock_file
+            .metadata()
+            .map(|m| segment::identity(&m))
+            .map_err(|e| {
+                unavailable("the evidence spool cannot be opened").with_note(e.to_string())
+            })?;
         let shared = Arc::new(Shared {
             dir: options.dir.clone(),
             max_bytes: options.max_bytes,
@@ -174,7 +180,7 @@ impl DurableSink {
             min_pin: AtomicU64::new(u64::MAX),
             broken: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
-            lock_id: Mutex::new(file_id(&lock_file)),
+            lock_id: Mutex::new(lock_id),
             disk_reserve: options.disk_reserve,
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
@@ -300,14 +306,6 @@ impl Drop for Inner {
         // the directory lock until it has written everything queued.
         let _ = lock(&self.writer).take();
     }
-}
-
-/// Device and inode of an open file.
-fn file_id(file: &File) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    file.metadata()
-        .map(|m| (m.dev(), m.ino()))
-        .unwrap_or_default()
 }
 
 type Prepared = (File, RecoveryReport, (File, u64));

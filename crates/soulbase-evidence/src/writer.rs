@@ -14,6 +14,10 @@
 //! the active segment itself, a chunk at a time; that round's `fdatasync` then also
 //! flushes the chunk (measured: 3–8 ms instead of ~0.1 ms on a virtual disk). A
 //! segment is cut to its data when sealed.
+//!
+//! Before and after each round the writer checks that the active segment and
+//! `LOCK` still have names; a deleted spool is restored before the round is
+//! acknowledged (see `restore_if_unlinked`).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -28,7 +32,7 @@ use soulbase_types::EnvelopeId;
 use tokio::sync::mpsc;
 
 use crate::segment::{self, Pos};
-use crate::shared::{Kind, Request, Shared, lock, unavailable};
+use crate::shared::{FENCED, Kind, Request, Shared, lock, unavailable};
 
 /// Most requests taken in one round.
 const MAX_ROUND: usize = 32_768;
@@ -324,9 +328,7 @@ fn append_round(
     bytes: &[u8],
 ) -> io::Result<()> {
     if shared.fenced.load(Ordering::Acquire) {
-        return Err(io::Error::other(
-            "the spool directory was deleted and is now used by another process",
-        ));
+        return Err(io::Error::other(FENCED));
     }
     // Before writing (the directory may have another owner now, who must never
     // see this round) and after (a deletion during the write).
@@ -376,19 +378,14 @@ fn restore_if_unlinked(
             segment::sync_dir(parent)?;
         }
     }
-    let same =
-        |a: &std::fs::Metadata, b: &std::fs::Metadata| a.dev() == b.dev() && a.ino() == b.ino();
-    let held = dir_lock.metadata()?;
-    let still_ours = std::fs::metadata(dir.join("LOCK")).is_ok_and(|m| same(&m, &held));
-    if !still_ours {
+    // `lock_id` is `dir_lock`'s identity: if `LOCK` is still that file, the lock
+    // held is still the directory's (a second lock on it would block on this one).
+    if !shared.owns_dir() {
         match segment::lock_dir(dir) {
             // Held from here on, also if the copy below fails.
             Ok(relocked) => {
-                *lock(&shared.lock_id) = relocked
-                    .metadata()
-                    .map(|m| (m.dev(), m.ino()))
-                    .unwrap_or_default();
                 *dir_lock = relocked;
+                *lock(&shared.lock_id) = segment::identity(&dir_lock.metadata()?);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 shared.fenced.store(true, Ordering::Release);
@@ -396,9 +393,7 @@ fn restore_if_unlinked(
                     dir = %dir.display(),
                     "the deleted spool directory is now used by another process; this sink stops using it"
                 );
-                return Err(io::Error::other(
-                    "the spool directory was deleted and is now used by another process",
-                ));
+                return Err(io::Error::other(FENCED));
             }
             Err(e) => return Err(e),
         }

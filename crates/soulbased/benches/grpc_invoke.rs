@@ -56,6 +56,7 @@ fn request() -> tonic::Request<InvokeRequest> {
     req
 }
 
+/// A numeric knob from the environment (unset or not a number: the default).
 fn env_num(name: &str) -> Option<u32> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -137,6 +138,7 @@ fn main() {
         }));
         (grpc, stop, server, data)
     });
+    // Runs the client; false when the server stopped before it could connect.
     let client_part = async {
         let endpoint = format!("http://{grpc}");
         let channel = loop {
@@ -148,7 +150,7 @@ fn main() {
                 Ok(c) => break c,
                 // A server that failed to start (e.g. a port taken between
                 // free_port and bind) would otherwise leave this loop spinning.
-                Err(_) if server.is_finished() => panic!("the server stopped"),
+                Err(_) if server.is_finished() => return false,
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
             }
         };
@@ -218,10 +220,14 @@ fn main() {
             calls,
             elapsed
         );
+        true
     };
-    match &client_rt {
+    let ran = match &client_rt {
         Some(c) => c.block_on(client_part),
         None => rt.block_on(client_part),
+    };
+    if !ran {
+        panic!("the server stopped: {:?}", rt.block_on(server));
     }
     let _ = stop.send(());
     let _ = rt.block_on(server);
