@@ -21,15 +21,24 @@
 //! spool (sync durability: every Begin and End on disk before the call goes on;
 //! `BENCH_DURABILITY=async` measures the `async` mode)
 //! draining into Postgres when `DATABASE_URL` is set (`cargo xtask bench` sets it;
-//! a fresh database per run), else into SQLite in a temporary data directory.
+//! a fresh database per run, dropped at the end unless `BENCH_KEEP_DB` is set), else
+//! into SQLite in a temporary data directory.
+//!
+//! `BENCH_ONLY=saturated` runs only the saturated run; `BENCH_PER_STREAM` sets the
+//! calls per stream of the 32-stream runs (default 1,000), e.g. a longer window for `perf`.
+//!
+//! `BENCH_FLOOR=1` serves a bare tonic `ToolInvoker` instead — no pipeline, no
+//! evidence, the request's arguments echoed back — to the same client: the cost of
+//! tonic, HTTP/2 and the client alone on this machine, the floor under the figures.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::{Duration, Instant};
 
 use soulbase_config::ConfigLoader;
-use soulbase_grpc::proto::InvokeRequest;
 use soulbase_grpc::proto::tool_invoker_client::ToolInvokerClient;
+use soulbase_grpc::proto::tool_invoker_server::{ToolInvoker, ToolInvokerServer};
+use soulbase_grpc::proto::{InvokeRequest, InvokeResponse, PreflightResponse};
 use soulbased::app::App;
 
 #[global_allocator]
@@ -61,6 +70,49 @@ fn env_num(name: &str) -> Option<u32> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// The floor: a `ToolInvoker` that does nothing but echo the arguments.
+struct Floor;
+
+#[tonic::async_trait]
+impl ToolInvoker for Floor {
+    async fn preflight(
+        &self,
+        _request: tonic::Request<InvokeRequest>,
+    ) -> Result<tonic::Response<PreflightResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("the floor only invokes"))
+    }
+
+    async fn invoke(
+        &self,
+        request: tonic::Request<InvokeRequest>,
+    ) -> Result<tonic::Response<InvokeResponse>, tonic::Status> {
+        Ok(tonic::Response::new(InvokeResponse {
+            call_id: "floor".into(),
+            output_json: request.into_inner().arguments_json,
+            evidence_ref: String::new(),
+            replayed: false,
+        }))
+    }
+}
+
+/// Serves [`Floor`] on `addr` until `stopped` resolves.
+async fn serve_floor(
+    addr: &str,
+    stopped: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    tonic::transport::Server::builder()
+        .add_service(ToolInvokerServer::new(Floor))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            stopped,
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
 fn main() {
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.enable_all();
@@ -88,8 +140,9 @@ fn main() {
                 .unwrap()
         }
     });
-    // `data` is returned so the spool directory outlives the setup block.
-    let (grpc, stop, server, _data) = rt.block_on(async {
+    // `data` is returned so the spool directory outlives the setup block; `bench_db`
+    // (the admin URL and the database's name) so the database can be dropped after.
+    let (grpc, stop, server, _data, bench_db) = rt.block_on(async {
         let durability = std::env::var("BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
         let grpc = format!("127.0.0.1:{}", free_port());
         let http = format!("127.0.0.1:{}", free_port());
@@ -99,6 +152,16 @@ fn main() {
             Ok(d) => tempfile::tempdir_in(d).unwrap(),
             Err(_) => tempfile::tempdir().unwrap(),
         };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        if std::env::var_os("BENCH_FLOOR").is_some() {
+            println!("floor: bare tonic ToolInvoker, no pipeline, no evidence");
+            let addr = grpc.clone();
+            let server = tokio::spawn(async move { serve_floor(&addr, stopped).await });
+            return (grpc, stop, server, data, None);
+        }
         let loader = ConfigLoader::new()
             .with_flag("data_dir", data.path().to_str().unwrap())
             .with_flag("server.grpc_addr", &grpc)
@@ -109,6 +172,7 @@ fn main() {
                 "policy.rules",
                 r#"[{"effect":"allow","tenant":"acme","tools":["*"]}]"#,
             );
+        let mut bench_db = None;
         let loader = match std::env::var("DATABASE_URL") {
             Ok(url) if !url.is_empty() => {
                 let name = soulbase_testkit::unique_name("bench_grpc");
@@ -120,6 +184,7 @@ fn main() {
                 admin.close().await;
                 let db = soulbase_testkit::with_database(&url, &name);
                 println!("evidence: Postgres ({name}), {durability} durability");
+                bench_db = Some((url, name));
                 loader
                     .with_flag("evidence.backend", "postgres")
                     .with_flag("evidence.url", &db)
@@ -132,11 +197,13 @@ fn main() {
             }
         };
         let (app, flush) = App::build(loader).await.unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(soulbased::server::run(app, flush, async move {
-            let _ = stopped.await;
-        }));
-        (grpc, stop, server, data)
+        let server = tokio::spawn(async move {
+            soulbased::server::run(app, flush, stopped)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        (grpc, stop, server, data, bench_db)
     });
     // Runs the client; false when the server stopped before it could connect.
     let client_part = async {
@@ -176,38 +243,14 @@ fn main() {
             client.clone().invoke(request()).await.unwrap();
         }
 
-        let mut samples = Vec::with_capacity(5000);
-        for _ in 0..5000 {
-            let t = Instant::now();
-            client.clone().invoke(request()).await.unwrap();
-            samples.push(t.elapsed());
+        // BENCH_ONLY=saturated skips the sequential and paced runs (for profiling).
+        let saturated_only = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "saturated");
+        let per_stream = env_num("BENCH_PER_STREAM").map_or(PER_STREAM, |n| n as usize);
+        if !saturated_only {
+            paced_runs(client.clone(), &clients, per_stream).await;
         }
-        soulbase_testkit::report("grpc invoke echo, sequential round trip", samples);
-
-        // A fixed offered load (BENCH_RATE calls/s, default 10,000) over the same 32
-        // streams: latency as a client sending at that rate sees it. Each call is
-        // timed from when the schedule says it should start, so a server that
-        // falls behind is charged for the wait (no coordinated omission).
-        let rate: f64 = std::env::var("BENCH_RATE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10_000.0);
-        let (timed, elapsed) = run_streams(&clients, Some(rate)).await;
-        if std::env::var_os("BENCH_TIMELINE").is_some() {
-            timeline(&timed);
-        }
-        let all: Vec<Duration> = timed.iter().map(|&(_, d)| d).collect();
-        let calls = all.len() as f64;
-        let name = format!("grpc invoke echo, 32 streams at {rate:.0}/s");
-        soulbase_testkit::report(&name, all);
-        println!(
-            "{name}: {:.0} calls/s achieved ({} calls in {:.2?})",
-            calls / elapsed.as_secs_f64(),
-            calls,
-            elapsed
-        );
         // Saturation: every stream sends its next call as soon as the last returns.
-        let (timed, elapsed) = run_streams(&clients, None).await;
+        let (timed, elapsed) = run_streams(&clients, None, per_stream).await;
         if std::env::var_os("BENCH_TIMELINE").is_some() {
             timeline(&timed);
         }
@@ -231,19 +274,75 @@ fn main() {
     }
     let _ = stop.send(());
     let _ = rt.block_on(server);
+    // Each run's database holds every record it made; BENCH_KEEP_DB keeps it for a look.
+    if let Some((url, name)) = bench_db {
+        if std::env::var_os("BENCH_KEEP_DB").is_some() {
+            println!("kept database {name}");
+        } else {
+            rt.block_on(async {
+                let admin = sqlx::PgPool::connect(&url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&admin)
+                .await
+                .unwrap();
+                admin.close().await;
+            });
+        }
+    }
+}
+
+/// The sequential round trip and the run at a fixed offered load.
+async fn paced_runs(
+    client: ToolInvokerClient<tonic::transport::Channel>,
+    clients: &[ToolInvokerClient<tonic::transport::Channel>],
+    per_stream: usize,
+) {
+    let mut samples = Vec::with_capacity(5000);
+    for _ in 0..5000 {
+        let t = Instant::now();
+        client.clone().invoke(request()).await.unwrap();
+        samples.push(t.elapsed());
+    }
+    soulbase_testkit::report("grpc invoke echo, sequential round trip", samples);
+
+    // A fixed offered load (BENCH_RATE calls/s, default 10,000) over the same 32
+    // streams: latency as a client sending at that rate sees it. Each call is
+    // timed from when the schedule says it should start, so a server that
+    // falls behind is charged for the wait (no coordinated omission).
+    let rate: f64 = std::env::var("BENCH_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000.0);
+    let (timed, elapsed) = run_streams(clients, Some(rate), per_stream).await;
+    if std::env::var_os("BENCH_TIMELINE").is_some() {
+        timeline(&timed);
+    }
+    let all: Vec<Duration> = timed.iter().map(|&(_, d)| d).collect();
+    let calls = all.len() as f64;
+    let name = format!("grpc invoke echo, 32 streams at {rate:.0}/s");
+    soulbase_testkit::report(&name, all);
+    println!(
+        "{name}: {:.0} calls/s achieved ({} calls in {:.2?})",
+        calls / elapsed.as_secs_f64(),
+        calls,
+        elapsed
+    );
 }
 
 /// Concurrent streams of this many calls each.
 const STREAMS: usize = 32;
-/// Calls per stream.
+/// Calls per stream (`BENCH_PER_STREAM` overrides).
 const PER_STREAM: usize = 1000;
 
-/// Runs `STREAMS` streams of `PER_STREAM` calls spread over `clients`: back to back,
+/// Runs `STREAMS` streams of `per_stream` calls spread over `clients`: back to back,
 /// or paced so that all streams together offer `rate` calls/s. Returns each call's
 /// (scheduled start since the run began, latency) and the run's duration.
 async fn run_streams(
     clients: &[ToolInvokerClient<tonic::transport::Channel>],
     rate: Option<f64>,
+    per_stream: usize,
 ) -> (Vec<(Duration, Duration)>, Duration) {
     let started = tokio::time::Instant::now();
     // Each stream sends every `interval`, streams staggered evenly within it.
@@ -252,9 +351,9 @@ async fn run_streams(
     for i in 0..STREAMS {
         let mut c = clients[i % clients.len()].clone();
         tasks.push(tokio::spawn(async move {
-            let mut s = Vec::with_capacity(PER_STREAM);
+            let mut s = Vec::with_capacity(per_stream);
             let mut last_done = started;
-            for k in 0..PER_STREAM {
+            for k in 0..per_stream {
                 let t = match interval {
                     Some(iv) => {
                         let due = started + iv.mul_f64(k as f64 + i as f64 / STREAMS as f64);
@@ -278,7 +377,7 @@ async fn run_streams(
             s
         }));
     }
-    let mut timed = Vec::with_capacity(STREAMS * PER_STREAM);
+    let mut timed = Vec::with_capacity(STREAMS * per_stream);
     for t in tasks {
         timed.extend(t.await.unwrap());
     }
