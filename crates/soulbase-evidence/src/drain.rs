@@ -1,11 +1,15 @@
 //! The drainer: ships committed spool records to the store in batches, exactly once.
 //!
-//! It reads only what the writer has made durable, writes a batch with one
+//! It reads only what the writer has made durable, checks each record as it reads
+//! it (on the blocking pool) and passes it on as the text the spool holds (the
+//! store reads only the fields it indexes instead of encoding every record
+//! again), writes a batch with one
 //! idempotent store write, then advances and persists the checkpoint. A store
 //! failure (outage) is retried with backoff from the same position; a batch that
 //! landed just before a crash is re-sent after it and skipped by the store (envelope
 //! ids are unique), so every record lands exactly once. A record the store refuses
-//! for good is isolated by bisecting its batch and quarantined (see
+//! for good (including text that is not a record) is isolated by bisecting its
+//! batch and quarantined (see
 //! [`segment::QUARANTINE_FILE`]). Drained segments are deleted unless a Begin in
 //! them still waits for its End (recovery needs it).
 
@@ -14,8 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use soulbase_observe::{EvidenceRecord, EvidenceStore, is_store_refusal};
-use soulbase_types::EnvelopeId;
+use soulbase_observe::{EncodedRecord, EvidenceStore, is_store_refusal};
 use tokio::sync::mpsc;
 
 use crate::segment::{self, Pos};
@@ -67,11 +70,7 @@ impl Default for DrainOptions {
 }
 
 /// Reads the next run of committed records after `pos`; the new position follows them.
-fn next_batch(
-    shared: &Shared,
-    pos: Pos,
-    max: usize,
-) -> std::io::Result<(Vec<EvidenceRecord>, Pos)> {
+fn next_batch(shared: &Shared, pos: Pos, max: usize) -> std::io::Result<(Vec<EncodedRecord>, Pos)> {
     if shared.fenced.load(Ordering::Acquire) {
         return Err(std::io::Error::other(crate::shared::FENCED));
     }
@@ -176,9 +175,10 @@ fn delete_drained(shared: &Shared, drained: Pos) {
 }
 
 /// A read of the spool in progress: the records and the position after them.
-type Read = tokio::task::JoinHandle<std::io::Result<(Vec<EvidenceRecord>, Pos)>>;
+type Read = tokio::task::JoinHandle<std::io::Result<(Vec<EncodedRecord>, Pos)>>;
 
-/// Reads the next batch after `pos` on the blocking pool.
+/// Reads the next batch after `pos` on the blocking pool (records as their text:
+/// the store reads only the fields it indexes).
 fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || next_batch(&shared, pos, max))
@@ -300,11 +300,12 @@ pub async fn run(
             .div_ceil(opts.parallel.max(1))
             .max(opts.min_slice)
             .max(1);
-        // Records of this batch already quarantined, kept across retries so an
-        // outage during isolation never quarantines (or counts) one twice.
-        let mut kept: HashSet<EnvelopeId> = HashSet::new();
+        // Records of this batch (by index) already quarantined, kept across
+        // retries so an outage during isolation never quarantines (or counts) one
+        // twice.
+        let mut kept: HashSet<usize> = HashSet::new();
         loop {
-            let writes = records.chunks(slice).map(|c| store.write_batch(c));
+            let writes = records.chunks(slice).map(|c| store.write_encoded(c));
             let mut outcome: Result<(), soulbase_errors::SoulError> =
                 futures_util::future::join_all(writes)
                     .await
@@ -356,31 +357,34 @@ pub async fn run(
 }
 
 /// Writes `records` in ever smaller slices until each refused record stands alone,
-/// and quarantines those, adding their ids to `kept` (a record already there is not
-/// written to the file again). An outage meanwhile, or shutdown, returns an error:
-/// the caller retries the whole batch later, which the store takes idempotently.
+/// and quarantines those, adding their indices to `kept` (a record already there is
+/// not written to the file again). An outage meanwhile, or shutdown, returns an
+/// error: the caller retries the whole batch later, which the store takes
+/// idempotently.
 async fn isolate(
     shared: &Arc<Shared>,
     store: &dyn EvidenceStore,
-    records: &[EvidenceRecord],
-    kept: &mut HashSet<EnvelopeId>,
+    records: &[EncodedRecord],
+    kept: &mut HashSet<usize>,
 ) -> Result<(), soulbase_errors::SoulError> {
-    let mut pending: Vec<&[EvidenceRecord]> = vec![records];
-    while let Some(slice) = pending.pop() {
+    let mut pending: Vec<std::ops::Range<usize>> = Vec::new();
+    pending.push(0..records.len());
+    while let Some(range) = pending.pop() {
         if shared.stopping.load(Ordering::Acquire) {
             return Err(crate::shared::unavailable(
                 "stopping while isolating a refused evidence record",
             ));
         }
-        match store.write_batch(slice).await {
+        let (start, len) = (range.start, range.len());
+        match store.write_encoded(&records[range.clone()]).await {
             Ok(()) => {}
-            Err(e) if is_store_refusal(&e) && slice.len() > 1 => {
-                let (a, b) = slice.split_at(slice.len() / 2);
+            Err(e) if is_store_refusal(&e) && len > 1 => {
+                let mid = start + len / 2;
                 // Back half first on the stack: the front half is written first.
-                pending.push(b);
-                pending.push(a);
+                pending.push(mid..range.end);
+                pending.push(start..mid);
             }
-            Err(e) if is_store_refusal(&e) && kept.contains(&slice[0].id) => {}
+            Err(e) if is_store_refusal(&e) && kept.contains(&start) => {}
             Err(e) if is_store_refusal(&e) && !shared.owns_dir() => {
                 // Quarantined later, in the directory once it is this sink's again.
                 return Err(crate::shared::unavailable(
@@ -390,7 +394,7 @@ async fn isolate(
             }
             Err(e) if is_store_refusal(&e) => {
                 let cause = e.field("reason").unwrap_or(e.message()).to_owned();
-                let (record, why, s) = (slice[0].clone(), cause.clone(), shared.clone());
+                let (record, why, s) = (records[start].clone(), cause.clone(), shared.clone());
                 let written =
                     tokio::task::spawn_blocking(move || segment::quarantine(&s.dir, &record, &why))
                         .await
@@ -401,10 +405,11 @@ async fn isolate(
                     )
                     .with_note(io.to_string()));
                 }
-                kept.insert(slice[0].id.clone());
+                kept.insert(start);
                 shared.records_quarantined.fetch_add(1, Ordering::Relaxed);
+                let envelope = records[start].head().map(|h| h.id.into_owned()).ok();
                 tracing::error!(
-                    envelope = %slice[0].id,
+                    envelope = envelope.as_deref().unwrap_or("(unreadable)"),
                     cause,
                     "the evidence store refused a record; kept in the spool's quarantine.jsonl"
                 );

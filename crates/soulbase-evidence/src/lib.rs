@@ -21,7 +21,10 @@
 //! - a record the **store refuses** for good (a
 //!   [`store_refusal`](soulbase_observe::store_refusal), not an outage) is isolated
 //!   from its batch and kept in `quarantine.jsonl` in the spool directory, so it
-//!   never blocks the drain.
+//!   never blocks the drain; so is an intact spool frame that is not a record.
+//! - the drainer passes records on as the text the spool holds
+//!   ([`EvidenceStore::write_encoded`](soulbase_observe::EvidenceStore::write_encoded)):
+//!   a store that keeps the text reads only the fields it indexes.
 //! - a spool **deleted under a running sink** (its directory, segments or `LOCK`)
 //!   loses nothing acknowledged: the writer puts the active segment back from its
 //!   open file before acknowledging, and stops using the path for good if another

@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use soulbase_observe::EvidenceRecord;
+use soulbase_observe::{EncodedRecord, EvidenceRecord};
 
 use crate::frame::{self, Decoded};
 
@@ -71,15 +71,19 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
 }
 
 /// The file of records the store refused for good, one JSON object per line:
-/// `{"refused": cause, "record": record}`. A crash right after quarantining may
-/// repeat a line; the record's envelope id tells.
+/// `{"refused": cause, "record": record}` (text that is not JSON kept as a JSON
+/// string). A crash right after quarantining may repeat a line; a record's
+/// envelope id tells.
 pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
 
 /// Appends `record` to the quarantine file and makes it durable.
-pub fn quarantine(dir: &Path, record: &EvidenceRecord, cause: &str) -> io::Result<()> {
+pub fn quarantine(dir: &Path, record: &EncodedRecord, cause: &str) -> io::Result<()> {
+    let text = record.as_str();
+    let kept = serde_json::from_str::<serde_json::Value>(text)
+        .unwrap_or_else(|_| serde_json::Value::String(text.to_owned()));
     let mut line = serde_json::to_vec(&serde_json::json!({
         "refused": cause,
-        "record": record,
+        "record": kept,
     }))
     .map_err(io::Error::other)?;
     line.push(b'\n');
@@ -191,7 +195,7 @@ pub fn read_range(
     from: Pos,
     limit: Option<u64>,
     max: usize,
-) -> io::Result<(Vec<EvidenceRecord>, u64, bool)> {
+) -> io::Result<(Vec<EncodedRecord>, u64, bool)> {
     let mut file = File::open(segment_path(dir, from.segment))?;
     let len = file.metadata()?.len();
     let end = limit.unwrap_or(len).min(len);
@@ -231,10 +235,23 @@ pub fn read_range(
             break;
         };
         offset += n as u64;
-        match serde_json::from_slice::<EvidenceRecord>(payload) {
+        // Checked here (decoded whole, off the request path) and passed on as its
+        // text, which the store keeps without encoding it again. What is not a
+        // record goes on unchecked: every store refuses it, so the drain
+        // quarantines it. A frame that is not UTF-8 goes on as a JSON string of
+        // its text, which is not a record either.
+        let text = match std::str::from_utf8(payload) {
+            Ok(t) => t.to_owned(),
+            Err(_) => serde_json::to_string(&String::from_utf8_lossy(payload))
+                .map_err(io::Error::other)?,
+        };
+        match EncodedRecord::verified(text) {
             Ok(r) => out.push(r),
-            Err(e) => tracing::error!(segment = from.segment, offset, error = %e,
-                "skipping an undecodable spool record"),
+            Err((e, r)) => {
+                tracing::error!(segment = from.segment, offset, error = %e,
+                    "a spool record is not an evidence record; it will be quarantined");
+                out.push(r);
+            }
         }
     }
     Ok((out, offset, corrupt))

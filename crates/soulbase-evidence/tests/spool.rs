@@ -313,13 +313,7 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     sink.record(end(&b)).await.unwrap();
     drop(sink);
     // A half-written frame at the end of the newest segment.
-    let mut segs: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    segs.sort();
-    let last = segs.last().unwrap();
+    let last = &newest_segment(dir.path());
     let mut bytes = std::fs::read(last).unwrap();
     bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"']);
     std::fs::write(last, bytes).unwrap();
@@ -330,6 +324,74 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     assert!(report.aborted.is_empty());
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store), (1, 1, 0));
+}
+
+/// The path of the newest spool segment in `dir`.
+fn newest_segment(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut segs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segs.sort();
+    segs.pop().unwrap()
+}
+
+/// Appends a frame holding `payload` after the data of the spool segment at `path`
+/// (before its zero-filled tail), as the writer would.
+fn append_frame(path: &std::path::Path, payload: &[u8]) {
+    const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut at = 0;
+    loop {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        at += 8 + len;
+    }
+    let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    bytes.splice(at..at + frame.len(), frame);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intact_spool_frame_that_is_not_a_record_is_quarantined_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir.path())).await;
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    drop(sink);
+    let last = &newest_segment(dir.path());
+    // Checksums intact, contents not records: JSON of another shape, and not JSON.
+    append_frame(last, br#"{"not":"a record"}"#);
+    append_frame(last, b"garbage");
+
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = reopen(SpoolOptions::new(dir.path()), store.clone()).await;
+    assert_eq!(report.truncated_bytes, 0, "{report:?}");
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (1, 1, 0));
+    let stats = sink.stats();
+    assert_eq!((stats.records_drained, stats.records_quarantined), (2, 2));
+    let text = std::fs::read_to_string(dir.path().join("quarantine.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["record"], serde_json::json!({"not": "a record"}));
+    assert_eq!(lines[1]["record"], "garbage");
+    assert!(
+        lines[1]["refused"]
+            .as_str()
+            .unwrap()
+            .contains("not an evidence record"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

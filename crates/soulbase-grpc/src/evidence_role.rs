@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
-    CallEvidence, CallPage, CallSummary, EndStatus, EvidenceQuery, EvidenceRecord, EvidenceSink,
-    EvidenceStore, PageCursor, Replay, replay,
+    CallEvidence, CallPage, CallSummary, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord,
+    EvidenceSink, EvidenceStore, PageCursor, Replay, replay,
 };
 use soulbase_proto::soulbase::evidence::v1 as evidence_pb;
 use soulbase_types::{CallId, TenantId, UnixMillis};
@@ -275,19 +275,22 @@ impl RemoteEvidence {
 #[tonic::async_trait]
 impl EvidenceStore for RemoteEvidence {
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
-        if records.is_empty() {
-            return Ok(());
+        self.write_encoded(&EncodedRecord::encode_all(records)?)
+            .await
+    }
+
+    async fn write_encoded(&self, records: &[EncodedRecord]) -> Result<(), SoulError> {
+        // Text not known to be a record is checked here, so what is not one is
+        // refused (and quarantined by the drain) rather than retried against the
+        // role, which answers such text as a retryable error.
+        for r in records {
+            r.check()?;
         }
-        let records_json = records
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(SoulError::internal)?;
         // Larger batches go in chunks; each chunk is atomic on the role, and a
         // re-sent chunk is harmless (idempotent by envelope id).
-        for chunk in records_json.chunks(MAX_APPEND_BATCH) {
+        for chunk in records.chunks(MAX_APPEND_BATCH) {
             let body = evidence_pb::AppendRequest {
-                records_json: chunk.to_vec(),
+                records_json: chunk.iter().map(|r| r.as_str().to_owned()).collect(),
             };
             self.client
                 .clone()

@@ -19,6 +19,7 @@
 //! This crate does no IO.
 
 mod digest;
+mod encoded;
 mod memory_store;
 mod model;
 mod replay;
@@ -28,6 +29,7 @@ mod store;
 mod tests;
 
 pub use digest::{canonical_json, digest_bytes, digest_json};
+pub use encoded::{EncodedRecord, RecordHead};
 pub use memory_store::MemoryStore;
 pub use model::{
     BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceRecord,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
 
-use crate::{EndStatus, EvidenceEvent, EvidenceRecord};
+use crate::{EncodedRecord, EndStatus, EvidenceEvent, EvidenceRecord};
 
 /// The public field marking a [`store_refusal`]; it survives gRPC (the evidence
 /// role), unlike notes.
@@ -47,6 +47,19 @@ pub trait EvidenceStore: Send + Sync + 'static {
     /// succeed (the durable sink then isolates and quarantines the refused record
     /// instead of retrying forever).
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError>;
+
+    /// [`write_batch`](Self::write_batch) for records given as their serialized
+    /// text, as the durable sink's spool holds them: a store that keeps the text
+    /// takes it as it is instead of decoding and re-encoding every record (most of
+    /// the drain's work). Text that is not a record is a [`store_refusal`]. The
+    /// default decodes the batch and calls `write_batch`.
+    async fn write_encoded(&self, records: &[EncodedRecord]) -> Result<(), SoulError> {
+        let decoded = records
+            .iter()
+            .map(EncodedRecord::decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.write_batch(&decoded).await
+    }
 
     /// Every record of one call (Begin, End, Denial), oldest first; empty when unknown.
     /// With `tenant`, only that tenant's records (tenant isolation for remote callers).

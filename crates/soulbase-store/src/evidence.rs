@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use soulbase_errors::SoulError;
 use soulbase_observe::{
-    CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceStore,
+    CallEvidence, CallPage, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord, EvidenceStore,
     PageCursor, store_refusal, summarize,
 };
 use soulbase_types::{CallId, TenantId, UnixMillis};
@@ -20,6 +20,9 @@ const DAY_MS: i64 = 86_400_000;
 const SQLITE_CHUNK: usize = 500;
 
 /// Evidence in a SQL database. Writes are atomic and idempotent by envelope id.
+/// Records are stored as their JSON text ([`EncodedRecord`]); only the indexed
+/// columns are read from it, so the drain's text (checked as it left the spool)
+/// is stored without being encoded again ([`EvidenceStore::write_encoded`]).
 /// Postgres: one binary `COPY` per batch (no conflict handling, so the fastest
 /// ingest); a batch part of which is already stored (re-sent after a crash) makes
 /// the COPY fail whole with a unique violation, and is then written with
@@ -31,7 +34,7 @@ pub struct SqlEvidenceStore {
     partitions: Mutex<HashSet<i64>>,
 }
 
-/// The columns of one evidence row.
+/// The columns of one evidence row, the record as its text.
 struct Row {
     id: String,
     at_ms: i64,
@@ -40,7 +43,7 @@ struct Row {
     call_id: String,
     tool_id: Option<String>,
     begin_id: Option<String>,
-    status: Option<String>,
+    status: Option<&'static str>,
     record: String,
 }
 
@@ -55,41 +58,18 @@ pub fn status_name(s: EndStatus) -> &'static str {
     }
 }
 
-fn row(r: &EvidenceRecord) -> Result<Row, SoulError> {
-    let record = serde_json::to_string(r).map_err(SoulError::internal)?;
-    let (kind, call_id, tool_id, begin_id, status) = match &r.payload {
-        EvidenceEvent::Begin(b) => (
-            "begin",
-            b.call_id.to_string(),
-            Some(b.tool_id.to_string()),
-            None,
-            None,
-        ),
-        EvidenceEvent::End(e) => (
-            "end",
-            e.call_id.to_string(),
-            None,
-            Some(e.begin_id.to_string()),
-            Some(status_name(e.status).to_owned()),
-        ),
-        EvidenceEvent::Denied(d) => (
-            "denied",
-            d.call_id.to_string(),
-            Some(d.tool.clone()),
-            None,
-            None,
-        ),
-    };
+fn row(r: &EncodedRecord) -> Result<Row, SoulError> {
+    let h = r.head()?;
     Ok(Row {
-        id: r.id.to_string(),
-        at_ms: r.at.0,
-        tenant: r.tenant.to_string(),
-        kind,
-        call_id,
-        tool_id,
-        begin_id,
-        status,
-        record,
+        id: h.id.into_owned(),
+        at_ms: h.at_ms,
+        tenant: h.tenant.into_owned(),
+        kind: h.kind,
+        call_id: h.call_id.into_owned(),
+        tool_id: h.tool_id.map(|t| t.into_owned()),
+        begin_id: h.begin_id.map(|t| t.into_owned()),
+        status: h.status.map(status_name),
+        record: r.as_str().to_owned(),
     })
 }
 
@@ -128,63 +108,40 @@ fn put_text(buf: &mut Vec<u8>, value: Option<&str>) -> Result<(), SoulError> {
 }
 
 /// `records` as `COPY … (FORMAT binary)` data: the header, one tuple per record
-/// (text columns as UTF-8, `at_ms` as a big-endian int8, `record` as its JSON
-/// text), the trailer. The JSON is serialized straight into the
-/// buffer — no per-row strings, no text-format escaping for the server to undo.
-fn copy_binary(records: &[EvidenceRecord]) -> Result<Vec<u8>, SoulError> {
-    let mut buf = Vec::with_capacity(records.len() * 1_024 + 32);
+/// (text columns as UTF-8, `at_ms` as a big-endian int8, `record` as the record's
+/// text, copied as it is), the trailer. Only the indexed fields are read from each
+/// record; no per-row strings, no text-format escaping for the server to undo.
+/// Also returns the days (partitions) the records fall in.
+fn copy_binary(records: &[EncodedRecord]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulError> {
+    let mut days = BTreeSet::new();
+    let size: usize = records.iter().map(|r| r.as_str().len() + 256).sum();
+    let mut buf = Vec::with_capacity(size + 32);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes()); // flags
     buf.extend_from_slice(&0i32.to_be_bytes()); // header extension length
     for r in records {
-        let (kind, call_id, tool_id, begin_id, status) = match &r.payload {
-            EvidenceEvent::Begin(b) => (
-                "begin",
-                b.call_id.as_str(),
-                Some(b.tool_id.as_str()),
-                None,
-                None,
-            ),
-            EvidenceEvent::End(e) => (
-                "end",
-                e.call_id.as_str(),
-                None,
-                Some(e.begin_id.as_str()),
-                Some(status_name(e.status)),
-            ),
-            EvidenceEvent::Denied(d) => (
-                "denied",
-                d.call_id.as_str(),
-                Some(d.tool.as_str()),
-                None,
-                None,
-            ),
-        };
+        let h = r.head()?;
+        days.insert(h.at_ms.div_euclid(DAY_MS));
         buf.extend_from_slice(&9i16.to_be_bytes());
-        put_text(&mut buf, Some(r.id.as_str()))?;
+        put_text(&mut buf, Some(h.id.as_ref()))?;
         buf.extend_from_slice(&8i32.to_be_bytes());
-        buf.extend_from_slice(&r.at.0.to_be_bytes());
-        put_text(&mut buf, Some(r.tenant.as_str()))?;
-        put_text(&mut buf, Some(kind))?;
-        put_text(&mut buf, Some(call_id))?;
-        put_text(&mut buf, tool_id)?;
-        put_text(&mut buf, begin_id)?;
-        put_text(&mut buf, status)?;
-        let at = buf.len();
-        buf.extend_from_slice(&[0; 4]);
-        serde_json::to_writer(&mut buf, r).map_err(SoulError::internal)?;
-        let len = i32::try_from(buf.len() - at - 4).map_err(SoulError::internal)?;
-        buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        buf.extend_from_slice(&h.at_ms.to_be_bytes());
+        put_text(&mut buf, Some(h.tenant.as_ref()))?;
+        put_text(&mut buf, Some(h.kind))?;
+        put_text(&mut buf, Some(h.call_id.as_ref()))?;
+        put_text(&mut buf, h.tool_id.as_deref())?;
+        put_text(&mut buf, h.begin_id.as_deref())?;
+        put_text(&mut buf, h.status.map(status_name))?;
+        put_text(&mut buf, Some(r.as_str()))?;
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
-    Ok(buf)
+    Ok((buf, days))
 }
 
 /// The fast path: one binary `COPY` straight into `evidence`. Atomic (one
 /// statement): a record already stored fails the whole COPY with a unique
 /// violation and nothing of the batch is written.
-async fn copy_in(pool: &sqlx::PgPool, records: &[EvidenceRecord]) -> Result<(), sqlx::Error> {
-    let data = copy_binary(records).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+async fn copy_in(pool: &sqlx::PgPool, data: Vec<u8>) -> Result<(), sqlx::Error> {
     let mut conn = pool.acquire().await?;
     let mut copy = conn.copy_in_raw(COPY_EVIDENCE).await?;
     copy.send(data).await?;
@@ -202,7 +159,7 @@ struct Columns {
     call_id: Vec<String>,
     tool_id: Vec<Option<String>>,
     begin_id: Vec<Option<String>>,
-    status: Vec<Option<String>>,
+    status: Vec<Option<&'static str>>,
     record: Vec<String>,
 }
 
@@ -260,9 +217,8 @@ impl SqlEvidenceStore {
     async fn ensure_partitions(
         &self,
         pool: &sqlx::PgPool,
-        records: &[EvidenceRecord],
+        days: BTreeSet<i64>,
     ) -> Result<(), SoulError> {
-        let days: BTreeSet<i64> = records.iter().map(|r| r.at.0.div_euclid(DAY_MS)).collect();
         let missing: Vec<i64> = {
             let known = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
             days.into_iter().filter(|d| !known.contains(d)).collect()
@@ -292,13 +248,20 @@ impl SqlEvidenceStore {
 #[async_trait]
 impl EvidenceStore for SqlEvidenceStore {
     async fn write_batch(&self, records: &[EvidenceRecord]) -> Result<(), SoulError> {
+        self.write_encoded(&EncodedRecord::encode_all(records)?)
+            .await
+    }
+
+    async fn write_encoded(&self, records: &[EncodedRecord]) -> Result<(), SoulError> {
         if records.is_empty() {
             return Ok(());
         }
         match &self.db {
             Db::Postgres(pool) => {
-                self.ensure_partitions(pool, records).await?;
-                let written = match copy_in(pool, records).await {
+                // Encoding first also checks every record (a refusal names it).
+                let (data, days) = copy_binary(records)?;
+                self.ensure_partitions(pool, days).await?;
+                let written = match copy_in(pool, data).await {
                     Ok(()) => Ok(()),
                     // Some of the batch is already stored (a batch re-sent after a
                     // crash or a lost acknowledgement): the COPY wrote nothing, so
@@ -337,7 +300,7 @@ impl EvidenceStore for SqlEvidenceStore {
                             .push_bind(r.call_id.clone())
                             .push_bind(r.tool_id.clone())
                             .push_bind(r.begin_id.clone())
-                            .push_bind(r.status.clone())
+                            .push_bind(r.status)
                             .push_bind(r.record.clone());
                     });
                     qb.push(" ON CONFLICT DO NOTHING");

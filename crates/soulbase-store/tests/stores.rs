@@ -11,8 +11,8 @@ use common::{fresh_postgres, fresh_sqlite};
 use serde_json::json;
 use soulbase_errors::ErrorCode;
 use soulbase_observe::{
-    BudgetUsage, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceQuery,
-    EvidenceRecord, EvidenceStore, ReplayOutcome, replay,
+    BudgetUsage, Denial, EncodedRecord, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
+    EvidenceQuery, EvidenceRecord, EvidenceStore, ReplayOutcome, replay,
 };
 use soulbase_store::{Db, RegistryStore, SqlEvidenceStore, SqlIdempotency};
 use soulbase_tools::ToolManifest;
@@ -354,6 +354,42 @@ async fn postgres_refusing_data_is_not_an_outage() {
         .unwrap();
     let kept = store.call(None, &call_of(&escaped)).await.unwrap();
     assert_eq!(kept.records, vec![escaped]);
+    // Text from a spool: kept as it is when it is a record; text whose indexed
+    // fields read but that is not a record is refused, with nothing of its batch
+    // stored (it could not be read back).
+    let later = begin("acme", "demo.a.x", 1_700_000_000_002);
+    let text = serde_json::to_string(&later).unwrap();
+    let not_a_record = EncodedRecord::from_json(
+        r#"{"id":"y","tenant":"acme","at":1700000000003,"payload":{"event":"denied","call_id":"c","tool":"t"}}"#.into(),
+    );
+    let e = store
+        .write_encoded(&[EncodedRecord::from_json(text.clone()), not_a_record])
+        .await
+        .unwrap_err();
+    assert!(soulbase_observe::is_store_refusal(&e), "{e:?}");
+    assert!(
+        store
+            .call(None, &call_of(&later))
+            .await
+            .unwrap()
+            .records
+            .is_empty()
+    );
+    store
+        .write_encoded(&[EncodedRecord::from_json(text.clone())])
+        .await
+        .unwrap();
+    let Db::Postgres(pg) = store.db() else {
+        unreachable!()
+    };
+    let stored: (String,) = sqlx::query_as("SELECT record FROM evidence WHERE id = $1")
+        .bind(later.id.as_str())
+        .fetch_one(pg)
+        .await
+        .unwrap();
+    assert_eq!(stored.0, text, "the text is stored as it came");
+    let kept = store.call(None, &call_of(&later)).await.unwrap();
+    assert_eq!(kept.records, vec![later]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
