@@ -1,10 +1,11 @@
 //! Evidence records in their serialized form, and the columns a store indexes.
 //!
 //! The durable sink spools each record as its JSON text and a database stores that
-//! same text. Passing the text through ([`EncodedRecord`]) instead of decoding it
-//! into an [`EvidenceRecord`] and encoding it again spares the drain most of its
-//! work per record; a store reads only the few fields it indexes ([`RecordHead`]),
-//! skipping the rest of the text without building it.
+//! same text. Passing the text through ([`EncodedRecord`]) spares the store
+//! encoding each [`EvidenceRecord`] again: it reads only the few fields it indexes
+//! ([`RecordHead`]), skipping the rest of the text without building it. Text not
+//! known to be a record is decoded whole first, so no store keeps text it could
+//! not read back.
 
 use std::borrow::Cow;
 use std::fmt;

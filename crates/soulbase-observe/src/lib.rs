@@ -11,7 +11,7 @@
 //! in-memory sinks used when linking without storage, in tests and in benchmarks.
 //!
 //! [`EvidenceStore`] is the durable side: idempotent batch writes keyed by envelope
-//! id, queries by call and by tenant/time/tool/status with keyset pagination.
+//! id (typed, or as the records' JSON text, [`EncodedRecord`]), queries by call and by tenant/time/tool/status with keyset pagination.
 //! [`replay`] rebuilds a call's key behaviour and result summary from its records.
 //! [`MemoryStore`] is the in-process store. The spool, the batching writer and the
 //! SQLite/Postgres stores are edge crates (`soulbase-evidence`, `soulbase-store`).
