@@ -10,7 +10,8 @@
 //! ids are unique), so every record lands exactly once. A record the store refuses
 //! for good (including text that is not a record) is isolated by bisecting its
 //! batch and quarantined (see
-//! [`segment::QUARANTINE_FILE`]). Drained segments are deleted unless a Begin in
+//! [`segment::QUARANTINE_FILE`]). Drained segments are retired (kept as spares for
+//! reuse, or deleted) unless a Begin in
 //! them still waits for its End (recovery needs it).
 
 use std::collections::HashSet;
@@ -146,7 +147,8 @@ fn next_batch(shared: &Shared, pos: Pos, max: usize) -> std::io::Result<(Vec<Enc
     }
 }
 
-/// Deletes segments wholly before `drained` that no open Begin pins.
+/// Retires segments wholly before `drained` that no open Begin pins (kept as
+/// spares for reuse, or deleted: see [`segment::retire`]).
 fn delete_drained(shared: &Shared, drained: Pos) {
     if !shared.owns_dir() {
         return;
@@ -162,8 +164,11 @@ fn delete_drained(shared: &Shared, drained: Pos) {
             break;
         }
         let path = segment::segment_path(&shared.dir, id);
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if std::fs::remove_file(&path).is_ok() {
+        let sealed = lock(&shared.sealed).get(&id).copied();
+        // Segments sealed before this start were cut to their data by recovery.
+        let len = sealed.unwrap_or_else(|| std::fs::metadata(&path).map_or(0, |m| m.len()));
+        if segment::retire(&shared.dir, id).is_ok() {
+            lock(&shared.sealed).remove(&id);
             let mut a = lock(&shared.acct);
             a.disk = a.disk.saturating_sub(len);
             deleted = true;

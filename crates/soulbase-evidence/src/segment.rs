@@ -7,7 +7,9 @@
 //!   accepted Begin can still be written;
 //! - `LOCK` — held (advisory lock) by the one process using the spool;
 //! - `next-<pid>-<n>.seg.tmp` — the next segment while it is zero-filled ahead of
-//!   use (see the writer); never read, removed at start-up.
+//!   use (see the writer); never read, removed at start-up;
+//! - `spare-<20-digit id>.seg.tmp` — a drained segment kept to be zero-filled as a
+//!   next segment (see [`SPARE_PREFIX`]); never read, at most [`MAX_SPARES`].
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -46,6 +48,59 @@ pub fn remove_prepared(dir: &Path) {
             let _ = fs::remove_file(e.path());
         }
     }
+}
+
+/// Prefix of a drained segment kept for reuse (`spare-<id>.seg.tmp`); not a
+/// segment name, so neither recovery nor the drainer reads it.
+///
+/// Deleting a drained segment frees its blocks, and on a filesystem mounted with
+/// online discard (as virtual disks often are) that discard holds up every fsync
+/// on the disk until it is done: measured here, the commit waiting behind the
+/// deletion of a 16 MiB segment took ~20 ms instead of ~0.05 ms, stalling every
+/// call in flight. A spare is zero-filled in place as the next segment instead,
+/// which frees nothing and allocates nothing.
+pub const SPARE_PREFIX: &str = "spare-";
+/// Most drained segments kept as spares (uncounted against the spool cap, like a
+/// prepared next segment); more are deleted. One is taken per segment written, so
+/// at a steady load one or two are enough.
+pub const MAX_SPARES: usize = 2;
+
+/// The spares in `dir`.
+fn spares(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    Ok(fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(SPARE_PREFIX) && name.ends_with(NEXT_SUFFIX)
+        })
+        .map(|e| e.path())
+        .collect())
+}
+
+/// Retires drained segment `id`: kept as a spare while fewer than [`MAX_SPARES`]
+/// are, deleted otherwise. Either way it is no longer a segment.
+pub fn retire(dir: &Path, id: u64) -> io::Result<()> {
+    let path = segment_path(dir, id);
+    if spares(dir)?.len() < MAX_SPARES {
+        return fs::rename(
+            &path,
+            dir.join(format!("{SPARE_PREFIX}{id:020}{NEXT_SUFFIX}")),
+        );
+    }
+    fs::remove_file(&path)
+}
+
+/// Moves a spare to `to`, for the caller to zero-fill as the next segment.
+/// Returns whether there was one.
+pub fn take_spare(dir: &Path, to: &Path) -> bool {
+    spares(dir).is_ok_and(|s| s.iter().any(|p| fs::rename(p, to).is_ok()))
+}
+
+/// Deletes the spares (the disk is full: their room goes to the Ends of accepted
+/// calls). Returns whether there were any.
+pub fn remove_spares(dir: &Path) -> bool {
+    spares(dir).is_ok_and(|s| s.iter().filter(|p| fs::remove_file(p).is_ok()).count() > 0)
 }
 
 /// The file name of segment `id`.
@@ -210,6 +265,13 @@ pub fn read_range(
     let mut buf = Vec::new();
     let mut corrupt = false;
     while out.len() < max && offset < end {
+        if end - offset < frame::HEADER as u64 {
+            // Too short for a frame: the zeros after a sealed segment's data, or garbage.
+            let mut rest = Vec::new();
+            reader.read_to_end(&mut rest)?;
+            corrupt = rest.iter().any(|b| *b != 0);
+            break;
+        }
         if reader.read_exact(&mut header).is_err() {
             corrupt = true;
             break;
@@ -281,4 +343,56 @@ pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
 /// Frees the reserve (when the disk is full). Returns whether there was one.
 pub fn release_reserve(dir: &Path) -> bool {
     fs::remove_file(dir.join("reserve")).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Segment 1 in `dir`: one frame, then `tail`.
+    fn segment_with_tail(dir: &Path, tail: &[u8]) {
+        let mut bytes = Vec::new();
+        frame::encode_into(b"{}", &mut bytes);
+        bytes.extend_from_slice(tail);
+        fs::write(segment_path(dir, 1), bytes).unwrap();
+    }
+
+    #[test]
+    fn zeros_too_short_for_a_frame_end_a_sealed_segment_and_garbage_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = Pos {
+            segment: 1,
+            offset: 0,
+        };
+        segment_with_tail(dir.path(), &[0; 5]);
+        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10).unwrap();
+        assert_eq!((records.len(), offset, corrupt), (1, 10, false));
+        segment_with_tail(dir.path(), &[0, 0, 7, 0, 0]);
+        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10).unwrap();
+        assert_eq!((records.len(), offset, corrupt), (1, 10, true));
+    }
+
+    #[test]
+    fn drained_segments_are_kept_as_spares_up_to_the_limit_then_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in 1..=4 {
+            fs::write(segment_path(dir.path(), id), [1u8; 16]).unwrap();
+        }
+        for id in 1..=4 {
+            retire(dir.path(), id).unwrap();
+        }
+        assert!(list_segments(dir.path()).unwrap().is_empty());
+        assert_eq!(spares(dir.path()).unwrap().len(), MAX_SPARES);
+        let next = dir.path().join("next-1-0.seg.tmp");
+        assert!(take_spare(dir.path(), &next));
+        assert_eq!(fs::read(&next).unwrap(), [1u8; 16]);
+        assert_eq!(spares(dir.path()).unwrap().len(), MAX_SPARES - 1);
+        assert!(remove_spares(dir.path()));
+        assert!(!take_spare(
+            dir.path(),
+            &dir.path().join("next-1-1.seg.tmp")
+        ));
+        assert!(!remove_spares(dir.path()));
+    }
 }

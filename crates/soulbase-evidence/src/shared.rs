@@ -1,6 +1,6 @@
 //! State shared by the sink (callers), the writer thread and the drainer task.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -84,6 +84,10 @@ pub struct Shared {
     pub records_drained: AtomicU64,
     /// Records the store refused for good, kept in the quarantine file instead.
     pub records_quarantined: AtomicU64,
+    /// Data bytes of the segments sealed by this process, by id: a sealed segment
+    /// keeps its zeros after the data, and the drainer takes only the data off the
+    /// accounting when it retires it.
+    pub sealed: Mutex<HashMap<u64, u64>>,
     /// Set when the sink is shutting down.
     pub stopping: AtomicBool,
     /// Wakes the drainer for shutdown.

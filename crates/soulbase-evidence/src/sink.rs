@@ -1,5 +1,6 @@
 //! The durable evidence sink: spool first, store second.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -185,6 +186,7 @@ impl DurableSink {
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
             records_quarantined: AtomicU64::new(0),
+            sealed: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
         });

@@ -8,12 +8,15 @@
 //! data only — no file-size change or block allocation for the filesystem to
 //! persist, which is what makes an fsync slow and jittery on a busy disk. The zeros
 //! are written off the commit path: once the active segment is half full, a helper
-//! thread zero-fills and fsyncs the next segment as `next-….seg.tmp`, which the
-//! writer renames into place when it rolls over. Only when no prepared file is
-//! ready (the first segment after a start, or a slow disk) does the writer extend
-//! the active segment itself, a chunk at a time; that round's `fdatasync` then also
-//! flushes the chunk (measured: 3–8 ms instead of ~0.1 ms on a virtual disk). A
-//! segment is cut to its data when sealed.
+//! thread zero-fills and fsyncs the next segment as `next-….seg.tmp` — in a drained
+//! segment kept as a spare when there is one (see [`segment::SPARE_PREFIX`]: no
+//! blocks allocated, none freed), else in a new file — which the writer renames
+//! into place when it rolls over. Only when no prepared file is ready (the first
+//! segment after a start, or a slow disk) does the writer extend the active segment
+//! itself, a chunk at a time; that round's `fdatasync` then also flushes the chunk
+//! (measured: 3–8 ms instead of ~0.1 ms on a virtual disk). A segment is sealed as
+//! it is, its zeros after the data (readers stop at them): cutting them off would
+//! free blocks on the commit path.
 //!
 //! Before and after each round the writer checks that the active segment and
 //! `LOCK` still have names; a deleted spool is restored before the round is
@@ -39,18 +42,25 @@ const MAX_ROUND: usize = 32_768;
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
 
-/// Writes a zero-filled file of `bytes` at `path` (a new file: never one another
-/// writer could be using) and makes it durable, for the writer to rename into place
-/// as its next segment. It is flushed a MiB at a time, so the commits sharing the
-/// disk never queue behind one large flush, and stops early when `cancel` is set.
-/// On any failure the file is removed, so a full disk is not filled further.
-fn prepare_next(path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
+/// Writes a zero-filled file of at least `bytes` at `path` (a spare of `dir` moved
+/// there, or a new file: never one another writer could be using) and makes it
+/// durable, for the writer to rename into place as its next segment. A spare is
+/// zero-filled whole, so none of its old records is ever read again. It is
+/// flushed a MiB at a time, so the commits sharing the disk never queue behind one
+/// large flush, and stops early when `cancel` is set. On any failure the file is
+/// removed, so a full disk is not filled further.
+fn prepare_next(dir: &Path, path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
     let write = || {
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(path)?;
+        let file = if segment::take_spare(dir, path) {
+            OpenOptions::new().read(true).write(true).open(path)?
+        } else {
+            OpenOptions::new()
+                .create_new(true)
+                .read(true)
+                .write(true)
+                .open(path)?
+        };
+        let bytes = bytes.max(file.metadata()?.len());
         let zeros = vec![0u8; 1 << 20];
         let mut at = 0;
         while at < bytes {
@@ -104,10 +114,10 @@ impl Prepared {
             segment::NEXT_SUFFIX
         ));
         let cancel = Arc::new(AtomicBool::new(false));
-        let (p, c) = (path.clone(), cancel.clone());
+        let (d, p, c) = (dir.to_path_buf(), path.clone(), cancel.clone());
         match std::thread::Builder::new()
             .name("evidence-spool-prep".into())
-            .spawn(move || prepare_next(&p, bytes, &c))
+            .spawn(move || prepare_next(&d, &p, bytes, &c))
         {
             Ok(handle) => {
                 self.job = Some(Job {
@@ -283,9 +293,9 @@ pub fn run(
                 .inspect_err(|e| tracing::error!(error = %e, "not sealing the spool segment"))
                 .is_ok()
         } {
-            if let Err(e) = active.trim().and_then(|()| active.file.sync_all()) {
-                tracing::warn!(error = %e, "could not trim a sealed spool segment");
-            }
+            // Sealed as it is (see the module doc); the drainer accounts for its
+            // data, not its zeros, when it retires it.
+            lock(&shared.sealed).insert(active.id, active.len);
             let next = match prepared.take(&shared, active.id + 1) {
                 Some(next) => Ok(next),
                 None => open_segment(&shared, active.id + 1).map(|file| Active {
@@ -490,9 +500,9 @@ fn recover_from_failed_append(
     let mut result = append_round(shared, active, dir_lock, &bytes);
     if result.is_err()
         && !shared.fenced.load(Ordering::Acquire)
-        && segment::release_reserve(&shared.dir)
+        && (segment::release_reserve(&shared.dir) | segment::remove_spares(&shared.dir))
     {
-        tracing::warn!("released the spool reserve to write the Ends of accepted calls");
+        tracing::warn!("released the spool reserve and spares to write the Ends of accepted calls");
         let _ = active.trim();
         result = append_round(shared, active, dir_lock, &bytes);
     }
