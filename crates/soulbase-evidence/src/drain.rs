@@ -37,8 +37,8 @@ pub struct DrainOptions {
     pub min_backoff: Duration,
     /// Longest retry delay.
     pub max_backoff: Duration,
-    /// Shortest interval between checkpoint writes (a file write, fsync and
-    /// rename each, on the disk the spool fsyncs to), except on reaching a new
+    /// Shortest interval between checkpoint writes (a write in place and an
+    /// `fdatasync` each, on the disk the spool fsyncs to), except on reaching a new
     /// segment and at shutdown; the last position is written once this much time
     /// has passed, also when idle. The drained position is published with each
     /// checkpoint. A checkpoint lost to a crash only makes batches be re-sent,

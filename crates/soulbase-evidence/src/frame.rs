@@ -15,6 +15,11 @@ pub const MAX_PAYLOAD: usize = 16 << 20;
 /// server's CPU.
 const CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
+/// The CRC-32C of `bytes` (frames, and the drain checkpoint).
+pub fn checksum(bytes: &[u8]) -> u32 {
+    CRC.checksum(bytes)
+}
+
 /// Appends one frame holding `payload` to `out`.
 pub fn encode_into(payload: &[u8], out: &mut Vec<u8>) {
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
