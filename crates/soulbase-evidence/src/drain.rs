@@ -89,11 +89,18 @@ fn next_batch(shared: &Shared, pos: Pos, max: usize) -> std::io::Result<(Vec<Enc
                 "the spool directory's LOCK is missing or not this sink's",
             ));
         }
-        let limit = (pos.segment == committed.segment).then_some(committed.offset);
+        // A sealed segment is read up to its data, when this process sealed it:
+        // never into the zeros after it, nor into frames of a round that failed.
+        let active = pos.segment == committed.segment;
+        let limit = if active {
+            Some(committed.offset)
+        } else {
+            lock(&shared.sealed).get(&pos.segment).copied()
+        };
         let (records, offset, corrupt) = match segment::read_range(&shared.dir, pos, limit, max) {
             Ok(r) => r,
             // A sealed segment deleted before it was drained: its records are gone.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && limit.is_none() => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !active => {
                 tracing::error!(
                     segment = pos.segment,
                     "a spool segment was deleted before it was drained; its records are lost"
@@ -167,7 +174,10 @@ fn delete_drained(shared: &Shared, drained: Pos) {
         let sealed = lock(&shared.sealed).get(&id).copied();
         // Segments sealed before this start were cut to their data by recovery.
         let len = sealed.unwrap_or_else(|| std::fs::metadata(&path).map_or(0, |m| m.len()));
-        if segment::retire(&shared.dir, id).is_ok() {
+        // No spares while appends fail (a full disk): their room is better spent
+        // on the Ends of accepted calls.
+        let keep = !shared.broken.load(Ordering::Acquire);
+        if segment::retire(&shared.dir, id, keep).is_ok() {
             lock(&shared.sealed).remove(&id);
             let mut a = lock(&shared.acct);
             a.disk = a.disk.saturating_sub(len);

@@ -60,7 +60,9 @@ pub fn remove_prepared(dir: &Path) {
 /// on the disk until it is done: measured here, the commit waiting behind the
 /// deletion of a 16 MiB segment took ~20 ms instead of ~0.05 ms, stalling every
 /// call in flight. A spare is zero-filled in place as the next segment instead,
-/// which frees nothing and allocates nothing.
+/// which frees nothing (and allocates only where the spare is shorter than a
+/// segment). Beyond [`MAX_SPARES`] (a backlog drained at once) segments are still
+/// deleted.
 pub const SPARE_PREFIX: &str = "spare-";
 /// Most drained segments kept as spares (uncounted against the spool cap, like a
 /// prepared next segment); more are deleted. One is taken per segment written, so
@@ -80,11 +82,11 @@ fn spares(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// Retires drained segment `id`: kept as a spare while fewer than [`MAX_SPARES`]
-/// are, deleted otherwise. Either way it is no longer a segment.
-pub fn retire(dir: &Path, id: u64) -> io::Result<()> {
+/// Retires drained segment `id`: kept as a spare if `keep` and fewer than
+/// [`MAX_SPARES`] are, deleted otherwise. Either way it is no longer a segment.
+pub fn retire(dir: &Path, id: u64, keep: bool) -> io::Result<()> {
     let path = segment_path(dir, id);
-    if spares(dir)?.len() < MAX_SPARES {
+    if keep && spares(dir)?.len() < MAX_SPARES {
         return fs::rename(
             &path,
             dir.join(format!("{SPARE_PREFIX}{id:020}{NEXT_SUFFIX}")),
@@ -224,12 +226,15 @@ fn checkpoint_crc(segment: &str, offset: &str) -> u32 {
     frame::checksum(format!("{segment} {offset}").as_bytes())
 }
 
-/// Replaces the checkpoint in place: one fixed-width line with a checksum,
-/// written over the last and made durable with `fdatasync`. Unlike a new file
-/// renamed into place, this changes no metadata, so it never makes the spool's own
-/// commits wait for a journal commit (measured: a rename-based checkpoint ten times
-/// a second delayed one spool commit in a hundred by ~1 ms). A write torn by a
-/// crash fails the checksum (see [`read_checkpoint`]).
+/// Replaces the checkpoint: one fixed-width line with a checksum, written over the
+/// last in place and made durable with `fdatasync`. Unlike a new file renamed into
+/// place, this changes no metadata, so it never makes the spool's own commits wait
+/// for a journal commit (measured: a rename-based checkpoint ten times a second
+/// delayed one spool commit in a hundred by ~1 ms). A write torn by a crash fails
+/// the checksum (see [`read_checkpoint`]). A file of another length (none yet, or
+/// the unchecksummed line of an earlier version) is replaced once by a new file
+/// renamed into place, so an in-place write never mixes with a line that has no
+/// checksum.
 pub fn write_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
     let (segment, offset) = (
         format!("{:020}", pos.segment),
@@ -237,17 +242,19 @@ pub fn write_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
     );
     let crc = checkpoint_crc(&segment, &offset);
     let line = format!("{segment} {offset} {crc:08x}\n");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("checkpoint"))?;
-    f.write_all_at(line.as_bytes(), 0)?;
-    if f.metadata()?.len() > line.len() as u64 {
-        // A longer line of an earlier version: cut once.
-        f.set_len(line.len() as u64)?;
+    let path = dir.join("checkpoint");
+    if let Ok(f) = OpenOptions::new().write(true).open(&path)
+        && f.metadata()?.len() == line.len() as u64
+    {
+        f.write_all_at(line.as_bytes(), 0)?;
+        return f.sync_data();
     }
-    f.sync_data()
+    let tmp = dir.join("checkpoint.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(line.as_bytes())?;
+    f.sync_data()?;
+    fs::rename(&tmp, &path)?;
+    sync_dir(dir)
 }
 
 /// The intact frames of one segment, and where the intact prefix ends.
@@ -433,12 +440,16 @@ mod tests {
         };
         write_checkpoint(dir.path(), pos).unwrap();
         assert_eq!(read_checkpoint(dir.path()).unwrap(), Some(pos));
+        // From now on it is the same file, rewritten in place.
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let first = inode(&dir.path().join("checkpoint"));
         let next = Pos {
             segment: 12,
             offset: 77,
         };
         write_checkpoint(dir.path(), next).unwrap();
         assert_eq!(read_checkpoint(dir.path()).unwrap(), Some(next));
+        assert_eq!(inode(&dir.path().join("checkpoint")), first);
         let text = fs::read_to_string(dir.path().join("checkpoint")).unwrap();
         assert_eq!(text.lines().count(), 1, "{text:?}");
         // Half the new line over the old one: the checksum fails, nothing is trusted.
@@ -458,10 +469,14 @@ mod tests {
             fs::write(segment_path(dir.path(), id), [1u8; 16]).unwrap();
         }
         for id in 1..=4 {
-            retire(dir.path(), id).unwrap();
+            retire(dir.path(), id, true).unwrap();
         }
         assert!(list_segments(dir.path()).unwrap().is_empty());
         assert_eq!(spares(dir.path()).unwrap().len(), MAX_SPARES);
+        // Not kept when told not to (the disk is full).
+        fs::write(segment_path(dir.path(), 5), [1u8; 16]).unwrap();
+        retire(dir.path(), 5, false).unwrap();
+        assert!(list_segments(dir.path()).unwrap().is_empty());
         let next = dir.path().join("next-1-0.seg.tmp");
         assert!(take_spare(dir.path(), &next));
         assert_eq!(fs::read(&next).unwrap(), [1u8; 16]);

@@ -52,6 +52,10 @@ const CHUNK: u64 = 4 << 20;
 fn prepare_next(dir: &Path, path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
     let write = || {
         let file = if segment::take_spare(dir, path) {
+            // The spare's names made durable before its old records are
+            // overwritten: a crash must never bring a half-zeroed file back as the
+            // drained segment it was.
+            segment::sync_dir(dir)?;
             OpenOptions::new().read(true).write(true).open(path)?
         } else {
             OpenOptions::new()
