@@ -308,13 +308,8 @@ async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_tail_is_cut_and_intact_records_survive() {
     let dir = tempfile::tempdir().unwrap();
-    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir.path())).await;
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
-    drop(sink);
     // A half-written frame at the end of the newest segment.
-    let last = &newest_segment(dir.path());
+    let last = &spool_one_call(dir.path()).await;
     let mut bytes = std::fs::read(last).unwrap();
     bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"']);
     std::fs::write(last, bytes).unwrap();
@@ -325,6 +320,17 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     assert!(report.aborted.is_empty());
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store), (1, 1, 0));
+}
+
+/// Spools one call (Begin and End) in `dir` with the store down, lets the sink go,
+/// and returns the segment holding it.
+async fn spool_one_call(dir: &std::path::Path) -> std::path::PathBuf {
+    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir)).await;
+    let b = begin();
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    drop(sink);
+    newest_segment(dir)
 }
 
 /// The path of the newest spool segment in `dir`.
@@ -361,12 +367,7 @@ fn append_frame(path: &std::path::Path, payload: &[u8]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_intact_spool_frame_that_is_not_a_record_is_quarantined_not_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let (sink, _down) = open_with_store_down(SpoolOptions::new(dir.path())).await;
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
-    drop(sink);
-    let last = &newest_segment(dir.path());
+    let last = &spool_one_call(dir.path()).await;
     // Checksums intact, contents not records: JSON of another shape, and not JSON.
     append_frame(last, br#"{"not":"a record"}"#);
     append_frame(last, b"garbage");
