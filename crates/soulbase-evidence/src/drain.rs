@@ -165,7 +165,8 @@ fn delete_drained(shared: &Shared, drained: Pos) {
     let Ok(ids) = segment::list_segments(&shared.dir) else {
         return;
     };
-    let mut deleted = false;
+    // Until the renames below are durable (see `Shared::spare_names`).
+    let mut names_durable = lock(&shared.spare_names);
     for id in ids {
         if id >= drained.segment || id >= pin || id >= active {
             break;
@@ -177,15 +178,15 @@ fn delete_drained(shared: &Shared, drained: Pos) {
         // No spares while appends fail (a full disk): their room is better spent
         // on the Ends of accepted calls.
         let keep = !shared.broken.load(Ordering::Acquire);
+        *names_durable = false;
         if segment::retire(&shared.dir, id, keep).is_ok() {
             lock(&shared.sealed).remove(&id);
             let mut a = lock(&shared.acct);
             a.disk = a.disk.saturating_sub(len);
-            deleted = true;
         }
     }
-    if deleted {
-        let _ = segment::sync_dir(&shared.dir);
+    if !*names_durable {
+        *names_durable = segment::sync_dir(&shared.dir).is_ok();
     }
 }
 

@@ -42,20 +42,27 @@ const MAX_ROUND: usize = 32_768;
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
 
-/// Writes a zero-filled file of at least `bytes` at `path` (a spare of `dir` moved
+/// Writes a zero-filled file of at least `bytes` at `path` (a spare of the spool moved
 /// there, or a new file: never one another writer could be using) and makes it
 /// durable, for the writer to rename into place as its next segment. A spare is
 /// zero-filled whole, so none of its old records is ever read again. It is
 /// flushed a MiB at a time, so the commits sharing the disk never queue behind one
 /// large flush, and stops early when `cancel` is set. On any failure the file is
 /// removed, so a full disk is not filled further.
-fn prepare_next(dir: &Path, path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
+fn prepare_next(shared: &Shared, path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
     let write = || {
-        let file = if segment::take_spare(dir, path) {
-            // The spare's names made durable before its old records are
-            // overwritten: a crash must never bring a half-zeroed file back as the
-            // drained segment it was.
-            segment::sync_dir(dir)?;
+        // A spare is taken only once the rename that made it one is durable (see
+        // `Shared::spare_names`): a crash must never bring a half-zeroed file back
+        // as the drained segment it was.
+        let spare = {
+            let mut names_durable = lock(&shared.spare_names);
+            if !*names_durable {
+                segment::sync_dir(&shared.dir)?;
+                *names_durable = true;
+            }
+            segment::take_spare(&shared.dir, path)
+        };
+        let file = if spare {
             OpenOptions::new().read(true).write(true).open(path)?
         } else {
             OpenOptions::new()
@@ -106,11 +113,11 @@ struct Prepared {
 
 impl Prepared {
     /// Starts preparing a next segment of `bytes`, unless one is under way.
-    fn start(&mut self, dir: &Path, bytes: u64) {
+    fn start(&mut self, shared: &Arc<Shared>, bytes: u64) {
         if self.job.is_some() {
             return;
         }
-        let path = dir.join(format!(
+        let path = shared.dir.join(format!(
             "{}{}-{}{}",
             segment::NEXT_PREFIX,
             std::process::id(),
@@ -118,10 +125,10 @@ impl Prepared {
             segment::NEXT_SUFFIX
         ));
         let cancel = Arc::new(AtomicBool::new(false));
-        let (d, p, c) = (dir.to_path_buf(), path.clone(), cancel.clone());
+        let (s, p, c) = (shared.clone(), path.clone(), cancel.clone());
         match std::thread::Builder::new()
             .name("evidence-spool-prep".into())
-            .spawn(move || prepare_next(&d, &p, bytes, &c))
+            .spawn(move || prepare_next(&s, &p, bytes, &c))
         {
             Ok(handle) => {
                 self.job = Some(Job {
@@ -285,7 +292,7 @@ pub fn run(
             }
         }
         if active.len >= segment_bytes / 2 && !shared.broken.load(Ordering::Acquire) {
-            prepared.start(&shared.dir, prepared_bytes);
+            prepared.start(&shared, prepared_bytes);
         }
         // Never while broken: the last round failed, and a segment whose file was
         // deleted and could not be restored must not be sealed and left behind.
