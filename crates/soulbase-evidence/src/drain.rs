@@ -165,8 +165,8 @@ fn delete_drained(shared: &Shared, drained: Pos) {
     let Ok(ids) = segment::list_segments(&shared.dir) else {
         return;
     };
-    // Until the renames below are durable (see `Shared::spare_names`).
-    let mut names_durable = lock(&shared.spare_names);
+    let mut retired = false;
+    let mut kept = Vec::new();
     for id in ids {
         if id >= drained.segment || id >= pin || id >= active {
             break;
@@ -178,15 +178,18 @@ fn delete_drained(shared: &Shared, drained: Pos) {
         // No spares while appends fail (a full disk): their room is better spent
         // on the Ends of accepted calls.
         let keep = !shared.broken.load(Ordering::Acquire);
-        *names_durable = false;
-        if segment::retire(&shared.dir, id, keep).is_ok() {
+        if let Ok(spare) = segment::retire(&shared.dir, id, keep) {
             lock(&shared.sealed).remove(&id);
             let mut a = lock(&shared.acct);
             a.disk = a.disk.saturating_sub(len);
+            retired = true;
+            kept.extend(spare);
         }
     }
-    if !*names_durable {
-        *names_durable = segment::sync_dir(&shared.dir).is_ok();
+    // New spares are offered for reuse only once their names are durable (see
+    // `Shared::spares`); if the sync fails they wait for the next start.
+    if retired && segment::sync_dir(&shared.dir).is_ok() {
+        lock(&shared.spares).extend(kept);
     }
 }
 

@@ -70,7 +70,7 @@ pub const SPARE_PREFIX: &str = "spare-";
 pub const MAX_SPARES: usize = 2;
 
 /// The spares in `dir`.
-fn spares(dir: &Path) -> io::Result<Vec<PathBuf>> {
+pub fn spares(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(fs::read_dir(dir)?
         .filter_map(Result::ok)
         .filter(|e| {
@@ -84,21 +84,27 @@ fn spares(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// Retires drained segment `id`: kept as a spare if `keep` and fewer than
 /// [`MAX_SPARES`] are, deleted otherwise. Either way it is no longer a segment.
-pub fn retire(dir: &Path, id: u64, keep: bool) -> io::Result<()> {
+/// Returns the spare's path when it was kept (its new name is durable only once
+/// the directory is synced).
+pub fn retire(dir: &Path, id: u64, keep: bool) -> io::Result<Option<PathBuf>> {
     let path = segment_path(dir, id);
     if keep && spares(dir)?.len() < MAX_SPARES {
-        return fs::rename(
-            &path,
-            dir.join(format!("{SPARE_PREFIX}{id:020}{NEXT_SUFFIX}")),
-        );
+        let spare = dir.join(format!("{SPARE_PREFIX}{id:020}{NEXT_SUFFIX}"));
+        fs::rename(&path, &spare)?;
+        return Ok(Some(spare));
     }
-    fs::remove_file(&path)
+    fs::remove_file(&path).map(|()| None)
 }
 
-/// Moves a spare to `to`, for the caller to zero-fill as the next segment.
-/// Returns whether there was one.
-pub fn take_spare(dir: &Path, to: &Path) -> bool {
-    spares(dir).is_ok_and(|s| s.iter().any(|p| fs::rename(p, to).is_ok()))
+/// Moves one of `spares` to `to`, for the caller to zero-fill as the next segment,
+/// taking it off the list (as are spares that are gone). Returns whether there was one.
+pub fn take_spare(spares: &mut Vec<PathBuf>, to: &Path) -> bool {
+    while let Some(spare) = spares.pop() {
+        if fs::rename(&spare, to).is_ok() {
+            return true;
+        }
+    }
+    false
 }
 
 /// Deletes the spares (the disk is full: their room goes to the Ends of accepted
@@ -468,23 +474,38 @@ mod tests {
         for id in 1..=4 {
             fs::write(segment_path(dir.path(), id), [1u8; 16]).unwrap();
         }
-        for id in 1..=4 {
-            retire(dir.path(), id, true).unwrap();
-        }
+        let kept: Vec<_> = (1..=4)
+            .filter_map(|id| retire(dir.path(), id, true).unwrap())
+            .collect();
         assert!(list_segments(dir.path()).unwrap().is_empty());
-        assert_eq!(spares(dir.path()).unwrap().len(), MAX_SPARES);
+        assert_eq!(kept.len(), MAX_SPARES);
+        let mut on_disk = spares(dir.path()).unwrap();
+        on_disk.sort();
+        assert_eq!(on_disk, kept);
         // Not kept when told not to (the disk is full).
         fs::write(segment_path(dir.path(), 5), [1u8; 16]).unwrap();
-        retire(dir.path(), 5, false).unwrap();
+        assert_eq!(retire(dir.path(), 5, false).unwrap(), None);
         assert!(list_segments(dir.path()).unwrap().is_empty());
+        // Only listed spares are taken: one not on the list stays where it is.
         let next = dir.path().join("next-1-0.seg.tmp");
-        assert!(take_spare(dir.path(), &next));
+        let mut listed = vec![kept[0].clone()];
+        assert!(take_spare(&mut listed, &next));
+        assert!(listed.is_empty());
         assert_eq!(fs::read(&next).unwrap(), [1u8; 16]);
-        assert_eq!(spares(dir.path()).unwrap().len(), MAX_SPARES - 1);
+        assert_eq!(spares(dir.path()).unwrap(), vec![kept[1].clone()]);
+        // A listed spare that is gone is skipped and dropped from the list.
+        let mut listed = vec![kept[1].clone(), kept[0].clone()];
+        let next = dir.path().join("next-1-1.seg.tmp");
+        assert!(take_spare(&mut listed, &next));
+        assert!(listed.is_empty());
+        assert!(spares(dir.path()).unwrap().is_empty());
+        // Deleted spares are gone for good.
+        fs::write(segment_path(dir.path(), 6), [1u8; 16]).unwrap();
+        let spare = retire(dir.path(), 6, true).unwrap().unwrap();
         assert!(remove_spares(dir.path()));
         assert!(!take_spare(
-            dir.path(),
-            &dir.path().join("next-1-1.seg.tmp")
+            &mut vec![spare],
+            &dir.path().join("next-1-2.seg.tmp")
         ));
         assert!(!remove_spares(dir.path()));
     }

@@ -88,12 +88,13 @@ pub struct Shared {
     /// keeps its zeros after the data, and the drainer takes only the data off the
     /// accounting when it retires it.
     pub sealed: Mutex<HashMap<u64, u64>>,
-    /// Whether every spare's name is durable (a crash cannot turn it back into the
-    /// drained segment it was). Held by the drainer while it renames drained
-    /// segments into spares until the directory is synced, and by the prep helper
-    /// while it takes a spare: the helper syncs the directory itself only when the
-    /// drainer's sync failed, so a reused spare costs no fsync of its own.
-    pub spare_names: Mutex<bool>,
+    /// The spares the prep helper may zero-fill as a next segment: those whose
+    /// names are durable, so a crash cannot turn a half-zeroed spare back into the
+    /// drained segment it was. Listed at start-up after the directory is synced,
+    /// and extended by the drainer after each directory sync that follows its
+    /// renames; spares left by anyone else are never taken (they are listed at the
+    /// next start).
+    pub spares: Mutex<Vec<PathBuf>>,
     /// Set when the sink is shutting down.
     pub stopping: AtomicBool,
     /// Wakes the drainer for shutdown.

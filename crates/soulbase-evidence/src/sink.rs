@@ -187,8 +187,8 @@ impl DurableSink {
             records_drained: AtomicU64::new(0),
             records_quarantined: AtomicU64::new(0),
             sealed: Mutex::new(HashMap::new()),
-            // The directory was synced after recovery, above.
-            spare_names: Mutex::new(true),
+            // Durable: the directory was synced after recovery (`prepare`).
+            spares: Mutex::new(segment::spares(&options.dir).unwrap_or_default()),
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
         });

@@ -51,17 +51,10 @@ const CHUNK: u64 = 4 << 20;
 /// removed, so a full disk is not filled further.
 fn prepare_next(shared: &Shared, path: &Path, bytes: u64, cancel: &AtomicBool) -> io::Result<File> {
     let write = || {
-        // A spare is taken only once the rename that made it one is durable (see
-        // `Shared::spare_names`): a crash must never bring a half-zeroed file back
-        // as the drained segment it was.
-        let spare = {
-            let mut names_durable = lock(&shared.spare_names);
-            if !*names_durable {
-                segment::sync_dir(&shared.dir)?;
-                *names_durable = true;
-            }
-            segment::take_spare(&shared.dir, path)
-        };
+        // Only a spare whose name is durable (see `Shared::spares`): a crash must
+        // never bring a half-zeroed file back as the drained segment it was. None
+        // from a directory that is no longer this sink's.
+        let spare = shared.owns_dir() && segment::take_spare(&mut lock(&shared.spares), path);
         let file = if spare {
             OpenOptions::new().read(true).write(true).open(path)?
         } else {
