@@ -214,9 +214,7 @@ async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
     assert_eq!(Some(kept.id), refused_id);
     assert_eq!(lines[0]["refused"], "refused by the test");
     // Later records still drain.
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
+    record_calls(&sink, 1).await;
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store.inner), (50, 51, 0));
 }
@@ -258,21 +256,8 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
     assert!(!stale.exists(), "start-up removes a stale next segment");
     // Many rollovers, most onto segments prepared by the helper thread; the store
     // is down, so every segment stays for recovery to read back.
-    for _ in 0..300 {
-        let b = begin();
-        sink.record(b.clone()).await.unwrap();
-        sink.record(end(&b)).await.unwrap();
-    }
-    let segments = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with("seg-")
-        })
-        .count();
+    record_calls(&sink, 300).await;
+    let segments = segment_files(dir.path());
     assert!(segments > 10, "{segments} segments");
     drop(sink);
 
@@ -293,11 +278,7 @@ async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_re
     let (sink, down) = open_with_store_down(opts.clone()).await;
     // Some may still be queued when the sink goes away: the old writer writes them
     // and only then releases the directory, so the reopened spool sees them all.
-    for _ in 0..2_000 {
-        let b = begin();
-        sink.record(b.clone()).await.unwrap();
-        sink.record(end(&b)).await.unwrap();
-    }
+    record_calls(&sink, 2_000).await;
     drop(sink);
     let (_sink, report) = reopen(opts.clone(), down.clone()).await;
     assert_eq!(report.records, 4_000);
@@ -322,13 +303,20 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     assert_eq!(count(&store), (1, 1, 0));
 }
 
+/// Records `n` calls (a Begin and its End each), one after another.
+async fn record_calls(sink: &DurableSink, n: usize) {
+    for _ in 0..n {
+        let b = begin();
+        sink.record(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+    }
+}
+
 /// Spools one call (Begin and End) in `dir` with the store down, lets the sink go,
 /// and returns the segment holding it.
 async fn spool_one_call(dir: &std::path::Path) -> std::path::PathBuf {
     let (sink, _down) = open_with_store_down(SpoolOptions::new(dir)).await;
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
+    record_calls(&sink, 1).await;
     drop(sink);
     newest_segment(dir)
 }
@@ -434,11 +422,7 @@ async fn a_batch_resent_after_a_lost_ack_lands_once() {
     let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
         .await
         .unwrap();
-    for _ in 0..50 {
-        let b = begin();
-        sink.record(b.clone()).await.unwrap();
-        sink.record(end(&b)).await.unwrap();
-    }
+    record_calls(&sink, 50).await;
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store.inner), (50, 50, 0));
     assert!(store.writes.load(Ordering::SeqCst) >= 3);
@@ -451,28 +435,13 @@ async fn async_mode_and_segment_rotation_delete_drained_segments() {
     let mut opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
     opts.segment_bytes = 8 << 10;
     let (sink, _) = DurableSink::open(opts, store.clone()).await.unwrap();
-    for _ in 0..500 {
-        let b = begin();
-        sink.record(b.clone()).await.unwrap();
-        sink.record(end(&b)).await.unwrap();
-    }
+    record_calls(&sink, 500).await;
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store), (500, 500, 0));
     // One more round so the drainer deletes what it finished with.
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
+    record_calls(&sink, 1).await;
     sink.wait_drained(LIMIT).await.unwrap();
-    let segments = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "log")
-        })
-        .count();
+    let segments = segment_files(dir.path());
     assert!(segments <= 2, "{segments} segments left");
     assert!(sink.stats().disk_bytes < 32 << 10);
 }
@@ -486,16 +455,10 @@ async fn drained_segments_are_reused_and_their_old_records_never_come_back() {
     let (sink, _) = DurableSink::open(opts.clone(), store.clone())
         .await
         .unwrap();
-    for _ in 0..300 {
-        let b = begin();
-        sink.record(b.clone()).await.unwrap();
-        sink.record(end(&b)).await.unwrap();
-    }
+    record_calls(&sink, 300).await;
     sink.wait_drained(LIMIT).await.unwrap();
     // One more round so the drainer retires what it finished with.
-    let b = begin();
-    sink.record(b.clone()).await.unwrap();
-    sink.record(end(&b)).await.unwrap();
+    record_calls(&sink, 1).await;
     sink.wait_drained(LIMIT).await.unwrap();
     let spares = spare_inodes(dir.path());
     assert!((1..=2).contains(&spares.len()), "{} spares", spares.len());
