@@ -193,14 +193,21 @@ fn delete_drained(shared: &Shared, drained: Pos) {
     }
 }
 
+/// Why a job is skipped: the sink was dropped and its writer is releasing `LOCK`
+/// (see [`crate::shared::Hold`]).
+const CLOSING: &str = "the evidence sink is closing";
+
 /// A read of the spool in progress: the records and the position after them.
 type Read = tokio::task::JoinHandle<std::io::Result<(Vec<EncodedRecord>, Pos)>>;
 
 /// Reads the next batch after `pos` on the blocking pool (records as their text:
 /// the store reads only the fields it indexes).
 fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
-    let shared = shared.clone();
-    tokio::task::spawn_blocking(move || next_batch(&shared, pos, max))
+    let held = shared.try_hold();
+    tokio::task::spawn_blocking(move || match held {
+        Some(shared) => next_batch(&shared, pos, max),
+        None => Err(std::io::Error::other(CLOSING)),
+    })
 }
 
 /// Runs until the sink stops and everything committed is drained (or it is told to
@@ -225,8 +232,7 @@ pub async fn run(
     let mut pos = *lock(&shared.drained);
     let mut backoff = opts.min_backoff;
     // Segments drained before a restart need no new record to be cleaned up.
-    {
-        let s = shared.clone();
+    if let Some(s) = shared.try_hold() {
         let _ = tokio::task::spawn_blocking(move || delete_drained(&s, pos)).await;
     }
     let mut prefetched: Option<Read> = None;
@@ -413,7 +419,10 @@ async fn isolate(
             }
             Err(e) if is_store_refusal(&e) => {
                 let cause = e.field("reason").unwrap_or(e.message()).to_owned();
-                let (record, why, s) = (records[start].clone(), cause.clone(), shared.clone());
+                let Some(s) = shared.try_hold() else {
+                    return Err(crate::shared::unavailable(CLOSING).with_note(e.to_string()));
+                };
+                let (record, why) = (records[start].clone(), cause.clone());
                 let written =
                     tokio::task::spawn_blocking(move || segment::quarantine(&s.dir, &record, &why))
                         .await
@@ -452,8 +461,9 @@ async fn finish(checkpoint: Option<tokio::task::JoinHandle<()>>) {
 async fn persist(shared: &Arc<Shared>, pos: Pos) {
     // Not this sink's directory (deleted, or another process's now): no file is
     // written there, but what is in the store is still published as drained.
-    if shared.owns_dir() {
-        let s = shared.clone();
+    // Closing: the sink is gone, and the next start drains from the last checkpoint.
+    let held = shared.try_hold().filter(|_| shared.owns_dir());
+    if let Some(s) = held {
         let written = tokio::task::spawn_blocking(move || {
             let r = segment::write_checkpoint(&s.dir, pos);
             if r.is_ok() {

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::EnvelopeId;
@@ -99,6 +99,68 @@ pub struct Shared {
     pub stopping: AtomicBool,
     /// Wakes the drainer for shutdown.
     pub stop_notify: Notify,
+    /// The [`Hold`]s alive, and whether new ones are refused (the writer is closing).
+    pub holds: Mutex<Holds>,
+    /// Signalled when the last [`Hold`] is dropped.
+    pub released: Condvar,
+}
+
+/// The count behind [`Shared::holds`].
+#[derive(Debug, Default)]
+pub struct Holds {
+    /// Holds alive.
+    pub count: usize,
+    /// Set by the writer once no sender is left: no hold is given out after that.
+    pub closing: bool,
+}
+
+/// Keeps the writer from releasing `LOCK` while alive. Each of the drainer's jobs
+/// that touches the directory (reads, checkpoints, retirements, quarantine) runs
+/// under one: a job already running on the blocking pool when the sink is dropped
+/// finishes anyway (aborting the drainer does not stop it), and must not touch the
+/// directory once another sink, in this process or another, has locked it.
+/// Derefs to the shared state.
+pub struct Hold(Arc<Shared>);
+
+impl Shared {
+    /// A [`Hold`] for a job about to touch the directory; `None` once the writer is
+    /// closing (the sink is gone: the job is skipped, the next start redoes it).
+    pub fn try_hold(self: &Arc<Self>) -> Option<Hold> {
+        let mut holds = lock(&self.holds);
+        if holds.closing {
+            return None;
+        }
+        holds.count += 1;
+        Some(Hold(self.clone()))
+    }
+
+    /// Refuses new holds and blocks until every [`Hold`] is dropped. Only the
+    /// writer calls it, once no sender is left, before it releases `LOCK`; the jobs
+    /// it waits for are short file operations, never the store.
+    pub fn close_and_wait(&self) {
+        let mut holds = lock(&self.holds);
+        holds.closing = true;
+        while holds.count > 0 {
+            holds = self.released.wait(holds).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl std::ops::Deref for Hold {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut holds = lock(&self.0.holds);
+        holds.count = holds.count.saturating_sub(1);
+        if holds.count == 0 {
+            self.0.released.notify_all();
+        }
+    }
 }
 
 /// Locks a mutex, recovering from poisoning (the data is plain counters).

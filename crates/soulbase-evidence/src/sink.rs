@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,7 +15,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use crate::drain::{self, DrainOptions};
 use crate::recovery::{self, RecoveryReport};
 use crate::segment::{self, Pos};
-use crate::shared::{Accounting, Kind, Request, Shared, lock, unavailable};
+use crate::shared::{Accounting, Holds, Kind, Request, Shared, lock, unavailable};
 use crate::{frame, writer};
 
 /// When a record counts as recorded.
@@ -127,6 +127,9 @@ struct Inner {
     tx: mpsc::Sender<Request>,
     durability: Durability,
     drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Stops the drainer on drop, even after a `shutdown` that was cancelled while
+    /// it waited for the drainer.
+    drainer_abort: tokio::task::AbortHandle,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -191,6 +194,8 @@ impl DurableSink {
             spares: Mutex::new(segment::spares(&options.dir).unwrap_or_default()),
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
+            holds: Mutex::new(Holds::default()),
+            released: Condvar::new(),
         });
         let (tx, rx) = mpsc::channel(options.queue);
         let active = writer::Active {
@@ -218,6 +223,7 @@ impl DurableSink {
                     shared,
                     tx,
                     durability: options.durability,
+                    drainer_abort: drainer.abort_handle(),
                     drainer: Mutex::new(Some(drainer)),
                     writer: Mutex::new(Some(writer)),
                 }),
@@ -302,12 +308,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.stop_notify.notify_waiters();
-        if let Some(h) = lock(&self.drainer).take() {
-            h.abort();
-        }
+        self.drainer_abort.abort();
         // The writer thread ends once the channel closes (after `tx` is dropped with
         // this struct); it acknowledges nothing it has not made durable, and holds
-        // the directory lock until it has written everything queued.
+        // the directory lock until it has written everything queued and the
+        // drainer's jobs already started have ended (a retirement running on the
+        // blocking pool would otherwise race the next sink's recovery).
         let _ = lock(&self.writer).take();
     }
 }
@@ -325,7 +331,7 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     std::fs::create_dir_all(dir).map_err(|e| io("creating the directory", e))?;
     let lock_file = segment::lock_dir(dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => {
-            unavailable("the evidence spool is in use by another process")
+            unavailable("the evidence spool is in use (another process, or a sink still closing)")
                 .with_field("dir", dir.display().to_string())
         }
         _ => io("opening LOCK", e),
@@ -387,5 +393,58 @@ impl EvidenceSink for DurableSink {
                 .map_err(|_| unavailable("the spool writer has stopped"))?,
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use soulbase_observe::MemoryStore;
+
+    /// A job of the drainer still running on the blocking pool when the sink is
+    /// dropped (a retirement, a checkpoint) keeps `LOCK` held until it ends, so a
+    /// sink reopened on the directory never recovers it while the job writes there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_keeps_the_lock_until_the_drainers_jobs_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SpoolOptions::new(dir.path());
+        let (sink, _) = DurableSink::open(opts, Arc::new(MemoryStore::new()))
+            .await
+            .unwrap();
+        sink.flush().await.unwrap();
+        let shared = sink.inner.shared.clone();
+        let job = shared.try_hold().unwrap();
+        drop(sink);
+        // Time for the writer to see the channel close and, without the hold, to
+        // release the lock (it does within microseconds).
+        let until = std::time::Instant::now() + Duration::from_millis(200);
+        while std::time::Instant::now() < until {
+            let err = segment::lock_dir(dir.path()).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+            tokio::task::yield_now().await;
+        }
+        drop(job);
+        let relocked = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match segment::lock_dir(dir.path()) {
+                    Ok(file) => return file,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::task::yield_now().await
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+        .await;
+        assert!(
+            relocked.is_ok(),
+            "the writer released LOCK once the job ended"
+        );
+        assert!(
+            shared.try_hold().is_none(),
+            "no job starts once the writer is closing"
+        );
     }
 }

@@ -237,9 +237,10 @@ impl Active {
 /// Runs until every sender is gone; every batch is durable before it is acknowledged.
 ///
 /// `dir_lock` is the spool directory's lock: held here, it is released only once
-/// the last queued request is written and any preparation has finished, so a
-/// spool reopened meanwhile (same process, after the sink is dropped) never has two
-/// writers.
+/// the last queued request is written, any preparation has finished and so has
+/// every drainer job already started (see [`crate::shared::Hold`]), so a spool
+/// reopened meanwhile (same process, after the sink is dropped) never has two
+/// writers, nor a job of the old sink's drainer deleting files under its recovery.
 pub fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<Request>,
@@ -328,8 +329,10 @@ pub fn run(
         }
     }
     // Every sender is gone: stop a preparation and remove its file (the next start
-    // would), so nothing writes in the directory once the lock is released.
+    // would), and wait for the drainer's jobs, so nothing writes in the directory
+    // once the lock is released.
     prepared.abandon();
+    shared.close_and_wait();
     drop(dir_lock);
 }
 
