@@ -9,7 +9,7 @@ use std::time::Duration;
 
 pub mod postgres;
 
-pub use postgres::PgCluster;
+pub use postgres::{PgCluster, find_binary, free_port};
 
 /// The Postgres server URL for tests, from `DATABASE_URL`.
 ///

@@ -1,9 +1,10 @@
-//! A throwaway PostgreSQL cluster a test owns: started from the local server
-//! binaries (`initdb`, `pg_ctl`, found on `PATH` or under
-//! `/usr/lib/postgresql/<version>/bin`) in a temp dir on a free port, so the test
-//! can stop and restart it (database outages) without touching the shared server.
-//! As root, the cluster runs as the `postgres` user via `runuser` (Postgres refuses
-//! to run as root). Stopped and deleted on drop.
+//! A throwaway PostgreSQL cluster, started from the local server binaries
+//! (`initdb`, `pg_ctl`, found on `PATH` or under `/usr/lib/postgresql/<version>/bin`)
+//! in a temp dir on a free port. Tests own one to stop and restart it (database
+//! outages) without touching the shared server; `cargo xtask test` starts one for
+//! the whole suite when `DATABASE_URL` is not set. As root, the cluster runs as the
+//! `postgres` user via `runuser` (Postgres refuses to run as root). Stopped and
+//! deleted on drop.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -15,9 +16,12 @@ pub struct PgCluster {
     pg_ctl: PathBuf,
     port: u16,
     run_as: Option<String>,
+    max_connections: u32,
 }
 
-fn find_binary(name: &str) -> Option<PathBuf> {
+/// Finds `name` on `PATH`, or in `/usr/lib/postgresql/<newest>/bin` (where Debian
+/// keeps the Postgres server tools).
+pub fn find_binary(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     if let Some(p) = std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -50,41 +54,62 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for a test server).
+pub fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("finding a free port: {e}"))
+}
+
 impl PgCluster {
-    /// Initializes and starts a cluster. Panics with what to install when the
-    /// binaries are missing: a test that needs it must fail loudly, never skip.
+    /// Initializes and starts a cluster for a test. Panics with what to install
+    /// when the binaries are missing: a test that needs it must fail loudly, never skip.
     pub fn start() -> PgCluster {
-        let initdb = find_binary("initdb").unwrap_or_else(|| {
-            panic!("this test needs the PostgreSQL server binaries (initdb, pg_ctl); install them (Debian: apt-get install postgresql)")
-        });
-        let pg_ctl = find_binary("pg_ctl").unwrap_or_else(|| panic!("pg_ctl not found"));
+        Self::try_start(200).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Initializes and starts a cluster accepting `max_connections`; the error says
+    /// what is missing (the server binaries, or a `postgres` user to run them as root).
+    pub fn try_start(max_connections: u32) -> Result<PgCluster, String> {
+        let missing = "the PostgreSQL server binaries (initdb, pg_ctl) were not found; install \
+                       them (Debian: `apt-get install postgresql`)";
+        let initdb = find_binary("initdb").ok_or(missing)?;
+        let pg_ctl = find_binary("pg_ctl").ok_or(missing)?;
         let dir = tempfile::Builder::new()
-            .prefix("soulbase-pgtest-")
+            .prefix("soulbase-pg-")
             .tempdir()
-            .unwrap_or_else(|e| panic!("creating a temp dir: {e}"));
+            .map_err(|e| format!("creating a temp dir: {e}"))?;
         let run_as = if is_root() {
-            let ok = Command::new("chown")
+            let user = Command::new("id")
+                .arg("postgres")
+                .stdout(Stdio::null())
+                .status();
+            if !user.is_ok_and(|s| s.success()) {
+                return Err(
+                    "running as root, and Postgres refuses to: create an unprivileged \
+                            `postgres` user (Debian's postgresql package does)"
+                        .into(),
+                );
+            }
+            let chown = Command::new("chown")
                 .args(["-R", "postgres:"])
                 .arg(dir.path())
                 .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                ok,
-                "running as root needs a `postgres` user to run the cluster"
-            );
+                .map_err(|e| format!("chown: {e}"))?;
+            if !chown.success() {
+                return Err("could not hand the temp dir to the postgres user".into());
+            }
             Some("postgres".to_owned())
         } else {
             None
         };
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("finding a free port: {e}"));
         let pg = PgCluster {
             dir,
             pg_ctl,
-            port,
+            port: free_port()?,
             run_as,
+            max_connections,
         };
         let out = pg
             .command(&initdb)
@@ -101,14 +126,15 @@ impl PgCluster {
                 "--no-sync",
             ])
             .output()
-            .unwrap_or_else(|e| panic!("running initdb: {e}"));
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        pg.start_server();
-        pg
+            .map_err(|e| format!("running initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        pg.try_start_server()?;
+        Ok(pg)
     }
 
     fn command(&self, program: &Path) -> Command {
@@ -126,29 +152,39 @@ impl PgCluster {
         self.dir.path().join("data")
     }
 
-    /// Starts the server (again), waiting until it accepts connections.
+    /// Starts the server (again), waiting until it accepts connections. Panics
+    /// with the server's log if it does not start.
     pub fn start_server(&self) {
+        self.try_start_server().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// [`PgCluster::start_server`], returning the failure (with the server's log).
+    pub fn try_start_server(&self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=200",
+             -c full_page_writes=off -c max_connections={}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.max_connections
         );
+        let log = self.dir.path().join("postgres.log");
         let out = self
             .command(&self.pg_ctl)
             .arg("-D")
             .arg(self.data_dir())
             .arg("-l")
-            .arg(self.dir.path().join("postgres.log"))
+            .arg(&log)
             .args(["-w", "-t", "60", "-o", &opts, "start"])
             .output()
-            .unwrap_or_else(|e| panic!("running pg_ctl: {e}"));
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}{}",
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
-        );
+            .map_err(|e| format!("running pg_ctl: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_ctl start failed: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ));
+        }
+        Ok(())
     }
 
     /// Stops the server at once (`-m immediate`: like a crash or a network cut),
@@ -162,6 +198,11 @@ impl PgCluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The server URL (database `postgres`, user `postgres`).
