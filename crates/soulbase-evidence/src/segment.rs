@@ -10,7 +10,9 @@
 //! - `next-<pid>-<n>.seg.tmp` — the next segment while it is zero-filled ahead of
 //!   use (see the writer); never read, removed at start-up;
 //! - `spare-<20-digit id>.seg.tmp` — a drained segment kept to be zero-filled as a
-//!   next segment (see [`SPARE_PREFIX`]); never read, at most [`MAX_SPARES`].
+//!   next segment (see [`SPARE_PREFIX`]); never read, at most [`MAX_SPARES`];
+//! - `next-room.seg.tmp` — written and removed at once to learn whether a full
+//!   disk has room again (see [`room_for`]); removed at start-up like next segments.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -375,25 +377,51 @@ pub fn read_range(
     Ok((out, offset, corrupt))
 }
 
-/// Creates (or re-creates) the zero-filled reserve file of `bytes`.
+/// Creates (or re-creates) the zero-filled reserve file of `bytes`. On failure
+/// (the disk is full) nothing is left behind: a partial reserve would take the
+/// room the Ends of accepted calls need.
 pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
     let path = dir.join("reserve");
     if fs::metadata(&path).is_ok_and(|m| m.len() == bytes) {
         return Ok(());
     }
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(&path)?;
-    let chunk = vec![0u8; 64 << 10];
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        f.write_all(&chunk[..n])?;
-        left -= n as u64;
+    let write = || {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)?;
+        let chunk = vec![0u8; 64 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            f.write_all(&chunk[..n])?;
+            left -= n as u64;
+        }
+        f.sync_all()
+    };
+    let written = write();
+    if written.is_err() {
+        let _ = fs::remove_file(&path);
     }
-    f.sync_all()
+    written
+}
+
+/// Whether `bytes` can be written on the spool's disk now: writes them to a file
+/// of their own and removes it (no fsync: a full disk refuses the write itself).
+pub fn room_for(dir: &Path, bytes: u64) -> io::Result<()> {
+    let path = dir.join(format!("{NEXT_PREFIX}room{NEXT_SUFFIX}"));
+    let write = || {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)?;
+        f.write_all(&vec![0u8; bytes as usize])
+    };
+    let written = write();
+    let _ = fs::remove_file(&path);
+    written
 }
 
 /// Frees the reserve (when the disk is full). Returns whether there was one.

@@ -67,7 +67,8 @@ pub struct Shared {
     pub active: AtomicU64,
     /// The oldest segment holding a Begin whose End is not yet written (`u64::MAX`: none).
     pub min_pin: AtomicU64,
-    /// The last append failed (disk full, IO error): new Begins are refused until one succeeds.
+    /// The last append failed (disk full, IO error): new Begins are refused until a
+    /// round succeeds and there is room again (see `writer::room_again`).
     pub broken: AtomicBool,
     /// The spool directory was deleted and another process has taken its path since:
     /// this sink no longer writes, reads, checkpoints or deletes anything there.
@@ -103,6 +104,15 @@ pub struct Shared {
     pub holds: Mutex<Holds>,
     /// Signalled when the last [`Hold`] is dropped.
     pub released: Condvar,
+    /// A probe (an empty round asking the writer whether there is room again after
+    /// a failed append) is queued: refused Begins send at most one at a time.
+    pub probe_queued: AtomicBool,
+    /// Test fault: this many appends of records fail as if the disk were full.
+    #[cfg(test)]
+    pub fail_appends: std::sync::atomic::AtomicU32,
+    /// Test fault: the disk reserve cannot be created (the disk is still full).
+    #[cfg(test)]
+    pub fail_reserve: AtomicBool,
 }
 
 /// The count behind [`Shared::holds`].

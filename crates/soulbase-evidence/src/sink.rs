@@ -118,7 +118,8 @@ pub struct SpoolStats {
     pub records_quarantined: u64,
     /// The last store failure, `None` once a batch lands again.
     pub store_error: Option<String>,
-    /// Whether the last append failed (new calls are refused until one succeeds).
+    /// Whether the last append failed: new calls are refused until a round succeeds
+    /// and there is room on the disk again.
     pub broken: bool,
 }
 
@@ -196,6 +197,11 @@ impl DurableSink {
             stop_notify: Notify::new(),
             holds: Mutex::new(Holds::default()),
             released: Condvar::new(),
+            probe_queued: AtomicBool::new(false),
+            #[cfg(test)]
+            fail_appends: std::sync::atomic::AtomicU32::new(0),
+            #[cfg(test)]
+            fail_reserve: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(options.queue);
         let active = writer::Active {
@@ -365,7 +371,25 @@ impl EvidenceSink for DurableSink {
         };
         let len = bytes.len() as u64;
         let shared = &self.inner.shared;
-        shared.admit(&kind, len)?;
+        if let Err(refused) = shared.admit(&kind, len) {
+            // A probe: the writer's next round checks whether there is room again,
+            // so calls come back without waiting for other traffic. One at a time;
+            // none for a sink fenced off its directory (it never writes again).
+            if shared.broken.load(Ordering::Acquire)
+                && !shared.fenced.load(Ordering::Acquire)
+                && !shared.probe_queued.swap(true, Ordering::AcqRel)
+            {
+                let probe = Request {
+                    bytes: Vec::new(),
+                    kind: Kind::Flush,
+                    ack: None,
+                };
+                if self.inner.tx.try_send(probe).is_err() {
+                    shared.probe_queued.store(false, Ordering::Release);
+                }
+            }
+            return Err(refused);
+        }
         let (ack, rx) = match self.inner.durability {
             Durability::Sync => {
                 let (tx, rx) = oneshot::channel();
@@ -401,7 +425,108 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use soulbase_observe::MemoryStore;
+    use soulbase_observe::{BudgetUsage, EndStatus, EvidenceBegin, EvidenceEnd, MemoryStore};
+    use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId};
+
+    /// A Begin and its End.
+    fn call() -> (EvidenceRecord, EvidenceRecord) {
+        let (tenant, actor) = (TenantId::new("acme").unwrap(), ActorId::new("al").unwrap());
+        let call_id = CallId::generate();
+        let begin = Envelope::new(
+            tenant.clone(),
+            actor.clone(),
+            Origin::Llm,
+            EvidenceEvent::Begin(EvidenceBegin {
+                call_id: call_id.clone(),
+                tool_id: ToolId::new("demo.echo.say").unwrap(),
+                tool_version: "1.0.0".into(),
+                manifest_digest: "m".into(),
+                profile_hash: "p".into(),
+                policy_hash: "pol".into(),
+                config_hash: "c".into(),
+                args_digest: "sha256:00".into(),
+                idempotency_key: None,
+                calling_skill: None,
+            }),
+        );
+        let end = Envelope::new(
+            tenant,
+            actor,
+            Origin::Llm,
+            EvidenceEvent::End(EvidenceEnd {
+                call_id,
+                begin_id: begin.id.clone(),
+                status: EndStatus::Ok,
+                error_code: None,
+                output_digest: None,
+                side_effects: vec![],
+                usage: BudgetUsage::default(),
+                duration_us: 5,
+            }),
+        );
+        (begin, end)
+    }
+
+    /// A full disk: the End of an accepted call is still written (the reserve is
+    /// given up for it), new calls are refused while the disk stays full, and they
+    /// are accepted again, with the reserve made again, once there is room, without
+    /// any other traffic. Nothing accepted is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sink_refusing_calls_for_a_full_disk_takes_them_again_once_there_is_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+            .await
+            .unwrap();
+        let shared = sink.inner.shared.clone();
+        let reserve = dir.path().join("reserve");
+        assert!(reserve.exists());
+        let (b1, e1) = call();
+        sink.record(b1.clone()).await.unwrap();
+
+        // The disk fills up as the End is written: its round fails, and so does the
+        // End tried alone; the reserve is given up and the End lands in its room.
+        shared.fail_appends.store(2, Ordering::Release);
+        shared.fail_reserve.store(true, Ordering::Release);
+        sink.record(e1.clone()).await.unwrap();
+        assert!(!reserve.exists(), "the reserve was given up for the End");
+        assert!(sink.stats().broken);
+
+        // Still full: Begins are refused, and the probe each one sends changes nothing.
+        for _ in 0..2 {
+            let refused = sink.record(call().0).await.unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+            sink.flush().await.unwrap();
+            assert!(sink.stats().broken);
+            assert!(!reserve.exists());
+        }
+
+        // Room again: one refused Begin's probe brings the sink back.
+        shared.fail_reserve.store(false, Ordering::Release);
+        let refused = sink.record(call().0).await.unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+        let back = tokio::time::timeout(Duration::from_secs(20), async {
+            while sink.stats().broken {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(back.is_ok(), "the probe found room and cleared the failure");
+        assert_eq!(
+            std::fs::metadata(&reserve).unwrap().len(),
+            SpoolOptions::new(dir.path()).disk_reserve
+        );
+        let (b2, e2) = call();
+        sink.record(b2.clone()).await.unwrap();
+        sink.record(e2.clone()).await.unwrap();
+
+        sink.wait_drained(Duration::from_secs(20)).await.unwrap();
+        let ids: Vec<_> = store.records().into_iter().map(|r| r.id).collect();
+        for r in [&b1, &e1, &b2, &e2] {
+            assert!(ids.contains(&r.id), "{:?} is in the store", r.payload);
+        }
+        assert_eq!(ids.len(), 4, "nothing refused reached the store");
+    }
 
     /// A job of the drainer still running on the blocking pool when the sink is
     /// dropped (a retirement, a checkpoint) keeps `LOCK` held until it ends, so a

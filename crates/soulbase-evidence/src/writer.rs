@@ -263,6 +263,8 @@ pub fn run(
                 Err(_) => break,
             }
         }
+        // A probe queued before this point is in this round (or behind it).
+        shared.probe_queued.store(false, Ordering::Release);
         buf.clear();
         for r in &batch {
             buf.extend_from_slice(&r.bytes);
@@ -270,8 +272,12 @@ pub fn run(
         match append_round(&shared, &mut active, &mut dir_lock, &buf) {
             Ok(()) => {
                 active.len += buf.len() as u64;
+                // Before the acknowledgements: a flush returns with the check done.
+                if shared.broken.load(Ordering::Acquire) && room_again(&shared) {
+                    shared.broken.store(false, Ordering::Release);
+                    tracing::warn!("the evidence spool can be written again; accepting calls");
+                }
                 commit(&shared, &mut pins, &mut batch, &active);
-                shared.broken.store(false, Ordering::Release);
             }
             Err(e) => {
                 prepared.abandon();
@@ -317,6 +323,8 @@ pub fn run(
                         chunk: active.chunk,
                         ..next
                     };
+                    // A reserve given up on a full disk and not made again since.
+                    let _ = segment::ensure_reserve(&shared.dir, shared.disk_reserve);
                     shared.active.store(active.id, Ordering::Release);
                     *lock(&shared.committed) = Pos {
                         segment: active.id,
@@ -351,8 +359,42 @@ fn append_round(
     // see this round) and after (a deletion during the write).
     restore_if_unlinked(shared, active, dir_lock, active.len)?;
     let data_len = active.len + bytes.len() as u64;
+    #[cfg(test)]
+    if !bytes.is_empty()
+        && shared
+            .fail_appends
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            "test fault: disk full",
+        ));
+    }
     active.append(bytes)?;
     restore_if_unlinked(shared, active, dir_lock, data_len)
+}
+
+/// Bytes that must be writable before calls are accepted again after a failed append.
+const ROOM_PROBE: u64 = 64 << 10;
+
+/// After a failed append, whether calls may be accepted again: a round has just
+/// succeeded and [`ROOM_PROBE`] bytes can be written (a round of Ends or an empty
+/// probe proves nothing about room). The disk reserve, if it was given up for the
+/// Ends of accepted calls, is made again when there is room for it (here, or at a
+/// later rollover).
+fn room_again(shared: &Shared) -> bool {
+    #[cfg(test)]
+    if shared.fail_reserve.load(Ordering::Acquire) {
+        return false;
+    }
+    if !shared.owns_dir() || segment::room_for(&shared.dir, ROOM_PROBE).is_err() {
+        return false;
+    }
+    if let Err(e) = segment::ensure_reserve(&shared.dir, shared.disk_reserve) {
+        tracing::warn!(error = %e, "the spool's disk reserve cannot be made again yet");
+    }
+    true
 }
 
 /// Whether `file` has lost its last name.
@@ -491,6 +533,8 @@ fn recover_from_failed_append(
     let (mut ends, others): (Vec<Request>, Vec<Request>) = batch
         .drain(..)
         .partition(|r| matches!(r.kind, Kind::End(_) | Kind::Flush));
+    // A probe (an empty round nobody waits for) needs no second try.
+    ends.retain(|r| !r.bytes.is_empty() || r.ack.is_some());
     for r in others {
         shared.unadmit(&r.kind, r.bytes.len() as u64);
         if let Some(ack) = r.ack {
@@ -520,7 +564,9 @@ fn recover_from_failed_append(
         }
         Err(e) => {
             let _ = active.trim();
-            tracing::error!(error = %e, "could not write the End of an accepted call; recovery will close it as aborted");
+            if ends.iter().any(|r| matches!(r.kind, Kind::End(_))) {
+                tracing::error!(error = %e, "could not write the End of an accepted call; recovery will close it as aborted");
+            }
             for r in ends {
                 shared.unadmit(&Kind::Other, r.bytes.len() as u64);
                 if let Some(ack) = r.ack {
