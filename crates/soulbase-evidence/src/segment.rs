@@ -385,12 +385,27 @@ pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
     if fs::metadata(&path).is_ok_and(|m| m.len() == bytes) {
         return Ok(());
     }
+    write_zeros(&path, bytes, true)
+}
+
+/// Whether `bytes` can be written on the spool's disk now: writes them to a file
+/// of their own and removes it (no fsync: a full disk refuses the write itself).
+pub fn room_for(dir: &Path, bytes: u64) -> io::Result<()> {
+    let path = dir.join(format!("{NEXT_PREFIX}room{NEXT_SUFFIX}"));
+    let written = write_zeros(&path, bytes, false);
+    let _ = fs::remove_file(&path);
+    written
+}
+
+/// Writes `bytes` zeros as the whole of `path` (made durable when `sync`); removes
+/// the file when that fails.
+fn write_zeros(path: &Path, bytes: u64, sync: bool) -> io::Result<()> {
     let write = || {
         let mut f = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
-            .open(&path)?;
+            .open(path)?;
         let chunk = vec![0u8; 64 << 10];
         let mut left = bytes;
         while left > 0 {
@@ -398,29 +413,12 @@ pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
             f.write_all(&chunk[..n])?;
             left -= n as u64;
         }
-        f.sync_all()
+        if sync { f.sync_all() } else { Ok(()) }
     };
     let written = write();
     if written.is_err() {
-        let _ = fs::remove_file(&path);
+        let _ = fs::remove_file(path);
     }
-    written
-}
-
-/// Whether `bytes` can be written on the spool's disk now: writes them to a file
-/// of their own and removes it (no fsync: a full disk refuses the write itself).
-pub fn room_for(dir: &Path, bytes: u64) -> io::Result<()> {
-    let path = dir.join(format!("{NEXT_PREFIX}room{NEXT_SUFFIX}"));
-    let write = || {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&path)?;
-        f.write_all(&vec![0u8; bytes as usize])
-    };
-    let written = write();
-    let _ = fs::remove_file(&path);
     written
 }
 
