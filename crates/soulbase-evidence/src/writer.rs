@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use soulbase_types::EnvelopeId;
 use tokio::sync::mpsc;
@@ -255,6 +256,7 @@ pub fn run(
     let mut pins: HashMap<EnvelopeId, u64> = HashMap::new();
     let mut batch: Vec<Request> = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
+    let mut room_checked: Option<Instant> = None;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_ROUND {
@@ -273,7 +275,10 @@ pub fn run(
             Ok(()) => {
                 active.len += buf.len() as u64;
                 // Before the acknowledgements: a flush returns with the check done.
-                if shared.broken.load(Ordering::Acquire) && room_again(&shared) {
+                if shared.broken.load(Ordering::Acquire)
+                    && room_check_due(&mut room_checked)
+                    && room_again(&shared)
+                {
                     shared.broken.store(false, Ordering::Release);
                     tracing::warn!("the evidence spool can be written again; accepting calls");
                 }
@@ -377,6 +382,19 @@ fn append_round(
 
 /// Bytes that must be writable before calls are accepted again after a failed append.
 const ROOM_PROBE: u64 = 64 << 10;
+/// Least time between two checks for room: refused calls keep queueing probes.
+const ROOM_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether a check for room is due (none in the last [`ROOM_CHECK_EVERY`]); if so,
+/// counts it as made now.
+fn room_check_due(last: &mut Option<Instant>) -> bool {
+    let now = Instant::now();
+    if last.is_some_and(|at| now.duration_since(at) < ROOM_CHECK_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
 
 /// After a failed append, whether calls may be accepted again: a round has just
 /// succeeded and [`ROOM_PROBE`] bytes can be written (a round of Ends or an empty
