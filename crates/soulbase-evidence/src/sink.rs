@@ -425,45 +425,13 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use soulbase_observe::{BudgetUsage, EndStatus, EvidenceBegin, EvidenceEnd, MemoryStore};
-    use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId};
+    use soulbase_observe::MemoryStore;
+    use soulbase_observe::fixtures::{sample_begin, sample_end};
 
     /// A Begin and its End.
     fn call() -> (EvidenceRecord, EvidenceRecord) {
-        let (tenant, actor) = (TenantId::new("acme").unwrap(), ActorId::new("al").unwrap());
-        let call_id = CallId::generate();
-        let begin = Envelope::new(
-            tenant.clone(),
-            actor.clone(),
-            Origin::Llm,
-            EvidenceEvent::Begin(EvidenceBegin {
-                call_id: call_id.clone(),
-                tool_id: ToolId::new("demo.echo.say").unwrap(),
-                tool_version: "1.0.0".into(),
-                manifest_digest: "m".into(),
-                profile_hash: "p".into(),
-                policy_hash: "pol".into(),
-                config_hash: "c".into(),
-                args_digest: "sha256:00".into(),
-                idempotency_key: None,
-                calling_skill: None,
-            }),
-        );
-        let end = Envelope::new(
-            tenant,
-            actor,
-            Origin::Llm,
-            EvidenceEvent::End(EvidenceEnd {
-                call_id,
-                begin_id: begin.id.clone(),
-                status: EndStatus::Ok,
-                error_code: None,
-                output_digest: None,
-                side_effects: vec![],
-                usage: BudgetUsage::default(),
-                duration_us: 5,
-            }),
-        );
+        let begin = sample_begin();
+        let end = sample_end(&begin);
         (begin, end)
     }
 

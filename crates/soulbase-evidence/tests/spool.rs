@@ -9,52 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::{Durability, DurableSink, SpoolOptions};
+use soulbase_observe::fixtures::{sample_begin as begin, sample_end as end};
 use soulbase_observe::{
-    BudgetUsage, CallEvidence, CallPage, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceQuery, EvidenceRecord, EvidenceSink, EvidenceStore, MemoryStore, store_refusal,
+    CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceSink,
+    EvidenceStore, MemoryStore, store_refusal,
 };
-use soulbase_types::{ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
-
-fn begin() -> EvidenceRecord {
-    Envelope::new(
-        TenantId::new("acme").unwrap(),
-        ActorId::new("alice").unwrap(),
-        Origin::Llm,
-        EvidenceEvent::Begin(EvidenceBegin {
-            call_id: CallId::generate(),
-            tool_id: ToolId::new("demo.echo.say").unwrap(),
-            tool_version: "1.0.0".into(),
-            manifest_digest: "m".into(),
-            profile_hash: "p".into(),
-            policy_hash: "pol".into(),
-            config_hash: "c".into(),
-            args_digest: "sha256:00".into(),
-            idempotency_key: None,
-            calling_skill: None,
-        }),
-    )
-}
-
-fn end(b: &EvidenceRecord) -> EvidenceRecord {
-    let EvidenceEvent::Begin(x) = &b.payload else {
-        unreachable!()
-    };
-    Envelope::new(
-        b.tenant.clone(),
-        b.actor.clone(),
-        b.origin,
-        EvidenceEvent::End(EvidenceEnd {
-            call_id: x.call_id.clone(),
-            begin_id: b.id.clone(),
-            status: EndStatus::Ok,
-            error_code: None,
-            output_digest: Some("sha256:11".into()),
-            side_effects: vec![],
-            usage: BudgetUsage::default(),
-            duration_us: 5,
-        }),
-    )
-}
+use soulbase_types::{CallId, EnvelopeId, TenantId, UnixMillis};
 
 /// A store in front of a [`MemoryStore`] that can be switched down, and that can
 /// lose its acknowledgement after writing (the batch landed, the reply did not).

@@ -16,10 +16,13 @@
 //! [`MemoryStore`] is the in-process store. The spool, the batching writer and the
 //! SQLite/Postgres stores are edge crates (`soulbase-evidence`, `soulbase-store`).
 //!
-//! This crate does no IO.
+//! This crate does no IO. With the `fixtures` feature (tests and benchmarks only) it
+//! also offers sample records (module `fixtures`).
 
 mod digest;
 mod encoded;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 mod memory_store;
 mod model;
 mod replay;
