@@ -163,9 +163,15 @@ impl Prepared {
             Err(_) => return None,
         };
         let allocated = file.metadata().ok()?.len();
-        let renamed = std::fs::rename(&job.path, segment::segment_path(&shared.dir, id))
-            .and_then(|()| segment::sync_dir(&shared.dir));
-        if let Err(e) = renamed {
+        if let Err(e) = std::fs::rename(&job.path, segment::segment_path(&shared.dir, id)) {
+            tracing::warn!(error = %e, "could not use the prepared spool segment");
+            // Its name is this process's alone: nobody else would remove it.
+            let _ = std::fs::remove_file(&job.path);
+            return None;
+        }
+        // Not used unless its name is durable; the file left under the segment's
+        // name is reused (`open_segment`) or replaced by the next try.
+        if let Err(e) = segment::sync_dir(&shared.dir) {
             tracing::warn!(error = %e, "could not use the prepared spool segment");
             return None;
         }
