@@ -84,13 +84,13 @@ pub fn recover(dir: &Path) -> Result<RecoveryReport, SoulError> {
         let path = segment::segment_path(dir, id);
         let scan = segment::scan(&path).map_err(|e| io_err("reading a segment", e))?;
         if scan.valid_len < scan.file_len {
-            if scan.torn {
+            if scan.torn_bytes > 0 {
                 tracing::warn!(
                     segment = id,
-                    bytes = scan.file_len - scan.valid_len,
+                    bytes = scan.torn_bytes,
                     "truncating a torn spool tail"
                 );
-                report.truncated_bytes += scan.file_len - scan.valid_len;
+                report.truncated_bytes += scan.torn_bytes;
             }
             let f = OpenOptions::new()
                 .write(true)

@@ -274,8 +274,9 @@ pub struct Scan {
     pub valid_len: u64,
     /// The file's length.
     pub file_len: u64,
-    /// Whether anything but zeros follows the intact prefix (a torn or corrupt tail).
-    pub torn: bool,
+    /// Bytes of a torn or corrupt tail: from the end of the intact prefix to the last
+    /// byte that is not zero (0 when only zeros follow: preallocated space).
+    pub torn_bytes: u64,
 }
 
 /// Reads a whole segment, stopping at the first torn or corrupt frame. A frame that
@@ -296,7 +297,10 @@ pub fn scan(path: &Path) -> io::Result<Scan> {
         records,
         valid_len: at as u64,
         file_len: bytes.len() as u64,
-        torn: bytes[at..].iter().any(|b| *b != 0),
+        torn_bytes: bytes[at..]
+            .iter()
+            .rposition(|b| *b != 0)
+            .map_or(0, |i| i as u64 + 1),
     })
 }
 
