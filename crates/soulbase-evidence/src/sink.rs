@@ -208,7 +208,7 @@ impl DurableSink {
             file: active_file.0,
             id: report.active_segment,
             len: active_file.1,
-            allocated: active_file.1,
+            allocated: active_file.2,
             chunk: 0,
         };
         let w_shared = shared.clone();
@@ -324,9 +324,12 @@ impl Drop for Inner {
     }
 }
 
-type Prepared = (File, RecoveryReport, (File, u64));
+/// The lock, the recovery report, and the active segment: its file, the length of
+/// its data and the file's length (zeros written ahead).
+type Prepared = (File, RecoveryReport, (File, u64, u64));
 
-/// Locks the directory, recovers it, recreates the reserve and opens the active segment.
+/// Locks the directory, recovers it, recreates the reserve and opens the active
+/// segment, zero-filled ahead of its data.
 fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     let dir = &options.dir;
     let io = |what: &str, e: std::io::Error| {
@@ -355,7 +358,8 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
         .map_err(|e| io("opening the active segment", e))?;
     let len = file.metadata().map_err(|e| io("stat", e))?.len();
     segment::sync_dir(dir).map_err(|e| io("syncing the directory", e))?;
-    Ok((lock_file, report, (file, len)))
+    let allocated = writer::zero_fill_active(&file, len, options.segment_bytes);
+    Ok((lock_file, report, (file, len, allocated)))
 }
 
 #[async_trait]

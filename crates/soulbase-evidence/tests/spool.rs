@@ -232,6 +232,32 @@ async fn segments_zero_filled_ahead_hold_every_record_across_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_segment_found_at_a_start_is_zero_filled_before_the_first_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = SpoolOptions::new(dir.path());
+    let len = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+    let (sink, _down) = open_with_store_down(opts.clone()).await;
+    let active = newest_segment(dir.path());
+    let filled = len(&active);
+    assert!(filled >= opts.segment_bytes, "{filled} bytes at open");
+    // The rounds overwrite those zeros: the file never grows on the commit path.
+    record_calls(&sink, 50).await;
+    assert_eq!(len(&active), filled);
+    drop(sink);
+
+    // Reopened: the zeros after the data are not a torn tail, every record is read
+    // back, and the segment the writer goes on with is zero-filled again.
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = reopen(opts.clone(), store.clone()).await;
+    assert_eq!(report.records, 100);
+    assert_eq!(report.truncated_bytes, 0);
+    assert!(report.aborted.is_empty());
+    assert!(len(&newest_segment(dir.path())) >= opts.segment_bytes);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (50, 50, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_record() {
     let dir = tempfile::tempdir().unwrap();
     let opts = SpoolOptions::new(dir.path()).durability(Durability::Async);
@@ -249,15 +275,14 @@ async fn a_spool_reopened_right_after_its_sink_is_dropped_sees_every_accepted_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_tail_is_cut_and_intact_records_survive() {
     let dir = tempfile::tempdir().unwrap();
-    // A half-written frame at the end of the newest segment.
+    // A half-written frame after the newest segment's data, where a crash during
+    // a round leaves it: the zeros after it are not counted as torn.
     let last = &spool_one_call(dir.path()).await;
-    let mut bytes = std::fs::read(last).unwrap();
-    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"']);
-    std::fs::write(last, bytes).unwrap();
+    write_after_data(last, &[200, 0, 0, 0, 1, 2, 3, 4, b'{', b'"']);
 
     let store = Arc::new(MemoryStore::new());
     let (sink, report) = reopen(SpoolOptions::new(dir.path()), store.clone()).await;
-    assert!(report.truncated_bytes >= 10, "{report:?}");
+    assert_eq!(report.truncated_bytes, 10, "{report:?}");
     assert!(report.aborted.is_empty());
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store), (1, 1, 0));
@@ -296,6 +321,14 @@ fn newest_segment(dir: &std::path::Path) -> std::path::PathBuf {
 /// (before its zero-filled tail), as the writer would.
 fn append_frame(path: &std::path::Path, payload: &[u8]) {
     const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    write_after_data(path, &frame);
+}
+
+/// Writes `new` over the zeros after the data of the spool segment at `path`.
+fn write_after_data(path: &std::path::Path, new: &[u8]) {
     let mut bytes = std::fs::read(path).unwrap();
     let mut at = 0;
     loop {
@@ -305,10 +338,8 @@ fn append_frame(path: &std::path::Path, payload: &[u8]) {
         }
         at += 8 + len;
     }
-    let mut frame = (payload.len() as u32).to_le_bytes().to_vec();
-    frame.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
-    frame.extend_from_slice(payload);
-    bytes.splice(at..at + frame.len(), frame);
+    assert!(bytes[at..at + new.len()].iter().all(|b| *b == 0));
+    bytes.splice(at..at + new.len(), new.iter().copied());
     std::fs::write(path, bytes).unwrap();
 }
 
