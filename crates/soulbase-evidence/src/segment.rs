@@ -389,34 +389,28 @@ pub fn ensure_reserve(dir: &Path, bytes: u64) -> io::Result<()> {
     if fs::metadata(&path).is_ok_and(|m| m.len() == bytes) {
         return Ok(());
     }
-    write_zeros(&path, bytes, true)
+    zero_file(&path, bytes, true)
 }
 
 /// Whether `bytes` can be written on the spool's disk now: writes them to a file
 /// of their own and removes it (no fsync: a full disk refuses the write itself).
 pub fn room_for(dir: &Path, bytes: u64) -> io::Result<()> {
     let path = dir.join(format!("{NEXT_PREFIX}room{NEXT_SUFFIX}"));
-    let written = write_zeros(&path, bytes, false);
+    let written = zero_file(&path, bytes, false);
     let _ = fs::remove_file(&path);
     written
 }
 
 /// Writes `bytes` zeros as the whole of `path` (made durable when `sync`); removes
 /// the file when that fails.
-fn write_zeros(path: &Path, bytes: u64, sync: bool) -> io::Result<()> {
+fn zero_file(path: &Path, bytes: u64, sync: bool) -> io::Result<()> {
     let write = || {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .open(path)?;
-        let chunk = vec![0u8; 64 << 10];
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            f.write_all(&chunk[..n])?;
-            left -= n as u64;
-        }
+        write_zeros_at(&f, 0, bytes, || Ok(()))?;
         if sync { f.sync_all() } else { Ok(()) }
     };
     let written = write();
@@ -424,6 +418,25 @@ fn write_zeros(path: &Path, bytes: u64, sync: bool) -> io::Result<()> {
         let _ = fs::remove_file(path);
     }
     written
+}
+
+/// Writes zeros over `from..to` of `file` a MiB at a time, calling `after_each`
+/// after each MiB (to flush it, or to stop early with an error).
+pub fn write_zeros_at(
+    file: &File,
+    from: u64,
+    to: u64,
+    mut after_each: impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
+    let zeros = vec![0u8; (1u64 << 20).min(to.saturating_sub(from)) as usize];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+        after_each()?;
+    }
+    Ok(())
 }
 
 /// Frees the reserve (when the disk is full). Returns whether there was one.

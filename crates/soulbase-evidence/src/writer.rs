@@ -56,25 +56,6 @@ fn prepared_len(segment_bytes: u64) -> u64 {
     segment_bytes + chunk_for(segment_bytes) / 4
 }
 
-/// Writes zeros over `from..to` of `file` a MiB at a time, calling `after_each`
-/// after each MiB (to flush it, or to stop early with an error).
-fn write_zeros(
-    file: &File,
-    from: u64,
-    to: u64,
-    mut after_each: impl FnMut() -> io::Result<()>,
-) -> io::Result<()> {
-    let zeros = vec![0u8; (1u64 << 20).min(to.saturating_sub(from)) as usize];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-        after_each()?;
-    }
-    Ok(())
-}
-
 /// Zero-fills the segment found at a start (`len` bytes of data in `file`) to the
 /// length of a prepared segment and makes the zeros durable; returns the file's
 /// length. Done before the writer starts, while no call of this spool waits on the
@@ -89,7 +70,7 @@ pub fn zero_fill_active(file: &File, len: u64, segment_bytes: u64) -> u64 {
     if len >= segment_bytes {
         return len;
     }
-    match write_zeros(file, len, to, || file.sync_data()) {
+    match segment::write_zeros_at(file, len, to, || file.sync_data()) {
         Ok(()) => to,
         Err(e) => {
             tracing::warn!(error = %e, "could not zero-fill the spool segment ahead of use");
@@ -122,7 +103,7 @@ fn prepare_next(shared: &Shared, path: &Path, bytes: u64, cancel: &AtomicBool) -
                 .open(path)?
         };
         let bytes = bytes.max(file.metadata()?.len());
-        write_zeros(&file, 0, bytes, || {
+        segment::write_zeros_at(&file, 0, bytes, || {
             if cancel.load(Ordering::Acquire) {
                 return Err(io::Error::other("preparation cancelled"));
             }
@@ -271,7 +252,7 @@ impl Active {
         let end = self.len + bytes.len() as u64;
         if end > self.allocated {
             let target = end + self.chunk;
-            write_zeros(&self.file, end.max(self.allocated), target, || Ok(()))?;
+            segment::write_zeros_at(&self.file, end.max(self.allocated), target, || Ok(()))?;
             self.allocated = target;
         }
         self.file.write_all_at(bytes, self.len)?;
