@@ -156,7 +156,20 @@ pub fn quarantine(dir: &Path, record: &EncodedRecord, cause: &str) -> io::Result
     line.push(b'\n');
     let path = dir.join(QUARANTINE_FILE);
     let created = !path.exists();
-    let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(&path)?;
+    // A line torn by a crash gets its end first, so this one stays whole.
+    let len = f.metadata()?.len();
+    if len > 0 {
+        let mut last = [0u8];
+        f.read_exact_at(&mut last, len - 1)?;
+        if last[0] != b'\n' {
+            line.insert(0, b'\n');
+        }
+    }
     f.write_all(&line)?;
     f.sync_data()?;
     if created {
@@ -448,6 +461,36 @@ pub fn release_reserve(dir: &Path) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_quarantined_record_after_a_torn_line_stays_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(QUARANTINE_FILE),
+            b"{\"refused\":\"x\",\"rec",
+        )
+        .unwrap();
+        quarantine(
+            dir.path(),
+            &EncodedRecord::from_json("garbage".into()),
+            "why",
+        )
+        .unwrap();
+        let text = fs::read_to_string(dir.path().join(QUARANTINE_FILE)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0], "{\"refused\":\"x\",\"rec");
+        let kept: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"refused": "why", "record": "garbage"})
+        );
+        // An ended file gets no blank line.
+        quarantine(dir.path(), &EncodedRecord::from_json("more".into()), "why").unwrap();
+        let text = fs::read_to_string(dir.path().join(QUARANTINE_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(!text.contains("\n\n"), "{text}");
+    }
 
     /// Segment 1 in `dir`: one frame, then `tail`.
     fn segment_with_tail(dir: &Path, tail: &[u8]) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_evidence::{Durability, DurableSink, SpoolOptions};
+use soulbase_evidence::{Durability, DurableSink, SpoolOptions, quarantine};
 use soulbase_observe::fixtures::{sample_begin as begin, sample_end as end};
 use soulbase_observe::{
     CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceSink,
@@ -703,4 +703,218 @@ async fn a_sink_whose_deleted_lock_another_process_took_refuses_and_writes_nothi
     second.wait_drained(LIMIT).await.unwrap();
     assert!(report.aborted.is_empty(), "{report:?}");
     assert_eq!(count(&first_store), (1, 1, 0));
+}
+
+/// [`quarantine::requeue`] once the sink that used `dir` has released the spool
+/// (its writer holds the `LOCK` until everything queued is written).
+async fn requeue_when_released(
+    dir: &std::path::Path,
+    store: &dyn EvidenceStore,
+) -> Result<quarantine::RequeueReport, SoulError> {
+    let attempt = async {
+        loop {
+            match quarantine::requeue(dir, store).await {
+                Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+                done => return done,
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, attempt)
+        .await
+        .expect("the sink released the spool")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_records_are_offered_again_once_the_store_takes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let (mut refused_begin, mut refused_end) = (None, None);
+    for i in 0..20 {
+        let b = begin();
+        let e = end(&b);
+        if i == 3 {
+            store.refused.lock().unwrap().push(b.id.clone());
+            refused_begin = Some(b.id.clone());
+        }
+        if i == 11 {
+            store.refused.lock().unwrap().push(e.id.clone());
+            refused_end = Some(e.id.clone());
+        }
+        sink.record(b).await.unwrap();
+        sink.record(e).await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store.inner), (19, 19, 0));
+    let path = dir.path().join(quarantine::QUARANTINE_FILE);
+    let before = std::fs::read_to_string(&path).unwrap();
+
+    // Listing works beside the running sink; offering again does not.
+    let entries = quarantine::read(dir.path()).unwrap();
+    let ids: Vec<String> = entries
+        .iter()
+        .map(|e| e.head.as_ref().unwrap().id.clone())
+        .collect();
+    let (refused_begin, refused_end) = (refused_begin.unwrap(), refused_end.unwrap());
+    assert_eq!(
+        ids,
+        [refused_begin.to_string(), refused_end.to_string()],
+        "{entries:?}"
+    );
+    assert_eq!(entries[0].head.as_ref().unwrap().kind, "begin");
+    assert_eq!(entries[1].head.as_ref().unwrap().kind, "end");
+    assert_eq!(entries[0].refused, "refused by the test");
+    assert_eq!(entries[0].unreadable, None);
+    let busy = quarantine::requeue(dir.path(), store.as_ref())
+        .await
+        .unwrap_err();
+    assert_eq!(busy.code(), ErrorCode::EvidenceUnavailable);
+    assert!(busy.message().contains("in use"), "{busy:?}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    drop(sink);
+
+    // The store now takes the End but still refuses the Begin: only the End leaves.
+    store
+        .refused
+        .lock()
+        .unwrap()
+        .retain(|id| *id == refused_begin);
+    let report = requeue_when_released(dir.path(), store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 1);
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    assert_eq!(report.refused[0].0.line, 1);
+    assert_eq!(report.refused[0].1, "refused by the test");
+    assert!(report.unreadable.is_empty());
+    assert_eq!(count(&store.inner), (19, 20, 0));
+    let first_line = before.lines().next().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("{first_line}\n")
+    );
+
+    // And then the Begin: the file goes.
+    store.refused.lock().unwrap().clear();
+    let report = quarantine::requeue(dir.path(), store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!((report.stored, report.remaining()), (1, 0));
+    assert_eq!(count(&store.inner), (20, 20, 0));
+    assert!(!path.exists());
+    assert!(quarantine::read(dir.path()).unwrap().is_empty());
+    // Nothing left to offer: nothing happens.
+    let report = quarantine::requeue(dir.path(), store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(report, quarantine::RequeueReport::default());
+    assert!(!path.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_quarantine_lines_stay_and_an_outage_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let last = &spool_one_call(dir.path()).await;
+    append_frame(last, br#"{"not":"a record"}"#);
+    append_frame(last, b"garbage");
+    let store = Arc::new(Flaky::default());
+    let (sink, _) = reopen(SpoolOptions::new(dir.path()), store.clone()).await;
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(sink.stats().records_quarantined, 2);
+    drop(sink);
+    // A record quarantined by an older version, a line that is not UTF-8 (kept
+    // byte for byte), then a line torn by a crash.
+    let path = dir.path().join(quarantine::QUARANTINE_FILE);
+    let kept = begin();
+    let line = serde_json::json!({"refused": "an older reason", "record": kept});
+    let mut text = std::fs::read(&path).unwrap();
+    text.extend_from_slice(format!("{line}\n").as_bytes());
+    text.extend_from_slice(b"\xff\xfe not UTF-8\n{\"refused\":\"x\",\"rec");
+    std::fs::write(&path, &text).unwrap();
+
+    let entries = quarantine::read(dir.path()).unwrap();
+    let lines: Vec<usize> = entries.iter().map(|e| e.line).collect();
+    assert_eq!(lines, [1, 2, 3, 4, 5]);
+    let unreadable: Vec<bool> = entries.iter().map(|e| e.unreadable.is_some()).collect();
+    assert_eq!(unreadable, [true, true, false, true, true], "{entries:?}");
+    assert!(
+        entries[4]
+            .unreadable
+            .as_deref()
+            .unwrap()
+            .starts_with("incomplete"),
+        "{entries:?}"
+    );
+    assert_eq!(entries[2].head.as_ref().unwrap().id, kept.id.to_string());
+
+    // An outage: an error, and the file as it was.
+    store.down.store(true, Ordering::SeqCst);
+    let down = requeue_when_released(dir.path(), store.as_ref())
+        .await
+        .unwrap_err();
+    assert_eq!(down.code(), ErrorCode::EvidenceUnavailable);
+    assert_eq!(std::fs::read(&path).unwrap(), text);
+
+    store.down.store(false, Ordering::SeqCst);
+    let report = quarantine::requeue(dir.path(), store.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 1);
+    assert!(report.refused.is_empty());
+    let left: Vec<usize> = report.unreadable.iter().map(|e| e.line).collect();
+    assert_eq!(left, [1, 2, 4, 5]);
+    assert!(store.inner.records().iter().any(|r| r.id == kept.id));
+    // The unreadable lines stay as they were, in order (the torn one now ended).
+    let expected: Vec<u8> = text
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .filter(|(i, _)| *i != 2)
+        .flat_map(|(_, l)| l.iter().copied().chain([b'\n']))
+        .collect();
+    assert_eq!(std::fs::read(&path).unwrap(), expected);
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("quarantine"))
+        .collect();
+    assert_eq!(names, [quarantine::QUARANTINE_FILE]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantine_longer_than_a_batch_keeps_exactly_the_refused_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Flaky::default();
+    let records: Vec<EvidenceRecord> = (0..300).map(|_| begin()).collect();
+    let lines: Vec<String> = records
+        .iter()
+        .map(|r| serde_json::json!({"refused": "r", "record": r}).to_string())
+        .collect();
+    let path = dir.path().join(quarantine::QUARANTINE_FILE);
+    std::fs::write(&path, format!("{}\n", lines.join("\n"))).unwrap();
+    // One refused in the first batch of offers, one in the second.
+    store
+        .refused
+        .lock()
+        .unwrap()
+        .extend([records[3].id.clone(), records[280].id.clone()]);
+
+    let report = quarantine::requeue(dir.path(), &store).await.unwrap();
+    assert_eq!(report.stored, 298);
+    let refused: Vec<usize> = report.refused.iter().map(|(e, _)| e.line).collect();
+    assert_eq!(refused, [4, 281]);
+    assert_eq!(count(&store.inner), (298, 0, 0));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("{}\n{}\n", lines[3], lines[280])
+    );
+
+    // A spool directory that is not there is an error naming it, not an empty list.
+    let missing = dir.path().join("nope");
+    let e = quarantine::read(&missing).unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+    assert!(e.message().contains("nope"), "{e:?}");
+    let e = quarantine::requeue(&missing, &store).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ConfigInvalid);
 }
