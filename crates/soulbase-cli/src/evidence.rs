@@ -6,18 +6,28 @@
 //!   cursor for the next page is printed last.
 //! - `replay CALL_ID` — the call's key behaviour and result summary rebuilt from its
 //!   evidence, with any inconsistency flagged (exit 1 when there are anomalies).
+//! - `quarantine list [--spool DIR]` — the records the database refused for good,
+//!   kept in the spool's `quarantine.jsonl` (works beside a running server).
+//! - `quarantine retry [--spool DIR]` — offers them to the database again once the
+//!   cause is fixed; those it takes leave the file (exit 1 when any stay). It holds
+//!   the spool's lock, so the server using the spool must be stopped first.
 //!
 //! `--tenant` is the global option; `--json` is the same as `--format json`.
 //!
 //! The database is `--database-url`, else the configuration's (`evidence.url`, or
 //! the SQLite file under `data_dir`; `config.yaml` and `SOULBASE_…` variables apply).
-//! It reads the database only: records still in a running server's spool appear once
-//! drained.
+//! `show`, `list` and `replay` read the database only: records still in a running
+//! server's spool appear once drained. `quarantine` reads the spool (`--spool`,
+//! else `<data_dir>/spool` of the configuration); `retry` also writes to the
+//! database.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
 use soulbase_errors::SoulError;
+use soulbase_evidence::quarantine::{self, QuarantineEntry};
 use soulbase_observe::{
     CallSummary, EndStatus, EvidenceQuery, EvidenceStore, PageCursor, ReplayOutcome, replay,
 };
@@ -68,6 +78,18 @@ impl From<Status> for EndStatus {
 
 #[derive(Debug, Subcommand)]
 enum EvidenceCommand {
+    #[command(flatten)]
+    Query(QueryCommand),
+    /// Records the database refused for good, kept in the spool's quarantine file.
+    Quarantine {
+        #[command(subcommand)]
+        command: QuarantineCommand,
+    },
+}
+
+/// The commands that read the evidence database.
+#[derive(Debug, Subcommand)]
+enum QueryCommand {
     /// Every record of one call, oldest first.
     ///
     /// Only if the call belongs to the global `--tenant`, when given.
@@ -109,6 +131,27 @@ enum EvidenceCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum QuarantineCommand {
+    /// Every quarantined record (line, kind, envelope, call, tenant, why), in file
+    /// order; with the global `--tenant`, only that tenant's records.
+    List {
+        /// The spool directory; default: `<data_dir>/spool` of the configuration.
+        #[arg(long)]
+        spool: Option<PathBuf>,
+    },
+    /// Offer the quarantined records to the database again; those it takes leave
+    /// the file, the rest stay as they are.
+    ///
+    /// Needs the spool's lock: stop the server that uses the spool first (it
+    /// cannot start while this runs). Exit 1 while lines stay.
+    Retry {
+        /// The spool directory; default: `<data_dir>/spool` of the configuration.
+        #[arg(long)]
+        spool: Option<PathBuf>,
+    },
+}
+
 /// Parses `90s`, `15m`, `2h`, `7d` into milliseconds.
 fn parse_since(s: &str) -> Result<i64, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
@@ -125,15 +168,28 @@ fn parse_since(s: &str) -> Result<i64, String> {
     Ok(n.saturating_mul(per))
 }
 
-fn database_url(explicit: Option<String>, global: &Global) -> Result<String, String> {
-    if let Some(url) = explicit {
-        return Ok(url);
+/// `explicit` when given, else what `pick` reads off the configuration.
+fn or_config<T>(
+    explicit: Option<T>,
+    global: &Global,
+    pick: impl FnOnce(&soulbase_config::Config) -> T,
+) -> Result<T, String> {
+    if let Some(v) = explicit {
+        return Ok(v);
     }
     let snapshot = global
         .loader(true)
         .load()
         .map_err(|e| format!("loading the configuration: {e}"))?;
-    Ok(soulbase_store::database_url(snapshot.config()))
+    Ok(pick(snapshot.config()))
+}
+
+fn database_url_of(explicit: Option<String>, global: &Global) -> Result<String, String> {
+    or_config(explicit, global, soulbase_store::database_url)
+}
+
+fn spool_dir(explicit: Option<PathBuf>, global: &Global) -> Result<PathBuf, String> {
+    or_config(explicit, global, soulbase_store::spool_dir)
 }
 
 fn err(e: SoulError) -> String {
@@ -169,14 +225,151 @@ fn summary_line(c: &CallSummary) -> String {
     )
 }
 
-async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
-    let url = database_url(args.database_url, global)?;
+/// One quarantine entry as a JSON object.
+fn entry_json(e: &QuarantineEntry) -> serde_json::Value {
+    let head = e.head.as_ref();
+    json!({
+        "line": e.line,
+        "refused": e.refused,
+        "unreadable": e.unreadable,
+        "id": head.map(|h| &h.id),
+        "kind": head.map(|h| &h.kind),
+        "call_id": head.map(|h| &h.call_id),
+        "tenant": head.map(|h| &h.tenant),
+    })
+}
+
+/// `quarantine list`.
+fn list_quarantine(dir: &Path, tenant: Option<&str>, json: bool) -> Result<bool, String> {
+    let mut entries = quarantine::read(dir).map_err(err)?;
+    if let Some(t) = tenant {
+        entries.retain(|e| e.head.as_ref().is_some_and(|h| h.tenant == t));
+    }
+    if json {
+        let all: Vec<_> = entries.iter().map(entry_json).collect();
+        println!("{}", serde_json::Value::Array(all));
+        return Ok(true);
+    }
+    if entries.is_empty() {
+        println!("no quarantined records in {}", dir.display());
+        return Ok(true);
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let (kind, id, call, tenant) = match &e.head {
+                Some(h) => (
+                    h.kind.clone(),
+                    h.id.clone(),
+                    h.call_id.clone(),
+                    h.tenant.clone(),
+                ),
+                None => ("-".into(), "-".into(), "-".into(), "-".into()),
+            };
+            let why = match &e.unreadable {
+                Some(u) => format!("unreadable: {u}"),
+                None => e.refused.clone(),
+            };
+            vec![e.line.to_string(), kind, id, call, tenant, why]
+        })
+        .collect();
+    print!(
+        "{}",
+        crate::output::table(
+            &["LINE", "KIND", "ENVELOPE", "CALL", "TENANT", "WHY"],
+            &rows
+        )
+    );
+    Ok(true)
+}
+
+/// `quarantine retry`: exit 0 when nothing stays in the file.
+async fn retry_quarantine(
+    dir: &Path,
+    database_url: Option<String>,
+    global: &Global,
+    json: bool,
+) -> Result<bool, String> {
+    if global.tenant.is_some() {
+        return Err("--tenant: retry offers the whole quarantine file, not one tenant's".into());
+    }
+    if quarantine::read(dir).map_err(err)?.is_empty() {
+        println!("no quarantined records in {}", dir.display());
+        return Ok(true);
+    }
+    let url = database_url_of(database_url, global)?;
     let db = Db::connect(&url, false).await.map_err(err)?;
     let store = SqlEvidenceStore::new(db.clone());
+    let report = quarantine::requeue(dir, &store).await;
+    db.close().await;
+    let report = report.map_err(err)?;
+    if json {
+        let refused: Vec<_> = report
+            .refused
+            .iter()
+            .map(|(e, why)| {
+                let mut v = entry_json(e);
+                v["refused_again"] = json!(why);
+                v
+            })
+            .collect();
+        let unreadable: Vec<_> = report.unreadable.iter().map(entry_json).collect();
+        println!(
+            "{}",
+            json!({
+                "stored": report.stored,
+                "refused": refused,
+                "unreadable": unreadable,
+                "remaining": report.remaining(),
+            })
+        );
+    } else {
+        for (e, why) in &report.refused {
+            let id = e.head.as_ref().map_or("-", |h| h.id.as_str());
+            println!("line {} ({id}): refused again: {why}", e.line);
+        }
+        for e in &report.unreadable {
+            let why = e.unreadable.as_deref().unwrap_or_default();
+            println!("line {}: unreadable: {why}", e.line);
+        }
+        println!(
+            "the database took {} record(s); {} refused again, {} unreadable; {} line(s) stay in {}",
+            report.stored,
+            report.refused.len(),
+            report.unreadable.len(),
+            report.remaining(),
+            dir.join(quarantine::QUARANTINE_FILE).display()
+        );
+    }
+    Ok(report.remaining() == 0)
+}
+
+async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
     let json = global.json || matches!(args.format, Format::Json);
+    match args.command {
+        EvidenceCommand::Quarantine {
+            command: QuarantineCommand::List { spool },
+        } => list_quarantine(&spool_dir(spool, global)?, global.tenant.as_deref(), json),
+        EvidenceCommand::Quarantine {
+            command: QuarantineCommand::Retry { spool },
+        } => retry_quarantine(&spool_dir(spool, global)?, args.database_url, global, json).await,
+        EvidenceCommand::Query(command) => query(global, args.database_url, command, json).await,
+    }
+}
+
+/// `show`, `list` and `replay`: read the database.
+async fn query(
+    global: &Global,
+    database_url: Option<String>,
+    command: QueryCommand,
+    json: bool,
+) -> Result<bool, String> {
+    let url = database_url_of(database_url, global)?;
+    let db = Db::connect(&url, false).await.map_err(err)?;
+    let store = SqlEvidenceStore::new(db.clone());
     let tenant = global.tenant.clone();
-    let ok = match args.command {
-        EvidenceCommand::Show { call_id } => {
+    let ok = match command {
+        QueryCommand::Show { call_id } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -193,7 +386,7 @@ async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
             }
             true
         }
-        EvidenceCommand::List {
+        QueryCommand::List {
             tool,
             status,
             since,
@@ -240,7 +433,7 @@ async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
             }
             true
         }
-        EvidenceCommand::Replay { call_id } => {
+        QueryCommand::Replay { call_id } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -311,8 +504,8 @@ async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
     Ok(ok)
 }
 
-/// Runs `soulbase evidence …`; exit 0 on success, 1 on anomalies found by replay,
-/// 2 on errors.
+/// Runs `soulbase evidence …`; exit 0 on success, 1 on anomalies found by replay
+/// or quarantined lines a retry left in place, 2 on errors.
 pub fn run(global: &Global, args: EvidenceArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -12,6 +12,7 @@
 //! | `mcp` | MCP over stdio for one tenant and actor (`--skill` binds a skill) |
 //! | `skills …` | validate, list, export a skills directory (CI) |
 //! | `evidence show\|list\|replay` | query and replay recorded evidence (local database) |
+//! | `evidence quarantine list\|retry` | records the database refused, kept in the spool; offer them again |
 //!
 //! **Where** ([`target`]): with `--server URL` (or `$SOULBASE_SERVER`) the tool
 //! commands talk gRPC to a running `soulbased` (`soulbase.tools.v1`), authenticated

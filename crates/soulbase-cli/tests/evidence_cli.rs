@@ -184,3 +184,109 @@ fn show_list_and_replay() {
     assert_eq!(code, 2);
     assert!(err.contains("--after"));
 }
+
+#[test]
+fn quarantine_list_and_retry() {
+    use soulbase_observe::fixtures::sample_begin;
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("e.db").display());
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let spool_arg = spool.to_str().unwrap();
+    // As the drainer writes it: a refused record, then a frame that was not one.
+    let kept = sample_begin();
+    let call = match &kept.payload {
+        EvidenceEvent::Begin(b) => b.call_id.to_string(),
+        _ => unreachable!(),
+    };
+    let lines = [
+        serde_json::json!({"refused": "value too long", "record": kept}),
+        serde_json::json!({"refused": "not an evidence record", "record": "garbage"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let file = spool.join("quarantine.jsonl");
+    std::fs::write(&file, &text).unwrap();
+
+    let (code, out, err) = soulbase(&["evidence", "quarantine", "list", "--spool", spool_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("LINE  KIND"), "{out}");
+    assert!(out.contains("acme"), "{out}");
+    assert!(
+        out.contains(&kept.id.to_string()) && out.contains("value too long"),
+        "{out}"
+    );
+    assert!(out.contains("unreadable: not an evidence record"), "{out}");
+
+    // While a server holds the spool, retry refuses and changes nothing.
+    let lock = std::fs::File::create(spool.join("LOCK")).unwrap();
+    lock.try_lock().unwrap();
+    let retry = [
+        "evidence",
+        "--database-url",
+        &url,
+        "quarantine",
+        "retry",
+        "--spool",
+        spool_arg,
+    ];
+    // The database must exist first (the server migrates it).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async { Db::connect(&url, true).await.unwrap().close().await });
+    let (code, _, err) = soulbase(&retry);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("in use"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    drop(lock);
+
+    // The record goes to the database; the unreadable line stays: exit 1.
+    let (code, out, err) = soulbase(&retry);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("the database took 1 record(s)"), "{out}");
+    assert!(out.contains("line 2: unreadable"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("{}\n", lines[1])
+    );
+    let (code, out, err) = soulbase(&["evidence", "--database-url", &url, "show", &call]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&kept.id.to_string()), "{out}");
+
+    let (code, out, _) = soulbase(&[
+        "evidence",
+        "--json",
+        "quarantine",
+        "list",
+        "--spool",
+        spool_arg,
+    ]);
+    assert_eq!(code, 0);
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(listed[0]["line"], 1);
+    assert_eq!(listed[0]["id"], serde_json::Value::Null);
+
+    // Nothing retry can offer leaves the file alone; a missing spool is named.
+    let (code, _, _) = soulbase(&retry);
+    assert_eq!(code, 1);
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("{}\n", lines[1])
+    );
+    let missing = dir.path().join("nope");
+    let (code, _, err) = soulbase(&[
+        "evidence",
+        "quarantine",
+        "list",
+        "--spool",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no spool directory") && err.contains("nope"),
+        "{err}"
+    );
+}

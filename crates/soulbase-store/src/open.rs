@@ -45,13 +45,18 @@ pub fn database_url(config: &Config) -> String {
     }
 }
 
-/// Spool options for `config`: `<data_dir>/spool`, its durability and cap.
+/// The evidence spool's directory for `config`: `<data_dir>/spool`.
+pub fn spool_dir(config: &Config) -> std::path::PathBuf {
+    config.data_dir.join("spool")
+}
+
+/// Spool options for `config`: [`spool_dir`], its durability and cap.
 pub fn spool_options(config: &Config) -> SpoolOptions {
     let durability = match config.evidence.durability {
         DurabilityMode::Sync => Durability::Sync,
         DurabilityMode::Async => Durability::Async,
     };
-    SpoolOptions::new(config.data_dir.join("spool"))
+    SpoolOptions::new(spool_dir(config))
         .durability(durability)
         .max_bytes(config.evidence.spool_max_bytes)
 }
