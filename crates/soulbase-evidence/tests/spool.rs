@@ -91,24 +91,33 @@ async fn open_with_store_down(opts: SpoolOptions) -> (DurableSink, Arc<Flaky>) {
     (sink, store)
 }
 
-/// Opens the spool again once the previous sink's writer has released it (it holds
-/// the directory until everything queued is written); fails after [`LIMIT`].
+/// `attempt`'s first outcome other than "the spool is in use": what a caller
+/// gets once the previous sink's writer has released the spool (it holds the
+/// directory until everything queued is written); fails after [`LIMIT`].
+async fn when_released<T>(
+    mut attempt: impl AsyncFnMut() -> Result<T, SoulError>,
+) -> Result<T, SoulError> {
+    let retry = async {
+        loop {
+            match attempt().await {
+                Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
+                done => return done,
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, retry)
+        .await
+        .expect("the old writer released the spool")
+}
+
+/// Opens the spool again once the previous sink has released it.
 async fn reopen(
     opts: SpoolOptions,
     store: Arc<dyn EvidenceStore>,
 ) -> (DurableSink, soulbase_evidence::RecoveryReport) {
-    let attempt = async {
-        loop {
-            match DurableSink::open(opts.clone(), store.clone()).await {
-                Ok(v) => return v,
-                Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-                Err(e) => panic!("{e:?}"),
-            }
-        }
-    };
-    tokio::time::timeout(LIMIT, attempt)
+    when_released(async || DurableSink::open(opts.clone(), store.clone()).await)
         .await
-        .expect("the old writer released the spool")
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -705,23 +714,12 @@ async fn a_sink_whose_deleted_lock_another_process_took_refuses_and_writes_nothi
     assert_eq!(count(&first_store), (1, 1, 0));
 }
 
-/// [`quarantine::requeue`] once the sink that used `dir` has released the spool
-/// (its writer holds the `LOCK` until everything queued is written).
+/// [`quarantine::requeue`] once the sink that used `dir` has released the spool.
 async fn requeue_when_released(
     dir: &std::path::Path,
     store: &dyn EvidenceStore,
 ) -> Result<quarantine::RequeueReport, SoulError> {
-    let attempt = async {
-        loop {
-            match quarantine::requeue(dir, store).await {
-                Err(e) if e.message().contains("in use") => tokio::task::yield_now().await,
-                done => return done,
-            }
-        }
-    };
-    tokio::time::timeout(LIMIT, attempt)
-        .await
-        .expect("the sink released the spool")
+    when_released(async || quarantine::requeue(dir, store).await).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
