@@ -381,9 +381,39 @@ pub async fn run(
     }
 }
 
-/// Writes `records` in ever smaller slices until each refused record stands alone,
-/// and quarantines those, adding their indices to `kept` (a record already there is
-/// not written to the file again). An outage meanwhile, or shutdown, returns an
+/// Writes `records` to `store` in ever smaller slices until each refused record
+/// stands alone; returns those (index in `records`, the store's refusal), in
+/// order. An outage is an error, and so is `stop` refusing to go on before a
+/// write; what was written is taken again idempotently when the batch is retried.
+/// Serves the drain ([`isolate`]) and [`crate::quarantine::requeue`].
+pub(crate) async fn write_isolating(
+    store: &dyn EvidenceStore,
+    records: &[EncodedRecord],
+    stop: impl Fn() -> Result<(), soulbase_errors::SoulError>,
+) -> Result<Vec<(usize, soulbase_errors::SoulError)>, soulbase_errors::SoulError> {
+    let mut refused = Vec::new();
+    let mut pending: Vec<std::ops::Range<usize>> = Vec::new();
+    pending.push(0..records.len());
+    while let Some(range) = pending.pop() {
+        stop()?;
+        match store.write_encoded(&records[range.clone()]).await {
+            Ok(()) => {}
+            Err(e) if is_store_refusal(&e) && range.len() > 1 => {
+                let mid = range.start + range.len() / 2;
+                // Back half first on the stack: the front half is written first.
+                pending.push(mid..range.end);
+                pending.push(range.start..mid);
+            }
+            Err(e) if is_store_refusal(&e) => refused.push((range.start, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(refused)
+}
+
+/// Writes what the store takes of `records` ([`write_isolating`]) and quarantines
+/// each record it refuses, adding their indices to `kept` (a record already there
+/// is not written to the file again). An outage meanwhile, or shutdown, returns an
 /// error: the caller retries the whole batch later, which the store takes
 /// idempotently.
 async fn isolate(
@@ -392,58 +422,49 @@ async fn isolate(
     records: &[EncodedRecord],
     kept: &mut HashSet<usize>,
 ) -> Result<(), soulbase_errors::SoulError> {
-    let mut pending: Vec<std::ops::Range<usize>> = Vec::new();
-    pending.push(0..records.len());
-    while let Some(range) = pending.pop() {
+    let stopping = || {
         if shared.stopping.load(Ordering::Acquire) {
-            return Err(crate::shared::unavailable(
+            Err(crate::shared::unavailable(
                 "stopping while isolating a refused evidence record",
-            ));
+            ))
+        } else {
+            Ok(())
         }
-        let (start, len) = (range.start, range.len());
-        match store.write_encoded(&records[range.clone()]).await {
-            Ok(()) => {}
-            Err(e) if is_store_refusal(&e) && len > 1 => {
-                let mid = start + len / 2;
-                // Back half first on the stack: the front half is written first.
-                pending.push(mid..range.end);
-                pending.push(start..mid);
-            }
-            Err(e) if is_store_refusal(&e) && kept.contains(&start) => {}
-            Err(e) if is_store_refusal(&e) && !shared.owns_dir() => {
-                // Quarantined later, in the directory once it is this sink's again.
-                return Err(crate::shared::unavailable(
-                    "the spool directory is missing or not this sink's",
-                )
-                .with_note(e.to_string()));
-            }
-            Err(e) if is_store_refusal(&e) => {
-                let cause = e.field("reason").unwrap_or(e.message()).to_owned();
-                let Some(s) = shared.try_hold() else {
-                    return Err(crate::shared::unavailable(CLOSING).with_note(e.to_string()));
-                };
-                let (record, why) = (records[start].clone(), cause.clone());
-                let written =
-                    tokio::task::spawn_blocking(move || segment::quarantine(&s.dir, &record, &why))
-                        .await
-                        .map_err(soulbase_errors::SoulError::internal)?;
-                if let Err(io) = written {
-                    return Err(crate::shared::unavailable(
-                        "a refused evidence record could not be quarantined",
-                    )
-                    .with_note(io.to_string()));
-                }
-                kept.insert(start);
-                shared.records_quarantined.fetch_add(1, Ordering::Relaxed);
-                let envelope = records[start].head().map(|h| h.id.into_owned()).ok();
-                tracing::error!(
-                    envelope = envelope.as_deref().unwrap_or("(unreadable)"),
-                    cause,
-                    "the evidence store refused a record; kept in the spool's quarantine.jsonl"
-                );
-            }
-            Err(e) => return Err(e),
+    };
+    for (at, e) in write_isolating(store, records, stopping).await? {
+        if kept.contains(&at) {
+            continue;
         }
+        if !shared.owns_dir() {
+            // Quarantined later, in the directory once it is this sink's again.
+            return Err(crate::shared::unavailable(
+                "the spool directory is missing or not this sink's",
+            )
+            .with_note(e.to_string()));
+        }
+        let cause = e.field("reason").unwrap_or(e.message()).to_owned();
+        let Some(s) = shared.try_hold() else {
+            return Err(crate::shared::unavailable(CLOSING).with_note(e.to_string()));
+        };
+        let (record, why) = (records[at].clone(), cause.clone());
+        let written =
+            tokio::task::spawn_blocking(move || segment::quarantine(&s.dir, &record, &why))
+                .await
+                .map_err(soulbase_errors::SoulError::internal)?;
+        if let Err(io) = written {
+            return Err(crate::shared::unavailable(
+                "a refused evidence record could not be quarantined",
+            )
+            .with_note(io.to_string()));
+        }
+        kept.insert(at);
+        shared.records_quarantined.fetch_add(1, Ordering::Relaxed);
+        let envelope = records[at].head().map(|h| h.id.into_owned()).ok();
+        tracing::error!(
+            envelope = envelope.as_deref().unwrap_or("(unreadable)"),
+            cause,
+            "the evidence store refused a record; kept in the spool's quarantine.jsonl"
+        );
     }
     Ok(())
 }

@@ -15,8 +15,9 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_observe::{EncodedRecord, EvidenceStore, is_store_refusal};
+use soulbase_observe::{EncodedRecord, EvidenceStore};
 
+use crate::drain::write_isolating;
 use crate::segment;
 pub use crate::segment::QUARANTINE_FILE;
 
@@ -34,8 +35,8 @@ pub struct QuarantineEntry {
     /// version can read, else why it cannot (a line that is not a quarantine
     /// entry, e.g. torn by a crash, or text that is not a record).
     pub unreadable: Option<String>,
-    /// The record's envelope id, kind (`begin`, `end`, `denied`) and call id,
-    /// when it can be read.
+    /// The record's envelope id, kind (`begin`, `end`, `denied`), call id and
+    /// tenant, when it can be read.
     pub head: Option<EntryHead>,
 }
 
@@ -189,9 +190,10 @@ pub fn read(spool_dir: &Path) -> Result<Vec<QuarantineEntry>, SoulError> {
 /// again, or unreadable), unchanged; the file goes when none are left.
 ///
 /// Holds the spool's `LOCK`: fails with `EVIDENCE.UNAVAILABLE` while a sink uses
-/// the spool (and a sink cannot open it meanwhile). A store outage fails the whole run and leaves the file as it was;
-/// the records already stored are skipped when offered again (writes are
-/// idempotent by envelope id), so nothing is lost or stored twice.
+/// the spool (and a sink cannot open it meanwhile). A store outage fails the
+/// whole run and leaves the file as it was; the records already stored are
+/// skipped when offered again (writes are idempotent by envelope id), so nothing
+/// is lost or stored twice.
 pub async fn requeue(
     spool_dir: &Path,
     store: &dyn EvidenceStore,
@@ -234,9 +236,10 @@ pub async fn requeue(
     }
     for batch in offered.chunks(BATCH) {
         let records: Vec<EncodedRecord> = batch.iter().map(|(_, r)| r.clone()).collect();
-        for (j, reason) in offer(store, &records).await? {
+        for (j, e) in write_isolating(store, &records, || Ok(())).await? {
             let i = batch[j].0;
             stays[i] = true;
+            let reason = e.field("reason").unwrap_or(e.message()).to_owned();
             report.refused.push((parsed[i].entry.clone(), reason));
         }
     }
@@ -257,34 +260,6 @@ pub async fn requeue(
     })
     .await?;
     Ok(report)
-}
-
-/// Writes `records` to `store`, halving slices the store refuses until each
-/// refused record stands alone; returns those (index in `records`, the store's
-/// reason), in order. An outage is an error.
-async fn offer(
-    store: &dyn EvidenceStore,
-    records: &[EncodedRecord],
-) -> Result<Vec<(usize, String)>, SoulError> {
-    let mut refused = Vec::new();
-    let mut pending: Vec<std::ops::Range<usize>> = Vec::new();
-    pending.push(0..records.len());
-    while let Some(range) = pending.pop() {
-        match store.write_encoded(&records[range.clone()]).await {
-            Ok(()) => {}
-            Err(e) if is_store_refusal(&e) && range.len() > 1 => {
-                let mid = range.start + range.len() / 2;
-                pending.push(mid..range.end);
-                pending.push(range.start..mid);
-            }
-            Err(e) if is_store_refusal(&e) => {
-                let reason = e.field("reason").unwrap_or(e.message()).to_owned();
-                refused.push((range.start, reason));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(refused)
 }
 
 /// Runs blocking file work off the async runtime's workers.
