@@ -20,7 +20,7 @@ use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
-use soulbase_config::{FailMode, QuotaConfig};
+use soulbase_config::{FailMode, QuotaConfig, QuotaLimit};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::BudgetUsage;
 use soulbase_qos::{
@@ -54,6 +54,21 @@ impl RedisQuotaOptions {
             op_timeout: Duration::from_millis(500),
             retry_hint: Duration::from_secs(1),
         }
+    }
+
+    /// The defaults with the `quota` section's `redis_url` (required) and
+    /// `on_backend_failure`.
+    pub fn from_config(config: &QuotaConfig) -> Result<Self, SoulError> {
+        let url = config.redis_url.clone().ok_or_else(|| {
+            SoulError::new(
+                ErrorCode::ConfigInvalid,
+                "quota.redis_url is required with quota.backend redis",
+            )
+            .with_field("field", "quota.redis_url")
+        })?;
+        let mut options = Self::new(url);
+        options.fail_mode = config.on_backend_failure;
+        Ok(options)
     }
 }
 
@@ -140,13 +155,19 @@ impl RedisQuota {
     /// A backend from the configuration's `quota` section (`redis_url`,
     /// `on_backend_failure`, limits and budgets).
     pub fn from_config(config: &QuotaConfig) -> Result<Self, SoulError> {
-        let url = config.redis_url.clone().ok_or_else(|| {
-            SoulError::new(ErrorCode::ConfigInvalid, "quota.redis_url is required")
-                .with_field("field", "quota.redis_url")
-        })?;
-        let mut options = RedisQuotaOptions::new(url);
-        options.fail_mode = config.on_backend_failure;
-        Self::new(options, QuotaPlan::from_config(config))
+        Self::new(
+            RedisQuotaOptions::from_config(config)?,
+            QuotaPlan::from_config(config),
+        )
+    }
+
+    /// Replaces the rate limits, keeping the budgets, of a backend built with
+    /// [`new`](Self::new): how a caller that owns a set of limits (the skills
+    /// gateway, for its per-tool limits) keeps it in step with them. Counters are
+    /// keyed by a rule's definition, so unchanged rules keep their state on every
+    /// replica.
+    pub fn update(&self, limits: &[QuotaLimit]) {
+        self.plan.replace_limits(limits);
     }
 
     /// Replaces limits and budgets (hot reload). Counters are keyed by a rule's

@@ -83,6 +83,32 @@ async fn two_instances_share_one_limit_exactly() {
 }
 
 #[tokio::test]
+async fn updated_limits_apply_to_the_next_decision_and_unchanged_ones_keep_their_count() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("qos_update");
+    let q = RedisQuota::new(options(&url, &prefix), QuotaPlan::new(&[], &[])).unwrap();
+    for _ in 0..3 {
+        assert!(
+            reserve(&q, "acme", "a", "skills.p.t").await.is_ok(),
+            "no limit yet"
+        );
+    }
+    q.update(&[limit("2/min")]);
+    assert!(reserve(&q, "acme", "a", "skills.p.t").await.is_ok());
+    // The same rule again (a skills reload that changed nothing) keeps its count.
+    q.update(&[limit("2/min")]);
+    assert!(reserve(&q, "acme", "a", "skills.p.t").await.is_ok());
+    let e = reserve(&q, "acme", "a", "skills.p.t").await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::QuotaRateLimited);
+    assert_eq!(e.field("limit"), Some("2/min"));
+    q.update(&[]);
+    assert!(
+        reserve(&q, "acme", "a", "skills.p.t").await.is_ok(),
+        "a removed limit no longer applies"
+    );
+}
+
+#[tokio::test]
 async fn snapshots_refunds_and_dry_runs() {
     let url = soulbase_testkit::redis_url();
     let prefix = soulbase_testkit::unique_name("qos_refund");

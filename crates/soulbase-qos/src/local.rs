@@ -121,8 +121,7 @@ impl LocalQuota {
     /// Counters are keyed by a rule's definition, so rules that did not change keep
     /// their state; changed or removed rules start afresh.
     pub fn update(&self, limits: &[QuotaLimit]) {
-        let next = self.plan.current().1.with_limits(limits);
-        self.plan.replace(next);
+        self.plan.replace_limits(limits);
     }
 
     /// Replaces rate limits and budgets from a new `quota` section (hot reload).

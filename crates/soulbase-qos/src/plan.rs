@@ -112,6 +112,13 @@ impl FollowedPlan {
         let hash = self.loaded.load().0.clone();
         self.loaded.store(std::sync::Arc::new((hash, plan)));
     }
+
+    /// Replaces the rate limits, keeping the budgets (for a backend that follows no
+    /// handle: a followed one recompiles from its handle at the next reload).
+    pub fn replace_limits(&self, limits: &[soulbase_config::QuotaLimit]) {
+        let next = self.current().1.with_limits(limits);
+        self.replace(next);
+    }
 }
 
 /// The compiled `quota` section: rate limits and budgets with their tool patterns.
