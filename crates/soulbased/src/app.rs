@@ -24,7 +24,7 @@ use std::time::Duration;
 use soulbase_auth::{
     Authenticator, Authorizer, CedarPolicy, ConsentVerifier, HmacConsent, StaticPolicy,
 };
-use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, ReloadStatus, Role};
+use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, QuotaLimit, ReloadStatus, Role};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::roles::role_channel;
 use soulbase_grpc::{
@@ -32,7 +32,7 @@ use soulbase_grpc::{
     RemoteQuotaGate, RemoteSandbox, SandboxRoleService, SubjectResolver,
 };
 use soulbase_observe::{EvidenceSink, EvidenceStore};
-use soulbase_qos::{LocalQuota, QuotaGate};
+use soulbase_qos::{LocalQuota, QuotaGate, QuotaPlan};
 use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
 use soulbase_sandbox::{
     BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind, Sandbox,
@@ -569,20 +569,32 @@ fn local_quota(
 ) -> Result<Arc<dyn QuotaGate>, SoulError> {
     Ok(match cfg.quota.backend {
         QuotaBackend::Memory => Arc::new(LocalQuota::follow(config.clone())),
-        QuotaBackend::Redis => {
-            let url = cfg.quota.redis_url.clone().ok_or_else(|| {
-                SoulError::new(
-                    ErrorCode::ConfigInvalid,
-                    "quota.redis_url is required with quota.backend redis",
-                )
-                .with_field("field", "quota.redis_url")
-            })?;
-            let mut options = RedisQuotaOptions::new(url);
-            options.fail_mode = cfg.quota.on_backend_failure;
-            // Connects on the first decision: start-up does not wait for Redis.
-            Arc::new(RedisQuota::follow(options, config.clone())?)
-        }
+        // Connects on the first decision: start-up does not wait for Redis.
+        QuotaBackend::Redis => Arc::new(RedisQuota::follow(
+            RedisQuotaOptions::from_config(&cfg.quota)?,
+            config.clone(),
+        )?),
     })
+}
+
+/// The skills gateway enforcing the skills' per-tool rate limits where the tool
+/// quotas are: with `quota.backend: redis`, in the same Redis under a key prefix of
+/// their own, so every replica shares them; otherwise in this process.
+fn with_skill_rates(
+    gateway: SkillGateway,
+    cfg: &soulbase_config::Config,
+) -> Result<SkillGateway, SoulError> {
+    if cfg.quota.backend != QuotaBackend::Redis {
+        return Ok(gateway);
+    }
+    let mut options = RedisQuotaOptions::from_config(&cfg.quota)?;
+    options.prefix.push_str("skills:");
+    let redis = Arc::new(RedisQuota::new(options, QuotaPlan::new(&[], &[]))?);
+    let sync = redis.clone();
+    Ok(gateway.with_quota(
+        redis,
+        Some(Arc::new(move |limits: &[QuotaLimit]| sync.update(limits))),
+    ))
 }
 
 /// The internal token of the role services, from the variable named by
@@ -635,6 +647,7 @@ fn start_skills(
     let gateway = SkillGateway::new(catalog.clone(), invoker.clone())
         .with_subscriptions(subscriptions.clone())
         .with_evidence(sink);
+    let gateway = with_skill_rates(gateway, cfg)?;
     let watcher = cfg.skills.watch.then(|| {
         soulbase_skills::watch(
             catalog.clone(),

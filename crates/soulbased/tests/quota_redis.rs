@@ -1,5 +1,6 @@
-//! `quota.backend: redis` in real `soulbased` processes: limits shared across
-//! replicas through one Redis, and fail-closed / fail-open when Redis is down.
+//! `quota.backend: redis` in real `soulbased` processes: limits (the tool quotas
+//! and the skills' per-tool rate limits) shared across replicas through one
+//! Redis, and fail-closed / fail-open when Redis is down.
 //! Needs `REDIS_URL` (`cargo xtask test` provisions one).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -68,11 +69,90 @@ async fn two_replicas_share_one_redis_limit_exactly() {
     assert_eq!((ok, limited), (5, 7), "exactly the shared limit succeeds");
 }
 
+/// A skill `p` whose exported tool `t` (the builtin echo) allows 3 calls a minute.
+const RATED_SKILL: &str = r#"---
+name: p
+description: provider
+provider: {type: builtin, handler: soulbase.builtin.echo}
+exports:
+  api_version: "1.0"
+  tools:
+    - name: t
+      description: x
+      input_schema: {type: object}
+      output_schema: {type: object}
+  access:
+    rate_limit:
+      t: 3/min
+---
+"#;
+
+/// `config` serving the skills in `./skills`, which `with_rated_skill` fills.
+fn skills_config(tenant: &str, redis_url: &str, on_failure: &str) -> String {
+    // The tool quota (100/min on echo) is not what limits the skill's calls.
+    format!(
+        "{}skills:\n  dir: ./skills\n  watch: false\n",
+        config(tenant, redis_url, "100/min", on_failure)
+    )
+}
+
+fn with_rated_skill(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir.join("skills/p")).unwrap();
+    std::fs::write(dir.join("skills/p/SKILL.md"), RATED_SKILL).unwrap();
+}
+
+async fn skill_call(server: &Server, tenant: &str) -> (u16, Value) {
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/skills.p.t/invoke",
+        &[("x-soulbase-tenant", tenant), ("x-soulbase-actor", "a")],
+        "{}",
+    )
+    .await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_a_skills_rate_limit_through_redis() {
+    let url = soulbase_testkit::redis_url();
+    let tenant = soulbase_testkit::unique_name("s").replace('_', "-");
+    let cfg = skills_config(&tenant, &url, "closed");
+    let a = Server::start_in(&cfg, with_rated_skill);
+    let b = Server::start_in(&cfg, with_rated_skill);
+    let mut outcomes = Vec::new();
+    for i in 0..6 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let (status, v) = skill_call(server, &tenant).await;
+        outcomes.push(if status == 200 {
+            "ok".to_owned()
+        } else {
+            assert_eq!(
+                v["error"]["fields"]["limit"], "3/min",
+                "the skill's limit: {v}"
+            );
+            v["error_code"].as_str().unwrap_or_default().to_owned()
+        });
+    }
+    assert_eq!(
+        outcomes,
+        [
+            "ok",
+            "ok",
+            "ok",
+            "QUOTA.RATE_LIMITED",
+            "QUOTA.RATE_LIMITED",
+            "QUOTA.RATE_LIMITED"
+        ],
+        "the skill's 3/min is shared by both replicas"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured() {
     // Port 1 on loopback: nothing listens, connecting is refused at once.
     let down = "redis://127.0.0.1:1";
-    let closed = Server::start(&config("acme", down, "100/min", "closed"));
+    let closed = Server::start_in(&skills_config("acme", down, "closed"), with_rated_skill);
     let (status, v) = echo(&closed, "acme").await;
     assert_ne!(status, 200, "{v}");
     assert_eq!(v["error_code"], "QUOTA.RATE_LIMITED", "{v}");
@@ -82,10 +162,18 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
             .is_some_and(|ms| ms > 0),
         "{v}"
     );
+    let (status, v) = skill_call(&closed, "acme").await;
+    assert_ne!(status, 200, "{v}");
+    assert_eq!(
+        v["error_code"], "QUOTA.RATE_LIMITED",
+        "the skill's limit too: {v}"
+    );
 
-    let open = Server::start(&config("acme", down, "100/min", "open"));
+    let open = Server::start_in(&skills_config("acme", down, "open"), with_rated_skill);
     let (status, v) = echo(&open, "acme").await;
     assert_eq!(status, 200, "{v}");
+    let (status, v) = skill_call(&open, "acme").await;
+    assert_eq!(status, 200, "the skill's limit too: {v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
