@@ -28,16 +28,21 @@ quota:
     )
 }
 
-async fn echo(server: &Server, tenant: &str) -> (u16, Value) {
+/// Invokes `tool` with `{}` over HTTP as `tenant`; the status and the JSON body.
+async fn invoke(server: &Server, tool: &str, tenant: &str) -> (u16, Value) {
     let (status, body) = http(
         &server.http,
         "POST",
-        "/api/tools/soulbase.builtin.echo/invoke",
+        &format!("/api/tools/{tool}/invoke"),
         &[("x-soulbase-tenant", tenant), ("x-soulbase-actor", "a")],
         "{}",
     )
     .await;
     (status, serde_json::from_str(&body).unwrap())
+}
+
+async fn echo(server: &Server, tenant: &str) -> (u16, Value) {
+    invoke(server, "soulbase.builtin.echo", tenant).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,15 +107,7 @@ fn with_rated_skill(dir: &std::path::Path) {
 }
 
 async fn skill_call(server: &Server, tenant: &str) -> (u16, Value) {
-    let (status, body) = http(
-        &server.http,
-        "POST",
-        "/api/tools/skills.p.t/invoke",
-        &[("x-soulbase-tenant", tenant), ("x-soulbase-actor", "a")],
-        "{}",
-    )
-    .await;
-    (status, serde_json::from_str(&body).unwrap())
+    invoke(server, "skills.p.t", tenant).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
