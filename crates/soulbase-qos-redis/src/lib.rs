@@ -10,6 +10,10 @@
 //! configured [`FailMode`] decides: `closed` (the default) refuses the call with
 //! `QUOTA.RATE_LIMITED` and a retry hint; `open` lets it through and logs a warning.
 //! The connection is re-established on the next call once Redis is back.
+//!
+//! The limits either follow the configuration ([`RedisQuota::follow`]) or belong to
+//! the caller ([`RedisQuota::new`], then [`RedisQuota::update`]): `soulbased` uses
+//! the latter, under a prefix of its own, for the skills' per-tool rate limits.
 
 mod scripts;
 
