@@ -53,9 +53,37 @@ pub const SUBSCRIBE_ACTION: &str = "show_subscribe_card";
 /// Called with the skills' per-tool rate limits whenever they change.
 pub type RateLimitSync = Arc<dyn Fn(&[QuotaLimit]) + Send + Sync>;
 
+/// The skills' rate limits last pushed to the gate, and the skill-set
+/// generation they came from.
+#[derive(Default)]
 struct Rates {
-    generation: u64,
+    /// `None` until the first rated call: the gate has not been configured yet.
+    generation: Option<u64>,
     limits: Vec<QuotaLimit>,
+}
+
+impl Rates {
+    /// The limits to push to the gate for a skill set of `generation`, or `None`
+    /// when the gate already has them. Only a newer set moves them: a call that
+    /// still holds the set a reload replaced must not push its old limits back
+    /// over the new ones. `limits` is only computed for a newer set.
+    fn advance(
+        &mut self,
+        generation: u64,
+        limits: impl FnOnce() -> Vec<QuotaLimit>,
+    ) -> Option<&[QuotaLimit]> {
+        if self.generation.is_some_and(|seen| generation <= seen) {
+            return None;
+        }
+        let first = self.generation.is_none();
+        self.generation = Some(generation);
+        let limits = limits();
+        if !first && limits == self.limits {
+            return None;
+        }
+        self.limits = limits;
+        Some(&self.limits)
+    }
 }
 
 /// Cross-skill enforcement plus the two-phase `run_skill`, over an [`Invoker`].
@@ -84,10 +112,7 @@ impl SkillGateway {
             evidence: None,
             quota: local,
             sync_rates: Some(Arc::new(move |limits: &[QuotaLimit]| sync.update(limits))),
-            rates: Mutex::new(Rates {
-                generation: u64::MAX,
-                limits: Vec::new(),
-            }),
+            rates: Mutex::default(),
         }
     }
 
@@ -98,10 +123,7 @@ impl SkillGateway {
     pub fn with_quota(mut self, gate: Arc<dyn QuotaGate>, sync: Option<RateLimitSync>) -> Self {
         self.quota = gate;
         self.sync_rates = sync;
-        self.rates = Mutex::new(Rates {
-            generation: u64::MAX,
-            limits: Vec::new(),
-        });
+        self.rates = Mutex::default();
         self
     }
 
@@ -260,20 +282,15 @@ impl SkillGateway {
         result
     }
 
-    /// Rebuilds the per-tool limits when the skill set changed.
+    /// Pushes the per-tool limits to the gate when a newer skill set changed
+    /// them. The lock is held across `sync`, so pushes happen in generation order.
     fn refresh_rates(&self, set: &SkillSet) {
         let mut rates = self.rates.lock().unwrap_or_else(PoisonError::into_inner);
-        if rates.generation == set.generation() {
-            return;
+        if let Some(limits) = rates.advance(set.generation(), || rate_limits(set))
+            && let Some(sync) = &self.sync_rates
+        {
+            sync(limits);
         }
-        let limits = rate_limits(set);
-        if limits != rates.limits || rates.generation == u64::MAX {
-            if let Some(sync) = &self.sync_rates {
-                sync(&limits);
-            }
-            rates.limits = limits;
-        }
-        rates.generation = set.generation();
     }
 
     async fn refuse(
@@ -402,5 +419,51 @@ fn denied(call_id: &CallId, err: &SoulError) -> CallResult {
         output: None,
         evidence_ref: None,
         replayed: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use soulbase_types::Rate;
+
+    use super::*;
+
+    fn limit(count: u64) -> Vec<QuotaLimit> {
+        vec![QuotaLimit {
+            tenant: "*".into(),
+            tool: "skills.p.t".into(),
+            rate: Rate::new(count, Duration::from_secs(60)).unwrap(),
+        }]
+    }
+
+    #[test]
+    fn the_first_set_configures_the_gate_even_without_limits() {
+        let mut rates = Rates::default();
+        assert_eq!(rates.advance(1, Vec::new), Some(&[][..]));
+        assert_eq!(rates.advance(1, Vec::new), None);
+    }
+
+    #[test]
+    fn a_newer_set_pushes_only_changed_limits() {
+        let mut rates = Rates::default();
+        assert_eq!(rates.advance(1, || limit(3)), Some(&limit(3)[..]));
+        assert_eq!(rates.advance(2, || limit(3)), None, "same limits");
+        assert_eq!(rates.advance(3, || limit(5)), Some(&limit(5)[..]));
+    }
+
+    #[test]
+    fn a_set_a_reload_replaced_cannot_push_its_limits_back() {
+        let mut rates = Rates::default();
+        assert!(rates.advance(1, || limit(3)).is_some());
+        assert_eq!(rates.advance(2, || limit(5)), Some(&limit(5)[..]));
+        // A call still holding generation 1 comes late.
+        assert_eq!(
+            rates.advance(1, || panic!("an older set's limits are not computed")),
+            None
+        );
+        assert_eq!(rates.limits, limit(5));
+        assert_eq!(rates.advance(2, || limit(5)), None);
     }
 }
