@@ -9,20 +9,22 @@
 //! When Redis cannot be reached (or does not answer within the operation timeout) the
 //! configured [`FailMode`] decides: `closed` (the default) refuses the call with
 //! `QUOTA.RATE_LIMITED` and a retry hint; `open` lets it through and logs a warning.
-//! The connection is re-established on the next call once Redis is back.
+//! Redis is then held to be down for the retry hint: decisions meanwhile go to the
+//! fail mode at once rather than each waiting out the timeout, and after it one
+//! decision tries Redis again, reconnecting; once Redis answers, all do.
+//! Backends made with [`RedisQuota::sharing`] share one connection and that state.
 //!
 //! The limits either follow the configuration ([`RedisQuota::follow`]) or belong to
 //! the caller ([`RedisQuota::new`], then [`RedisQuota::update`]): `soulbased` uses
 //! the latter, under a prefix of its own, for the skills' per-tool rate limits.
 
+mod link;
 mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use soulbase_config::{FailMode, QuotaConfig, QuotaLimit};
 use soulbase_errors::{ErrorCode, SoulError};
@@ -31,7 +33,8 @@ use soulbase_qos::{
     BudgetKey, BudgetRemaining, BudgetSnapshot, FollowedPlan, QuotaGate, QuotaPlan, QuotaRequest,
     Reservation,
 };
-use tokio::sync::Mutex;
+
+use crate::link::Link;
 
 /// Connection and behaviour settings of a [`RedisQuota`].
 #[derive(Debug, Clone)]
@@ -44,7 +47,8 @@ pub struct RedisQuotaOptions {
     pub fail_mode: FailMode,
     /// Longest wait for one decision (connecting included) before Redis counts as down.
     pub op_timeout: Duration,
-    /// Retry hint given with fail-closed refusals.
+    /// Retry hint given with fail-closed refusals, and how long Redis is held to
+    /// be down (decisions go to the fail mode without trying it) after a failure.
     pub retry_hint: Duration,
 }
 
@@ -78,11 +82,7 @@ impl RedisQuotaOptions {
 
 /// Quotas shared by every replica using the same Redis and prefix.
 pub struct RedisQuota {
-    client: redis::Client,
-    /// The live connection (lock-free on the fast path).
-    conn: ArcSwapOption<ConnectionManager>,
-    /// Serializes (re)connecting.
-    connecting: Mutex<()>,
+    link: Arc<Link>,
     plan: FollowedPlan,
     options: RedisQuotaOptions,
     decide: Script,
@@ -144,16 +144,37 @@ impl RedisQuota {
             .with_field("field", "quota.redis_url")
             .with_note(e.to_string())
         })?;
-        Ok(Self {
-            client,
-            conn: ArcSwapOption::empty(),
-            connecting: Mutex::new(()),
+        Ok(Self::on_link(Arc::new(Link::new(client)), options, plan))
+    }
+
+    fn on_link(link: Arc<Link>, options: RedisQuotaOptions, plan: FollowedPlan) -> Self {
+        Self {
+            link,
             plan,
             options,
             decide: Script::new(scripts::DECIDE),
             refund: Script::new(scripts::REFUND),
             settle: Script::new(scripts::SETTLE),
-        })
+        }
+    }
+
+    /// A backend enforcing `plan` under the key prefix `prefix` on this one's
+    /// connection, with its fail mode and timeouts (then limits are set with
+    /// [`update`](Self::update)). The two share what is known of Redis's health:
+    /// once one finds Redis down, the other does not wait for it either, so a call
+    /// that passes both (a skill's limit, then the tool quotas) waits out the
+    /// timeout at most once.
+    pub fn sharing(&self, prefix: impl Into<String>, plan: QuotaPlan) -> Self {
+        let options = RedisQuotaOptions {
+            prefix: prefix.into(),
+            ..self.options.clone()
+        };
+        Self::on_link(self.link.clone(), options, FollowedPlan::fixed(plan))
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.options.prefix
     }
 
     /// A backend from the configuration's `quota` section (`redis_url`,
@@ -184,27 +205,8 @@ impl RedisQuota {
         format!("{}{k}", self.options.prefix)
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, SoulError> {
-        if let Some(c) = self.conn.load().as_ref() {
-            return Ok(ConnectionManager::clone(c));
-        }
-        let _guard = self.connecting.lock().await;
-        if let Some(c) = self.conn.load().as_ref() {
-            return Ok(ConnectionManager::clone(c));
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.options.op_timeout))
-            .set_response_timeout(Some(self.options.op_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(100));
-        let c = ConnectionManager::new_with_config(self.client.clone(), config)
-            .await
-            .map_err(unavailable)?;
-        self.conn.store(Some(Arc::new(c.clone())));
-        Ok(c)
-    }
-
-    /// Runs `script` with `keys`/`args` within the operation timeout.
+    /// Runs `script` with `keys`/`args` within the operation timeout, unless Redis
+    /// is held to be down (see [`link`]).
     async fn run(
         &self,
         script: &Script,
@@ -212,8 +214,15 @@ impl RedisQuota {
         args: &[i64],
         mode: Option<&str>,
     ) -> Result<Value, SoulError> {
+        let hold_off = self.options.retry_hint;
+        self.link.admit(hold_off)?;
+        // `Err((error, down))`: `down` when Redis could not be reached at all.
         let work = async {
-            let mut conn = self.connection().await?;
+            let mut conn = self
+                .link
+                .connection(self.options.op_timeout)
+                .await
+                .map_err(|e| (e, true))?;
             let mut inv = script.prepare_invoke();
             for k in keys {
                 inv.key(k);
@@ -225,16 +234,31 @@ impl RedisQuota {
                 inv.arg(*a);
             }
             inv.invoke_async::<Value>(&mut conn).await.map_err(|e| {
-                if e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal() {
-                    // Drop the manager so the next call reconnects from scratch.
-                    self.conn.store(None);
-                }
-                unavailable(e)
+                let down = e.is_connection_dropped()
+                    || e.is_io_error()
+                    || e.is_connection_refusal()
+                    || e.is_timeout();
+                (unavailable(e), down)
             })
         };
-        match tokio::time::timeout(self.options.op_timeout, work).await {
+        let outcome = match tokio::time::timeout(self.options.op_timeout, work).await {
             Ok(r) => r,
-            Err(_) => Err(unavailable("operation timed out")),
+            Err(_) => Err((unavailable("operation timed out"), true)),
+        };
+        match outcome {
+            Ok(v) => {
+                self.link.answered();
+                Ok(v)
+            }
+            Err((e, true)) => {
+                self.link.failed(hold_off);
+                Err(e)
+            }
+            Err((e, false)) => {
+                // Redis answered, with an error: it is up.
+                self.link.answered();
+                Err(e)
+            }
         }
     }
 

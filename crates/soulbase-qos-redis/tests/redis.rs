@@ -365,3 +365,106 @@ async fn unreachable_from_the_start_is_refused_and_bad_urls_are_config_errors() 
     .unwrap();
     assert!(reserve(&free, "t", "a", "a.b.c").await.is_ok());
 }
+
+/// A listener that takes connections and never answers: a Redis that hangs (or a
+/// network that drops its packets). Connections are held until the test ends.
+async fn hanging_redis() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (url, task)
+}
+
+fn causes(err: &SoulError) -> String {
+    err.audit().causes.join("; ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_found_down_is_not_waited_for_again_until_the_retry_hint_by_any_sharer() {
+    let (url, hang) = hanging_redis().await;
+    let mut o = options(&url, "hang");
+    o.op_timeout = Duration::from_millis(200);
+    o.retry_hint = Duration::from_secs(600);
+    let tools = RedisQuota::new(o, QuotaPlan::new(&[limit("5/sec")], &[])).unwrap();
+    let skills = tools.sharing("hang:skills:", QuotaPlan::new(&[], &[]));
+    assert_eq!(skills.prefix(), "hang:skills:");
+    skills.update(&[limit("5/sec")]);
+
+    // The first decision waits out the timeout.
+    let first = reserve(&tools, "t", "a", "a.b.c").await.unwrap_err();
+    assert_eq!(first.code(), ErrorCode::QuotaRateLimited);
+    assert!(!causes(&first).contains("marked down"), "{first:?}");
+    // Then neither backend on that connection tries Redis until the hint has passed.
+    for q in [&skills, &tools, &skills] {
+        let err = reserve(q, "t", "a", "a.b.c").await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+        assert_eq!(err.retry_after_ms(), Some(600_000));
+        assert!(causes(&err).contains("marked down"), "{err:?}");
+    }
+    // Fail-open goes through at once the same way; a backend of its own is not
+    // held down by another's failure.
+    let mut o = options(&url, "hang");
+    o.op_timeout = Duration::from_millis(200);
+    o.fail_mode = FailMode::Open;
+    let open = RedisQuota::new(o, QuotaPlan::new(&[limit("5/sec")], &[])).unwrap();
+    let sharer = open.sharing("hang:other:", QuotaPlan::new(&[limit("5/sec")], &[]));
+    assert!(
+        reserve(&open, "t", "a", "a.b.c")
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    assert!(
+        reserve(&sharer, "t", "a", "a.b.c")
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    hang.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharers_keep_their_own_limits_and_keys_on_one_connection() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("share");
+    let a = RedisQuota::new(
+        options(&url, &prefix),
+        QuotaPlan::new(&[limit("2/min")], &[]),
+    )
+    .unwrap();
+    let b = a.sharing(format!("{prefix}:b:"), QuotaPlan::new(&[], &[]));
+    // No limit of its own yet: `b` decides without counting.
+    assert!(
+        reserve(&b, "t", "a", "a.b.c")
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+    b.update(&[limit("1/min")]);
+    assert!(reserve(&a, "t", "a", "a.b.c").await.is_ok());
+    assert!(reserve(&a, "t", "a", "a.b.c").await.is_ok());
+    assert_eq!(
+        reserve(&a, "t", "a", "a.b.c")
+            .await
+            .unwrap_err()
+            .field("limit"),
+        Some("2/min")
+    );
+    // `a`'s count is not `b`'s: its own 1/min still has room once.
+    assert!(reserve(&b, "t", "a", "a.b.c").await.is_ok());
+    assert_eq!(
+        reserve(&b, "t", "a", "a.b.c")
+            .await
+            .unwrap_err()
+            .field("limit"),
+        Some("1/min")
+    );
+}

@@ -240,14 +240,13 @@ impl App {
             )),
             _ => None,
         };
-        let (quota, local_gate): (Arc<dyn QuotaGate>, Option<Arc<dyn QuotaGate>>) =
-            match &remote_qos {
-                Some(r) => (Arc::new(r.clone()), None),
-                None => {
-                    let l = local_quota(cfg, &config)?;
-                    (l.clone(), Some(l))
-                }
-            };
+        let (quota, local_gate): (Arc<dyn QuotaGate>, Option<LocalGate>) = match &remote_qos {
+            Some(r) => (Arc::new(r.clone()), None),
+            None => {
+                let l = local_quota(cfg, &config)?;
+                (l.gate(), Some(l))
+            }
+        };
         let remote_sandbox = match (&cfg.server.remote.sandbox, roles.contains(&Role::Sandbox)) {
             (Some(url), false) => Some(RemoteSandbox::new(
                 role_channel(url, "server.remote.sandbox")?,
@@ -321,7 +320,7 @@ impl App {
             )
         });
         let qos_role = match (roles.contains(&Role::Qos) && expose_roles, &local_gate) {
-            (true, Some(q)) => Some(QosRoleService::new(q.clone(), token.clone())),
+            (true, Some(q)) => Some(QosRoleService::new(q.gate(), token.clone())),
             _ => None,
         };
         let serves_roles = roles.iter().any(|r| *r != Role::Tools);
@@ -410,7 +409,11 @@ impl App {
         .config_hash(snap.hash())
         .build();
         let skills = if tools_role {
-            start_skills(cfg, &registry, &invoker, sink)?
+            let tools_redis = match &local_gate {
+                Some(LocalGate::Redis(q)) => Some(q.as_ref()),
+                _ => None,
+            };
+            start_skills(cfg, &registry, &invoker, sink, tools_redis)?
         } else {
             None
         };
@@ -563,33 +566,58 @@ fn sandbox(
 }
 
 /// The in-process quota backend of `quota.backend`.
+#[derive(Clone)]
+enum LocalGate {
+    Memory(Arc<LocalQuota>),
+    Redis(Arc<RedisQuota>),
+}
+
+impl LocalGate {
+    fn gate(&self) -> Arc<dyn QuotaGate> {
+        match self {
+            LocalGate::Memory(q) => q.clone(),
+            LocalGate::Redis(q) => q.clone(),
+        }
+    }
+}
+
+/// The in-process quota backend of `quota.backend`, following the configuration.
 fn local_quota(
     cfg: &soulbase_config::Config,
     config: &ConfigHandle,
-) -> Result<Arc<dyn QuotaGate>, SoulError> {
+) -> Result<LocalGate, SoulError> {
     Ok(match cfg.quota.backend {
-        QuotaBackend::Memory => Arc::new(LocalQuota::follow(config.clone())),
+        QuotaBackend::Memory => LocalGate::Memory(Arc::new(LocalQuota::follow(config.clone()))),
         // Connects on the first decision: start-up does not wait for Redis.
-        QuotaBackend::Redis => Arc::new(RedisQuota::follow(
+        QuotaBackend::Redis => LocalGate::Redis(Arc::new(RedisQuota::follow(
             RedisQuotaOptions::from_config(&cfg.quota)?,
             config.clone(),
-        )?),
+        )?)),
     })
 }
 
 /// The skills gateway enforcing the skills' per-tool rate limits where the tool
 /// quotas are: with `quota.backend: redis`, in the same Redis under a key prefix of
-/// their own, so every replica shares them; otherwise in this process.
+/// their own, so every replica shares them; otherwise in this process. `tools` is
+/// the tool quotas' Redis backend when it runs in this process: the skills' limits
+/// then share its connection, so a call finding Redis down waits for it once.
 fn with_skill_rates(
     gateway: SkillGateway,
     cfg: &soulbase_config::Config,
+    tools: Option<&RedisQuota>,
 ) -> Result<SkillGateway, SoulError> {
     if cfg.quota.backend != QuotaBackend::Redis {
         return Ok(gateway);
     }
-    let mut options = RedisQuotaOptions::from_config(&cfg.quota)?;
-    options.prefix.push_str("skills:");
-    let redis = Arc::new(RedisQuota::new(options, QuotaPlan::new(&[], &[]))?);
+    let no_limits = QuotaPlan::new(&[], &[]);
+    let redis = Arc::new(match tools {
+        Some(tools) => tools.sharing(format!("{}skills:", tools.prefix()), no_limits),
+        None => {
+            let mut options = RedisQuotaOptions::from_config(&cfg.quota)?;
+            options.prefix.push_str("skills:");
+            RedisQuota::new(options, no_limits)?
+        }
+    });
     let sync = redis.clone();
     Ok(gateway.with_quota(
         redis,
@@ -621,6 +649,7 @@ fn start_skills(
     registry: &Registry,
     invoker: &Invoker,
     sink: Arc<dyn EvidenceSink>,
+    tools_redis: Option<&RedisQuota>,
 ) -> Result<Option<Skills>, SoulError> {
     let dir = &cfg.skills.dir;
     if !dir.exists() && dir.as_path() == Path::new("./skills") {
@@ -647,7 +676,7 @@ fn start_skills(
     let gateway = SkillGateway::new(catalog.clone(), invoker.clone())
         .with_subscriptions(subscriptions.clone())
         .with_evidence(sink);
-    let gateway = with_skill_rates(gateway, cfg)?;
+    let gateway = with_skill_rates(gateway, cfg, tools_redis)?;
     let watcher = cfg.skills.watch.then(|| {
         soulbase_skills::watch(
             catalog.clone(),

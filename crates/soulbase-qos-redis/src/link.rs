@@ -1,0 +1,188 @@
+//! The connection to Redis, shared by every backend made from one (see
+//! [`RedisQuota::sharing`](crate::RedisQuota::sharing)), and what is known of its
+//! health.
+//!
+//! Once an operation finds Redis down (no connection, or no answer within the
+//! operation timeout), the link stays *down* for a hold-off: decisions then go
+//! straight to the fail mode instead of each waiting out the timeout against a
+//! Redis that is not answering, which under load would hold every rated call for
+//! the whole timeout. When the hold-off has passed, one operation tries Redis
+//! again (the others keep failing fast until it has an answer); success makes
+//! the link healthy again, failure starts a new hold-off.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use soulbase_errors::SoulError;
+use tokio::sync::Mutex;
+
+use crate::unavailable;
+
+/// One Redis connection, reconnected on demand, with its hold-off state.
+pub(crate) struct Link {
+    client: redis::Client,
+    /// The live connection (lock-free on the fast path).
+    conn: ArcSwapOption<ConnectionManager>,
+    /// Serializes (re)connecting.
+    connecting: Mutex<()>,
+    health: Health,
+    /// The origin of [`Health`]'s clock.
+    epoch: Instant,
+}
+
+impl Link {
+    /// A link to `client`'s Redis; connects on first use.
+    pub(crate) fn new(client: redis::Client) -> Self {
+        Self {
+            client,
+            conn: ArcSwapOption::empty(),
+            connecting: Mutex::new(()),
+            health: Health::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// `Ok` when an operation may try Redis now; otherwise the error it fails
+    /// with, saying how long the hold-off has left.
+    pub(crate) fn admit(&self, hold_off: Duration) -> Result<(), SoulError> {
+        self.health
+            .admit(self.now_us(), micros(hold_off))
+            .map_err(|left_us| {
+                unavailable(format!(
+                    "marked down after a failure; next try in {} ms",
+                    left_us.div_ceil(1_000)
+                ))
+            })
+    }
+
+    /// Records that Redis answered.
+    pub(crate) fn answered(&self) {
+        self.health.up();
+    }
+
+    /// Records that Redis could not be reached: drops the connection, so the next
+    /// try reconnects from scratch, and starts a hold-off.
+    pub(crate) fn failed(&self, hold_off: Duration) {
+        self.conn.store(None);
+        self.health.down(self.now_us(), micros(hold_off));
+    }
+
+    /// The live connection, connecting first when there is none.
+    pub(crate) async fn connection(
+        &self,
+        op_timeout: Duration,
+    ) -> Result<ConnectionManager, SoulError> {
+        if let Some(c) = self.conn.load().as_ref() {
+            return Ok(ConnectionManager::clone(c));
+        }
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.conn.load().as_ref() {
+            return Ok(ConnectionManager::clone(c));
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(op_timeout))
+            .set_response_timeout(Some(op_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(100));
+        let c = ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(unavailable)?;
+        self.conn.store(Some(std::sync::Arc::new(c.clone())));
+        Ok(c)
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Whether Redis is held to be down, on a clock of microseconds passed in by the
+/// caller (so the rules can be tested without waiting).
+#[derive(Default)]
+struct Health {
+    /// When the hold-off ends (µs on the link's clock, plus one); 0 while healthy.
+    down_until: AtomicU64,
+}
+
+impl Health {
+    /// `Ok` when an operation may try Redis at `now`; else the µs left. When a
+    /// hold-off has passed, exactly one caller is let through (its window is
+    /// pushed on by `hold_off` for the others) until that try answers or fails.
+    fn admit(&self, now: u64, hold_off: u64) -> Result<(), u64> {
+        let mut until = self.down_until.load(Ordering::Acquire);
+        loop {
+            if until == 0 {
+                return Ok(());
+            }
+            let end = until - 1;
+            if now < end {
+                return Err(end - now);
+            }
+            let next = now.saturating_add(hold_off).saturating_add(1);
+            match self
+                .down_until
+                .compare_exchange(until, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(seen) => until = seen,
+            }
+        }
+    }
+
+    fn up(&self) {
+        if self.down_until.load(Ordering::Relaxed) != 0 {
+            self.down_until.store(0, Ordering::Release);
+        }
+    }
+
+    fn down(&self, now: u64, hold_off: u64) {
+        self.down_until.store(
+            now.saturating_add(hold_off).saturating_add(1),
+            Ordering::Release,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Health;
+
+    #[test]
+    fn a_healthy_link_admits_everyone() {
+        let h = Health::default();
+        assert_eq!(h.admit(0, 100), Ok(()));
+        assert_eq!(h.admit(5, 100), Ok(()));
+    }
+
+    #[test]
+    fn a_failure_holds_every_caller_off_until_the_hold_off_ends() {
+        let h = Health::default();
+        h.down(1_000, 100);
+        assert_eq!(h.admit(1_000, 100), Err(100));
+        assert_eq!(h.admit(1_099, 100), Err(1));
+        // The hold-off has passed: one caller tries, the others keep failing fast.
+        assert_eq!(h.admit(1_100, 100), Ok(()));
+        assert_eq!(h.admit(1_100, 100), Err(100));
+        assert_eq!(h.admit(1_150, 100), Err(50));
+        // Its try answered: everyone is admitted again.
+        h.up();
+        assert_eq!(h.admit(1_150, 100), Ok(()));
+        assert_eq!(h.admit(1_151, 100), Ok(()));
+    }
+
+    #[test]
+    fn a_failed_try_starts_a_new_hold_off() {
+        let h = Health::default();
+        h.down(0, 100);
+        assert_eq!(h.admit(100, 100), Ok(()));
+        h.down(130, 100);
+        assert_eq!(h.admit(200, 100), Err(30));
+        assert_eq!(h.admit(230, 100), Ok(()));
+    }
+}
