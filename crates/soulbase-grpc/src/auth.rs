@@ -2,8 +2,10 @@
 //!
 //! gRPC metadata and HTTP headers are both an [`http::HeaderMap`], so one resolver
 //! serves the gRPC services, the HTTP/JSON API and MCP over HTTP. Credentials:
-//! `x-api-key: sbk_<id>_<secret>` or `authorization: Bearer <jwt>` (checked by
-//! [`Authenticator`], which follows configuration reloads). The development headers
+//! `x-api-key: sbk_<id>_<secret>` or `authorization: Bearer <jwt>`, checked by an
+//! in-process [`Authenticator`] (which follows configuration reloads) or by the auth
+//! role over gRPC ([`RemoteAuth`], when this process does not serve that role: the
+//! keys and JWT settings then live with the auth role only). The development headers
 //! `x-soulbase-tenant` / `x-soulbase-actor` are honoured **only** when the resolver
 //! was built with `dev_headers = true` (`server.dev_insecure` in configuration);
 //! otherwise a request without valid credentials is `AUTH.UNAUTHENTICATED`.
@@ -14,6 +16,9 @@ use http::HeaderMap;
 use soulbase_auth::{Authenticator, Credential};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, Subject, TenantId};
+use tonic::async_trait;
+
+use crate::roles::RemoteAuth;
 
 /// Header carrying an API key.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -24,23 +29,41 @@ pub const DEV_ACTOR_HEADER: &str = "x-soulbase-actor";
 
 /// Maps request metadata to the authenticated subject.
 ///
-/// Implementations must answer every failure with `AUTH.UNAUTHENTICATED` and never
-/// reveal why (unknown key, expired token, …).
+/// Implementations must answer every refused credential with
+/// `AUTH.UNAUTHENTICATED` and never reveal why (unknown key, expired token, …); a
+/// checker that cannot be reached is `PROVIDER.UNAVAILABLE`, so a caller is not told
+/// its good key is bad during an outage.
+#[async_trait]
 pub trait SubjectResolver: Send + Sync + 'static {
     /// The subject the request acts for.
-    fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError>;
+    async fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError>;
+}
+
+/// Where credentials are checked.
+enum Checker {
+    /// Every credential is refused.
+    Nothing,
+    /// In this process.
+    Local(Arc<Authenticator>),
+    /// By the auth role.
+    Remote(RemoteAuth),
 }
 
 /// The standard resolver: API keys and JWTs, plus development headers when enabled.
 pub struct MetadataAuth {
-    authenticator: Option<Arc<Authenticator>>,
+    checker: Checker,
     dev_headers: bool,
 }
 
 impl std::fmt::Debug for MetadataAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let checker = match self.checker {
+            Checker::Nothing => "nothing",
+            Checker::Local(_) => "local",
+            Checker::Remote(_) => "remote",
+        };
         f.debug_struct("MetadataAuth")
-            .field("authenticator", &self.authenticator.is_some())
+            .field("checker", &checker)
             .field("dev_headers", &self.dev_headers)
             .finish()
     }
@@ -55,7 +78,17 @@ impl MetadataAuth {
     /// is refused) and, only if `dev_headers`, accepting the development headers.
     pub fn new(authenticator: Option<Arc<Authenticator>>, dev_headers: bool) -> Self {
         Self {
-            authenticator,
+            checker: authenticator.map_or(Checker::Nothing, Checker::Local),
+            dev_headers,
+        }
+    }
+
+    /// A resolver having the auth role check credentials (`Authenticate` over
+    /// gRPC, one call per request) and, only if `dev_headers`, accepting the
+    /// development headers itself.
+    pub fn remote(auth: RemoteAuth, dev_headers: bool) -> Self {
+        Self {
+            checker: Checker::Remote(auth),
             dev_headers,
         }
     }
@@ -84,8 +117,9 @@ impl MetadataAuth {
     }
 }
 
+#[async_trait]
 impl SubjectResolver for MetadataAuth {
-    fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError> {
+    async fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError> {
         let api_key = headers.get(API_KEY_HEADER).and_then(|v| v.to_str().ok());
         let bearer = headers
             .get(http::header::AUTHORIZATION)
@@ -95,15 +129,22 @@ impl SubjectResolver for MetadataAuth {
                     .or_else(|| v.strip_prefix("bearer "))
             });
         if api_key.is_some() || bearer.is_some() {
-            let Some(authn) = &self.authenticator else {
-                return Err(unauthenticated());
-            };
             let credential = match (api_key, bearer) {
                 (Some(k), _) => Credential::ApiKey(k.trim()),
                 (None, Some(t)) => Credential::Bearer(t.trim()),
                 (None, None) => return Err(unauthenticated()),
             };
-            return authn.authenticate(credential);
+            return match &self.checker {
+                Checker::Nothing => Err(unauthenticated()),
+                Checker::Local(authn) => authn.authenticate(credential),
+                Checker::Remote(auth) => auth.authenticate(credential).await.map_err(|e| {
+                    if e.code() == ErrorCode::ProviderUnavailable {
+                        e
+                    } else {
+                        unauthenticated()
+                    }
+                }),
+            };
         }
         if self.dev_headers {
             return Self::dev_subject(headers);
@@ -125,20 +166,20 @@ mod tests {
         h
     }
 
-    #[test]
-    fn dev_headers_are_refused_unless_enabled() {
+    #[tokio::test]
+    async fn dev_headers_are_refused_unless_enabled() {
         let h = headers(&[(DEV_TENANT_HEADER, "acme"), (DEV_ACTOR_HEADER, "bob")]);
         let strict = MetadataAuth::new(None, false);
-        let err = strict.resolve(&h).unwrap_err();
+        let err = strict.resolve(&h).await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::AuthUnauthenticated);
         let dev = MetadataAuth::new(None, true);
-        let s = dev.resolve(&h).unwrap();
+        let s = dev.resolve(&h).await.unwrap();
         assert_eq!(s.tenant.as_str(), "acme");
         assert_eq!(s.actor.as_str(), "bob");
     }
 
-    #[test]
-    fn missing_or_malformed_dev_headers_are_unauthenticated() {
+    #[tokio::test]
+    async fn missing_or_malformed_dev_headers_are_unauthenticated() {
         let dev = MetadataAuth::new(None, true);
         for h in [
             headers(&[]),
@@ -149,14 +190,14 @@ mod tests {
             ]),
         ] {
             assert_eq!(
-                dev.resolve(&h).unwrap_err().code(),
+                dev.resolve(&h).await.unwrap_err().code(),
                 ErrorCode::AuthUnauthenticated
             );
         }
     }
 
-    #[test]
-    fn credentials_without_an_authenticator_are_refused_even_in_dev() {
+    #[tokio::test]
+    async fn credentials_without_an_authenticator_are_refused_even_in_dev() {
         let dev = MetadataAuth::new(None, true);
         let h = headers(&[
             (API_KEY_HEADER, "sbk_x_y"),
@@ -164,7 +205,7 @@ mod tests {
             (DEV_ACTOR_HEADER, "bob"),
         ]);
         assert_eq!(
-            dev.resolve(&h).unwrap_err().code(),
+            dev.resolve(&h).await.unwrap_err().code(),
             ErrorCode::AuthUnauthenticated
         );
     }

@@ -102,9 +102,9 @@ impl InvokerService {
         proto::tool_invoker_server::ToolInvokerServer::new(self)
     }
 
-    fn call(&self, request: Request<proto::InvokeRequest>) -> Result<ToolCall, Status> {
+    async fn call(&self, request: Request<proto::InvokeRequest>) -> Result<ToolCall, Status> {
         let headers = request.metadata().clone().into_headers();
-        let subject = self.auth.resolve(&headers).map_err(|e| {
+        let subject = self.auth.resolve(&headers).await.map_err(|e| {
             self.observer.refused(Surface::Grpc, e.code());
             e.to_status()
         })?;
@@ -122,7 +122,7 @@ impl ToolInvoker for InvokerService {
         &self,
         request: Request<proto::InvokeRequest>,
     ) -> Result<Response<proto::PreflightResponse>, Status> {
-        let call = self.call(request)?;
+        let call = self.call(request).await?;
         match self.invoker.preflight(&call).await {
             Ok(report) => {
                 self.observer
@@ -140,7 +140,7 @@ impl ToolInvoker for InvokerService {
         &self,
         request: Request<proto::InvokeRequest>,
     ) -> Result<Response<proto::InvokeResponse>, Status> {
-        let call = self.call(request)?;
+        let call = self.call(request).await?;
         let tool = call.tool.clone();
         let started = Instant::now();
         self.observer.call_started(Surface::Grpc);

@@ -65,9 +65,9 @@ impl RegistryService {
         proto::tool_registry_server::ToolRegistryServer::new(self)
     }
 
-    fn subject<T>(&self, req: &Request<T>) -> Result<Subject, Status> {
+    async fn subject<T>(&self, req: &Request<T>) -> Result<Subject, Status> {
         let headers = req.metadata().clone().into_headers();
-        self.auth.resolve(&headers).map_err(|e| e.to_status())
+        self.auth.resolve(&headers).await.map_err(|e| e.to_status())
     }
 
     async fn authorize(
@@ -123,7 +123,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::RegisterToolRequest>,
     ) -> Result<Response<proto::RegisterToolResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
@@ -149,7 +149,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::UpdateToolRequest>,
     ) -> Result<Response<proto::UpdateToolResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
@@ -166,7 +166,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::SetToolStateRequest>,
     ) -> Result<Response<proto::SetToolStateResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
@@ -194,7 +194,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::UnregisterToolRequest>,
     ) -> Result<Response<proto::UnregisterToolResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
@@ -207,7 +207,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::GetToolRequest>,
     ) -> Result<Response<proto::GetToolResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
         let tool = self.registry.get(&subject.tenant, &id).map_err(status)?;
@@ -220,7 +220,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::ListToolsRequest>,
     ) -> Result<Response<proto::ListToolsResponse>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let req = request.into_inner();
         let filter = convert::filter(&req).map_err(status)?;
         let page = match req.page_size {
@@ -256,7 +256,7 @@ impl ToolRegistry for RegistryService {
         &self,
         request: Request<proto::WatchRegistryRequest>,
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
-        let subject = self.subject(&request)?;
+        let subject = self.subject(&request).await?;
         let tenant = subject.tenant;
         let registry = self.registry.clone();
         // The registry filters by tenant (own tools, visible global tools, its

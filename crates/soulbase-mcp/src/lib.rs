@@ -191,7 +191,7 @@ impl McpServer {
         }
     }
 
-    fn subject_from(&self, ext: &rmcp::model::Extensions) -> Result<Subject, SoulError> {
+    async fn subject_from(&self, ext: &rmcp::model::Extensions) -> Result<Subject, SoulError> {
         if let Some(s) = &self.subject {
             return Ok(s.clone());
         }
@@ -201,7 +201,7 @@ impl McpServer {
         let Some(parts) = ext.get::<http::request::Parts>() else {
             return Err(SoulError::of(ErrorCode::AuthUnauthenticated));
         };
-        auth.resolve(&parts.headers)
+        auth.resolve(&parts.headers).await
     }
 
     /// Forwards the registry changes of `rx` (one tenant's, from
@@ -386,6 +386,7 @@ impl ServerHandler for McpServer {
     ) -> Result<ListToolsResult, ErrorData> {
         let subject = self
             .subject_from(&context.extensions)
+            .await
             .map_err(|e| rpc_error(&e))?;
         let cursor = request.and_then(|r| r.cursor);
         let Some(gateway) = &self.skills else {
@@ -409,7 +410,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let subject = match self.subject_from(&context.extensions) {
+        let subject = match self.subject_from(&context.extensions).await {
             Ok(s) => s,
             Err(e) => {
                 self.observer.refused(Surface::Mcp, e.code());
@@ -438,6 +439,7 @@ impl ServerHandler for McpServer {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let subject = self
             .subject_from(&context.request_context().extensions)
+            .await
             .map_err(|e| rpc_error(&e))?;
         let request = context.request_context().ct.clone();
         let sink = context.sink().clone();
@@ -466,7 +468,7 @@ impl ServerHandler for McpServer {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // Legacy sessions (protocol before 2026-07-28) have no subscriptions/listen:
         // push list_changed on the session for as long as it accepts messages.
-        let Ok(subject) = self.subject_from(&context.extensions) else {
+        let Ok(subject) = self.subject_from(&context.extensions).await else {
             return;
         };
         let peer = context.peer.clone();

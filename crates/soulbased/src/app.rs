@@ -348,8 +348,12 @@ impl App {
                 "using remote roles"
             );
         }
-        let auth: Arc<dyn SubjectResolver> =
-            Arc::new(MetadataAuth::new(Some(authenticator), dev_insecure));
+        // Credentials are checked where the keys are: by the auth role when it is
+        // remote, so the tools process needs no `auth` configuration of its own.
+        let auth: Arc<dyn SubjectResolver> = Arc::new(match &remote_auth {
+            Some(r) => MetadataAuth::remote(r.clone(), dev_insecure),
+            None => MetadataAuth::new(Some(authenticator.clone()), dev_insecure),
+        });
         let profiles = Arc::new(IntersectingProfiles::from_config(&cfg.sandbox)?);
         let local_sandbox = Arc::new(sandbox(cfg, executor, executes_here)?);
         let sandbox: Arc<dyn Sandbox> = match &remote_sandbox {

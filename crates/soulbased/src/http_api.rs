@@ -64,8 +64,8 @@ pub fn error_response(e: &SoulError) -> Response {
     json_response(http_status(e.code()), &body)
 }
 
-fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
-    app.auth.resolve(headers).inspect_err(|e| {
+async fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
+    app.auth.resolve(headers).await.inspect_err(|e| {
         app.metrics.refused(Surface::Http, e.code());
     })
 }
@@ -108,7 +108,7 @@ async fn list_tools(
     headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let subject = match subject(&app, &headers) {
+    let subject = match subject(&app, &headers).await {
         Ok(s) => s,
         Err(e) => return error_response(&e),
     };
@@ -138,13 +138,13 @@ async fn list_tools(
     json_response(StatusCode::OK, &json!({ "tools": list }))
 }
 
-fn build_call(
+async fn build_call(
     app: &App,
     id: &str,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<ToolCall, SoulError> {
-    let subject = subject(app, headers)?;
+    let subject = subject(app, headers).await?;
     let refuse = |e: SoulError| {
         app.metrics.refused(Surface::Http, e.code());
         e
@@ -193,7 +193,7 @@ async fn preflight(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let call = match build_call(&app, &id, &headers, &body) {
+    let call = match build_call(&app, &id, &headers, &body).await {
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
@@ -219,7 +219,7 @@ async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let call = match build_call(&app, &id, &headers, &body) {
+    let call = match build_call(&app, &id, &headers, &body).await {
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
@@ -245,8 +245,8 @@ async fn invoke(
 }
 
 /// The caller, when it may administer the server (role `admin`, or dev mode).
-fn admin(app: &App, headers: &HeaderMap, what: &str) -> Result<Subject, SoulError> {
-    let subject = subject(app, headers)?;
+async fn admin(app: &App, headers: &HeaderMap, what: &str) -> Result<Subject, SoulError> {
+    let subject = subject(app, headers).await?;
     if !app.dev_insecure && !subject.roles.contains("admin") {
         return Err(SoulError::new(
             ErrorCode::AuthForbidden,
@@ -267,7 +267,7 @@ fn skills_json(report: &soulbase_skills::ReloadReport) -> Value {
 }
 
 async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = admin(&app, &headers, "reloading the configuration") {
+    if let Err(e) = admin(&app, &headers, "reloading the configuration").await {
         return error_response(&e);
     }
     let status = app.reload();
@@ -318,7 +318,7 @@ fn no_skills() -> SoulError {
 
 /// `GET /api/skills`: every loaded skill, enabled or not, in name order.
 async fn list_skills(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = subject(&app, &headers) {
+    if let Err(e) = subject(&app, &headers).await {
         return error_response(&e);
     }
     let Some(skills) = &app.skills else {
@@ -347,7 +347,7 @@ async fn patch_skill(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(e) = admin(&app, &headers, "enabling or disabling a skill") {
+    if let Err(e) = admin(&app, &headers, "enabling or disabling a skill").await {
         return error_response(&e);
     }
     let patch: SkillPatch = match serde_json::from_slice(&body) {
@@ -401,7 +401,7 @@ async fn read_evidence(
 }
 
 async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<Value, SoulError> {
-    let subject = app.auth.resolve(headers)?;
+    let subject = app.auth.resolve(headers).await?;
     let call_id = CallId::new(call_id)
         .map_err(|_| convert::invalid("call_id", "the call id is malformed"))?;
     let Some(p) = &app.persistence else {
@@ -496,7 +496,7 @@ async fn mcp_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> 
             );
         }
     }
-    if let Err(e) = subject(&app, request.headers()) {
+    if let Err(e) = subject(&app, request.headers()).await {
         return error_response(&e);
     }
     next.run(request).await

@@ -547,3 +547,91 @@ async fn a_missing_internal_token_variable_refuses_start_up() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("server.internal_token_env"), "{err}");
 }
+
+/// `roles_only` knowing an API key for acme/ci; the key.
+fn auth_with_key() -> (String, String) {
+    let subject = soulbase_types::Subject::new(
+        soulbase_types::TenantId::new("acme").unwrap(),
+        soulbase_types::ActorId::new("ci").unwrap(),
+    );
+    let issued = soulbase_auth::generate_api_key("ci", &subject);
+    let config = format!(
+        "{}auth:\n  api_keys:\n    - {{ id: ci, sha256: \"{}\", tenant: acme, actor: ci }}\n",
+        roles_only(),
+        issued.config.sha256
+    );
+    (config, issued.key)
+}
+
+fn with_key<T>(body: T, key: &str) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(body);
+    req.metadata_mut().insert("x-api-key", key.parse().unwrap());
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_process_has_the_auth_role_check_credentials() {
+    let (auth_config, key) = auth_with_key();
+    let policy = Server::start_env(&auth_config, |_| {}, &[(TOKEN_ENV, TOKEN)]);
+    // No keys and no development headers here: only the auth role can vouch.
+    let strict = tools_only(&policy.grpc, true).replace("  dev_insecure: true\n", "");
+    let tools = Server::start_env(&strict, |_| {}, &[(TOKEN_ENV, TOKEN)]);
+    let mut invoker = tools.invoker().await;
+
+    let ok = invoker
+        .invoke(with_key(
+            invoke_req("soulbase.builtin.echo", json!({"k": 1})),
+            &key,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        serde_json::from_str::<Value>(&ok.output_json).unwrap(),
+        json!({"echo": {"k": 1}})
+    );
+    let (status, body) = http(
+        &tools.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-api-key", key.as_str())],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let wrong = invoker
+        .invoke(with_key(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            &format!("{key}x"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&wrong), "AUTH.UNAUTHENTICATED");
+    let dev = invoker
+        .invoke(as_dev(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            "acme",
+            "ci",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&dev), "AUTH.UNAUTHENTICATED");
+
+    // An auth role that cannot be reached is an outage, not a bad key.
+    let orphan = Server::start_env(
+        &tools_only("127.0.0.1:1", true).replace("  dev_insecure: true\n", ""),
+        |_| {},
+        &[(TOKEN_ENV, TOKEN)],
+    );
+    let unreachable = orphan
+        .invoker()
+        .await
+        .invoke(with_key(
+            invoke_req("soulbase.builtin.echo", json!({})),
+            &key,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&unreachable), "PROVIDER.UNAVAILABLE");
+}
