@@ -9,9 +9,11 @@
 //! When Redis cannot be reached (or does not answer within the operation timeout) the
 //! configured [`FailMode`] decides: `closed` (the default) refuses the call with
 //! `QUOTA.RATE_LIMITED` and a retry hint; `open` lets it through and logs a warning.
-//! Redis is then held to be down for the retry hint: decisions meanwhile go to the
-//! fail mode at once rather than each waiting out the timeout, and after it one
-//! decision tries Redis again, reconnecting; once Redis answers, all do.
+//! After two such failures in a row, Redis is held to be down for the retry hint
+//! (at least the timeout): decisions meanwhile go to the fail mode at once rather
+//! than each waiting out the timeout, and after it one decision tries Redis again,
+//! reconnecting; once Redis answers, all do. Settles and refunds are skipped
+//! meanwhile, as failed ones are (usage uncounted, a refunded slot still taken).
 //! Backends made with [`RedisQuota::sharing`] share one connection and that state.
 //!
 //! The limits either follow the configuration ([`RedisQuota::follow`]) or belong to
@@ -48,7 +50,8 @@ pub struct RedisQuotaOptions {
     /// Longest wait for one decision (connecting included) before Redis counts as down.
     pub op_timeout: Duration,
     /// Retry hint given with fail-closed refusals, and how long Redis is held to
-    /// be down (decisions go to the fail mode without trying it) after a failure.
+    /// be down (decisions go to the fail mode without trying it) after failures
+    /// in a row; never less than `op_timeout`, so one try runs at a time.
     pub retry_hint: Duration,
 }
 
@@ -214,7 +217,7 @@ impl RedisQuota {
         args: &[i64],
         mode: Option<&str>,
     ) -> Result<Value, SoulError> {
-        let hold_off = self.options.retry_hint;
+        let hold_off = self.options.retry_hint.max(self.options.op_timeout);
         self.link.admit(hold_off)?;
         // `Err((error, down))`: `down` when Redis could not be reached at all.
         let work = async {
