@@ -137,13 +137,25 @@ impl SubjectResolver for MetadataAuth {
             return match &self.checker {
                 Checker::Nothing => Err(unauthenticated()),
                 Checker::Local(authn) => authn.authenticate(credential),
-                Checker::Remote(auth) => auth.authenticate(credential).await.map_err(|e| {
-                    if e.code() == ErrorCode::ProviderUnavailable {
-                        e
-                    } else {
-                        unauthenticated()
-                    }
-                }),
+                // Only a refusal is a bad credential; anything else (a reset, a
+                // timeout, a wrong endpoint) is the auth role's outage.
+                Checker::Remote(auth) => {
+                    auth.authenticate(credential)
+                        .await
+                        .map_err(|e| match e.code() {
+                            ErrorCode::AuthUnauthenticated => unauthenticated(),
+                            ErrorCode::ProviderUnavailable => e,
+                            other => SoulError::new(
+                                ErrorCode::ProviderUnavailable,
+                                "the auth role could not check the credential",
+                            )
+                            .with_note(format!(
+                                "{}: {}",
+                                other.as_str(),
+                                e.message()
+                            )),
+                        })
+                }
             };
         }
         if self.dev_headers {

@@ -13,12 +13,13 @@
 //!   the in-process invoker, so a Rust service can swap one for the other.
 //! - [`auth`] is the seam mapping request metadata (gRPC or HTTP headers) to a
 //!   [`soulbase_types::Subject`]: API keys and JWTs through
-//!   [`soulbase_auth::Authenticator`], development headers only when explicitly
+//!   [`soulbase_auth::Authenticator`] or, with the auth role elsewhere, its
+//!   `Authenticate` ([`RemoteAuth`]); development headers only when explicitly
 //!   enabled, `AUTH.UNAUTHENTICATED` otherwise.
 //! - [`observe`] is the hook servers call after every call (metrics).
 //! - [`roles`] serves the `auth` and `qos` roles (`soulbase.auth.v1`,
 //!   `soulbase.qos.v1`) over their in-process seams, with the clients
-//!   [`RemoteAuth`] (an `Authorizer` and `ConsentVerifier`) and
+//!   [`RemoteAuth`] (an `Authorizer`, a `ConsentVerifier` and the credential check) and
 //!   [`RemoteQuotaGate`] (a `QuotaGate`) for a `tools` role running elsewhere.
 //! - [`sandbox_role`] serves the `sandbox` role (`soulbase.sandbox.v1`):
 //!   [`SandboxRoleService`] guards and runs planned calls on an in-process

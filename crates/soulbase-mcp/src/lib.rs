@@ -201,6 +201,10 @@ impl McpServer {
         let Some(parts) = ext.get::<http::request::Parts>() else {
             return Err(SoulError::of(ErrorCode::AuthUnauthenticated));
         };
+        // Authenticated already by a gate in front (`soulbased`'s `/mcp`).
+        if let Some(s) = parts.extensions.get::<Subject>() {
+            return Ok(s.clone());
+        }
         auth.resolve(&parts.headers).await
     }
 

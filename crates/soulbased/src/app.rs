@@ -354,6 +354,12 @@ impl App {
             Some(r) => MetadataAuth::remote(r.clone(), dev_insecure),
             None => MetadataAuth::new(Some(authenticator.clone()), dev_insecure),
         });
+        if remote_auth.is_some() && (!cfg.auth.api_keys.is_empty() || !cfg.auth.jwt.is_empty()) {
+            tracing::warn!(
+                "auth.api_keys / auth.jwt are not used here: the remote auth role checks \
+                 every credential, so configure them there"
+            );
+        }
         let profiles = Arc::new(IntersectingProfiles::from_config(&cfg.sandbox)?);
         let local_sandbox = Arc::new(sandbox(cfg, executor, executes_here)?);
         let sandbox: Arc<dyn Sandbox> = match &remote_sandbox {

@@ -477,7 +477,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 /// Origin validation and authentication in front of MCP: a browser `Origin` must be
 /// listed in `server.mcp_allowed_origins`; the caller must authenticate.
-async fn mcp_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+async fn mcp_gate(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let allowed = app
             .config
@@ -496,8 +496,12 @@ async fn mcp_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> 
             );
         }
     }
-    if let Err(e) = subject(&app, request.headers()).await {
-        return error_response(&e);
+    match subject(&app, request.headers()).await {
+        // Handed on, so MCP does not authenticate the request a second time.
+        Ok(s) => {
+            request.extensions_mut().insert(s);
+        }
+        Err(e) => return error_response(&e),
     }
     next.run(request).await
 }

@@ -556,7 +556,7 @@ fn auth_with_key() -> (String, String) {
     );
     let issued = soulbase_auth::generate_api_key("ci", &subject);
     let config = format!(
-        "{}auth:\n  api_keys:\n    - {{ id: ci, sha256: \"{}\", tenant: acme, actor: ci }}\n",
+        "{}auth:\n  api_keys:\n    - {{ id: ci, sha256: \"{}\", tenant: acme, actor: ci, roles: [admin] }}\n",
         roles_only(),
         issued.config.sha256
     );
@@ -599,6 +599,25 @@ async fn a_tools_process_has_the_auth_role_check_credentials() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    // The subject's roles come from the auth role too: `admin` may reload.
+    let (status, body) = http(
+        &tools.http,
+        "POST",
+        "/api/reload",
+        &[("x-api-key", key.as_str())],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(
+        &tools.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-api-key", &format!("{key}x"))],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
 
     let wrong = invoker
         .invoke(with_key(
