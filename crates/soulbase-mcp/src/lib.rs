@@ -110,7 +110,10 @@ fn rpc_error(e: &SoulError) -> ErrorData {
 }
 
 impl McpServer {
-    /// A server for HTTP: each request's subject comes from its headers.
+    /// A server for HTTP: each request's subject comes from its headers, through
+    /// `auth`, unless a gate in front has already authenticated the request and
+    /// put the [`Subject`] in its extensions (as `soulbased`'s `/mcp` does); only
+    /// server-side code can set extensions, so a client cannot supply one.
     pub fn for_http(registry: Registry, invoker: Invoker, auth: Arc<dyn SubjectResolver>) -> Self {
         Self {
             registry,

@@ -62,7 +62,7 @@ impl Link {
             .admit(self.now_us(), micros(hold_off))
             .map_err(|left_us| {
                 unavailable(format!(
-                    "marked down after a failure; next try in {} ms",
+                    "marked down after failures in a row; next try in {} ms",
                     left_us.div_ceil(1_000)
                 ))
             })
