@@ -200,7 +200,8 @@ pub enum EvidenceBackend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DurabilityMode {
-    /// Begin is durable before execution, End before the result returns (default).
+    /// Begin is durable before execution (for a call that can change nothing:
+    /// before its result), End before the result returns (default).
     Sync,
     /// Batched in the background; a crash may lose the last few milliseconds.
     Async,

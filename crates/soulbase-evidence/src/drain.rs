@@ -266,6 +266,7 @@ pub async fn run(
                         bytes: Vec::new(),
                         kind: Kind::Flush,
                         ack: None,
+                        submitted: false,
                     });
                 }
                 *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));

@@ -9,6 +9,8 @@
 //! - **sync** durability (the default): `record` returns once the record is fsynced
 //!   in the spool. Concurrent callers share one `fdatasync` (group commit), so a
 //!   Begin is durable before its call executes at the cost of one batched fsync.
+//!   `submit` queues a Begin without waiting (for calls that can change nothing):
+//!   it is written in order, and if it is refused its End is refused too.
 //! - **async** durability: `record` returns once queued; the writer commits within
 //!   milliseconds. A crash can lose that window — for those who accept it.
 //! - a **store outage** loses nothing: records accumulate in the spool and drain

@@ -32,6 +32,9 @@ pub struct Request {
     pub kind: Kind,
     /// Answered once the bytes are durable (sync mode and flushes).
     pub ack: Option<oneshot::Sender<Result<(), SoulError>>>,
+    /// A Begin accepted by `submit`: its End may be queued before it is durable, so
+    /// if it is refused, its End must be refused too (the writer remembers it).
+    pub submitted: bool,
 }
 
 /// Space accounting against the spool cap.
@@ -113,6 +116,10 @@ pub struct Shared {
     /// Test fault: the disk reserve cannot be created (the disk is still full).
     #[cfg(test)]
     pub fail_reserve: AtomicBool,
+    /// Test hook: the writer holds the round it has started until this is cleared,
+    /// so that what is queued meanwhile joins it.
+    #[cfg(test)]
+    pub hold_rounds: AtomicBool,
 }
 
 /// The count behind [`Shared::holds`].

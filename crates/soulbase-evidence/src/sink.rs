@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_observe::{EvidenceEvent, EvidenceRecord, EvidenceSink, EvidenceStore};
+use soulbase_observe::{Durable, EvidenceEvent, EvidenceRecord, EvidenceSink, EvidenceStore};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::drain::{self, DrainOptions};
@@ -22,7 +22,8 @@ use crate::{frame, writer};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Durability {
     /// `record` returns once the record is fsynced in the spool (group commit): a
-    /// Begin is durable before the call executes, an End before its result returns.
+    /// Begin is durable before the call executes (a submitted one, of a call that
+    /// can change nothing, before its result returns), an End before its result returns.
     #[default]
     Sync,
     /// `record` returns once the record is queued for the spool writer; a crash may
@@ -202,6 +203,8 @@ impl DurableSink {
             fail_appends: std::sync::atomic::AtomicU32::new(0),
             #[cfg(test)]
             fail_reserve: AtomicBool::new(false),
+            #[cfg(test)]
+            hold_rounds: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel(options.queue);
         let active = writer::Active {
@@ -247,6 +250,7 @@ impl DurableSink {
                 bytes: Vec::new(),
                 kind: Kind::Flush,
                 ack: Some(ack),
+                submitted: false,
             })
             .await
             .map_err(|_| unavailable("the spool writer has stopped"))?;
@@ -365,6 +369,37 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
 #[async_trait]
 impl EvidenceSink for DurableSink {
     async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        match self.enqueue(record, false).await? {
+            Some(rx) => durable(rx).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the Begin and returns: the writer writes it in order with what follows,
+    /// and refuses its End if the Begin itself is refused.
+    async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
+        let submitted = matches!(begin.payload, EvidenceEvent::Begin(_));
+        Ok(match self.enqueue(begin, submitted).await? {
+            Some(rx) => Box::pin(durable(rx)),
+            None => Box::pin(std::future::ready(Ok(()))),
+        })
+    }
+}
+
+/// The writer's answer to a queued record.
+async fn durable(rx: oneshot::Receiver<Result<(), SoulError>>) -> Result<(), SoulError> {
+    rx.await
+        .map_err(|_| unavailable("the spool writer has stopped"))?
+}
+
+impl DurableSink {
+    /// Admits a record against the cap and queues it for the writer; returns the
+    /// receiver of the writer's answer in `sync` mode.
+    async fn enqueue(
+        &self,
+        record: EvidenceRecord,
+        submitted: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<(), SoulError>>>, SoulError> {
         let payload = serde_json::to_vec(&record).map_err(SoulError::internal)?;
         let mut bytes = Vec::with_capacity(payload.len() + frame::HEADER);
         frame::encode_into(&payload, &mut bytes);
@@ -387,6 +422,7 @@ impl EvidenceSink for DurableSink {
                     bytes: Vec::new(),
                     kind: Kind::Flush,
                     ack: None,
+                    submitted: false,
                 };
                 if self.inner.tx.try_send(probe).is_err() {
                     shared.probe_queued.store(false, Ordering::Release);
@@ -405,22 +441,17 @@ impl EvidenceSink for DurableSink {
             Kind::Begin(id) => Kind::Begin(id.clone()),
             _ => Kind::Other,
         };
-        if self
-            .inner
-            .tx
-            .send(Request { bytes, kind, ack })
-            .await
-            .is_err()
-        {
+        let request = Request {
+            bytes,
+            kind,
+            ack,
+            submitted,
+        };
+        if self.inner.tx.send(request).await.is_err() {
             shared.unadmit(&unadmit, len);
             return Err(unavailable("the spool writer has stopped"));
         }
-        match rx {
-            Some(rx) => rx
-                .await
-                .map_err(|_| unavailable("the spool writer has stopped"))?,
-            None => Ok(()),
-        }
+        Ok(rx)
     }
 }
 
@@ -500,6 +531,72 @@ mod tests {
         }
         // And the Begin that was taken when the sink came back (its call left open).
         assert_eq!(ids.len(), 5, "nothing refused reached the store");
+    }
+
+    /// A Begin accepted by `submit` is written in order with what follows it: if
+    /// its round fails, its End is refused too — queued in the same round, or
+    /// after the failure is known, and a second End as well (a call cancelled while
+    /// its End was written sends one) — so no End is ever stored without its
+    /// Begin; once the spool takes calls again, a submitted Begin and its End land.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_end_of_a_submitted_begin_that_was_refused_is_refused_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+            .await
+            .unwrap();
+        let shared = sink.inner.shared.clone();
+
+        let mut refused = Vec::new();
+        for same_round in [true, false] {
+            shared.fail_appends.store(1, Ordering::Release);
+            let (b, e) = call();
+            let (begin, end) = if same_round {
+                // The writer takes the Begin and holds its round until the End is
+                // queued behind it.
+                shared.hold_rounds.store(true, Ordering::Release);
+                let begin = sink.submit(b.clone()).await.unwrap();
+                let end = sink.enqueue(e.clone(), false).await.unwrap().unwrap();
+                shared.hold_rounds.store(false, Ordering::Release);
+                (begin.await, durable(end).await)
+            } else {
+                let begin = sink.submit(b.clone()).await.unwrap().await;
+                (begin, sink.record(e.clone()).await)
+            };
+            assert_eq!(begin.unwrap_err().code(), ErrorCode::EvidenceUnavailable);
+            assert_eq!(end.unwrap_err().code(), ErrorCode::EvidenceUnavailable);
+            let again = sink.record(e.clone()).await.unwrap_err();
+            assert_eq!(again.code(), ErrorCode::EvidenceUnavailable);
+            refused.extend([b.id, e.id]);
+            // Calls are refused until a round succeeds with room on the disk.
+            let back = tokio::time::timeout(Duration::from_secs(20), async {
+                while sink.record(call().0).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+            assert!(back.is_ok(), "the spool takes calls again");
+        }
+
+        let (b, e) = call();
+        let durable = sink.submit(b.clone()).await.unwrap();
+        sink.record(e.clone()).await.unwrap();
+        durable.await.unwrap();
+
+        sink.wait_drained(Duration::from_secs(20)).await.unwrap();
+        let ids: Vec<_> = store.records().into_iter().map(|r| r.id).collect();
+        assert!(ids.contains(&b.id) && ids.contains(&e.id));
+        for id in &refused {
+            assert!(
+                !ids.contains(id),
+                "a refused call left nothing in the store"
+            );
+        }
+        assert_eq!(
+            sink.stats().reserved_bytes,
+            2 * SpoolOptions::new(dir.path()).end_reserve,
+            "only the two Begins taken on the way back are still open"
+        );
     }
 
     /// A job of the drainer still running on the blocking pool when the sink is

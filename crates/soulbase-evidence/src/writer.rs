@@ -285,11 +285,17 @@ pub fn run(
     let prepared_bytes = prepared_len(segment_bytes);
     let mut prepared = Prepared { job: None };
     let mut pins: HashMap<EnvelopeId, u64> = HashMap::new();
+    // Refused submitted Begins, and when (see `REFUSED_KEPT`).
+    let mut refused: HashMap<EnvelopeId, Instant> = HashMap::new();
     let mut batch: Vec<Request> = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut room_checked: Option<Instant> = None;
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
+        #[cfg(test)]
+        while shared.hold_rounds.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
         while batch.len() < MAX_ROUND {
             match rx.try_recv() {
                 Ok(r) => batch.push(r),
@@ -298,6 +304,9 @@ pub fn run(
         }
         // A probe queued before this point is in this round (or behind it).
         shared.probe_queued.store(false, Ordering::Release);
+        if !refused.is_empty() {
+            refuse_orphan_ends(&shared, &refused, &mut batch);
+        }
         buf.clear();
         for r in &batch {
             buf.extend_from_slice(&r.bytes);
@@ -320,6 +329,7 @@ pub fn run(
                 recover_from_failed_append(
                     &shared,
                     &mut pins,
+                    &mut refused,
                     &mut batch,
                     &mut active,
                     &mut dir_lock,
@@ -565,12 +575,42 @@ fn commit(
     }
 }
 
+/// How long a refused submitted Begin is remembered: longer than any call runs
+/// (tools time out within 10 minutes), so its End (or a second one, from a call
+/// cancelled while its End was being written) is refused whenever it comes.
+const REFUSED_KEPT: Duration = Duration::from_secs(3600);
+
+/// Refuses, and takes out of `batch`, the Ends whose submitted Begin was refused
+/// (see [`Request::submitted`]): an End must never be durable without its Begin.
+fn refuse_orphan_ends(
+    shared: &Shared,
+    refused: &HashMap<EnvelopeId, Instant>,
+    batch: &mut Vec<Request>,
+) {
+    batch.retain_mut(|r| {
+        let Kind::End(begin) = &r.kind else {
+            return true;
+        };
+        if !refused.contains_key(begin) {
+            return true;
+        }
+        shared.unadmit(&Kind::Other, r.bytes.len() as u64);
+        if let Some(ack) = r.ack.take() {
+            let _ = ack.send(Err(unavailable(
+                "the Begin of this call could not be written, so its End is not either",
+            )));
+        }
+        false
+    });
+}
+
 /// An append failed (typically the disk is full). Ends must still land: free the
 /// reserve and try them alone. Everything else in the round is refused and its
 /// accounting undone.
 fn recover_from_failed_append(
     shared: &Shared,
     pins: &mut HashMap<EnvelopeId, u64>,
+    refused: &mut HashMap<EnvelopeId, Instant>,
     batch: &mut Vec<Request>,
     active: &mut Active,
     dir_lock: &mut File,
@@ -584,7 +624,14 @@ fn recover_from_failed_append(
         .partition(|r| matches!(r.kind, Kind::End(_) | Kind::Flush));
     // A probe (an empty round nobody waits for) needs no second try.
     ends.retain(|r| !r.bytes.is_empty() || r.ack.is_some());
+    let now = Instant::now();
+    refused.retain(|_, at| now.duration_since(*at) < REFUSED_KEPT);
     for r in others {
+        if r.submitted
+            && let Kind::Begin(id) = &r.kind
+        {
+            refused.insert(id.clone(), now);
+        }
         shared.unadmit(&r.kind, r.bytes.len() as u64);
         if let Some(ack) = r.ack {
             let _ = ack.send(Err(unavailable(
@@ -593,6 +640,8 @@ fn recover_from_failed_append(
             .with_note(error.to_string())));
         }
     }
+    // After the refusals above: an End queued in the same round as its Begin.
+    refuse_orphan_ends(shared, refused, &mut ends);
     if ends.is_empty() {
         return;
     }

@@ -39,7 +39,7 @@ pub use model::{
     SideEffectRecord,
 };
 pub use replay::{Execution, Replay, ReplayOutcome, replay};
-pub use sink::{ChannelSink, EvidenceSink, MemorySink};
+pub use sink::{ChannelSink, Durable, EvidenceSink, MemorySink};
 pub use store::{
     CallEvidence, CallPage, CallSummary, EvidenceQuery, EvidenceStore, MAX_PAGE, PageCursor,
     is_store_refusal, store_error, store_refusal, summarize,

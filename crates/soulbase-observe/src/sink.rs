@@ -1,5 +1,7 @@
 //! The evidence seam and the in-memory sinks.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -8,15 +10,35 @@ use tokio::sync::mpsc;
 
 use crate::EvidenceRecord;
 
+/// Resolves once a record accepted by [`EvidenceSink::submit`] is as durable as
+/// `record` would have made it, or with the error that kept it from being so.
+pub type Durable = Pin<Box<dyn Future<Output = Result<(), SoulError>> + Send + 'static>>;
+
 /// Where the pipeline writes evidence.
 ///
 /// `record` returns once the record is as durable as the sink promises (a durable
 /// store in `sync` mode: on disk). An error before execution makes the pipeline refuse
-/// the call (`EVIDENCE.UNAVAILABLE`): nothing runs without its Begin.
+/// the call (`EVIDENCE.UNAVAILABLE`): nothing runs without its Begin (queued, for a
+/// call that can change nothing; durable, for every other).
 #[async_trait]
 pub trait EvidenceSink: Send + Sync + 'static {
     /// Persists one record.
     async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError>;
+
+    /// Accepts a Begin without waiting for it to be durable, so that a call that
+    /// cannot change anything (see the pipeline) runs while its Begin is written;
+    /// the returned [`Durable`] tells when it is. An error means the Begin was
+    /// refused and nothing may run.
+    ///
+    /// A sink that overrides this writes records in the order they were accepted
+    /// and never persists the End of a submitted Begin that turned out not
+    /// durable: once the End is recorded, the Begin is durable too or the End
+    /// failed. The default records the Begin before returning, which keeps both
+    /// promises trivially.
+    async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
+        self.record(begin).await?;
+        Ok(Box::pin(std::future::ready(Ok(()))))
+    }
 }
 
 /// Keeps every record in memory, in order. For linking without storage, and for tests.
