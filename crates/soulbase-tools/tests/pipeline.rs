@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use soulbase_auth::{ConsentGrant, HmacConsent, StaticPolicy};
 use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule, QuotaLimit};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_observe::{EndStatus, EvidenceEvent, MemorySink};
+use soulbase_observe::{
+    Durable, EndStatus, EvidenceEvent, EvidenceRecord, EvidenceSink, MemorySink,
+};
 use soulbase_qos::LocalQuota;
 use soulbase_sandbox::{BuiltinExecutor, DeclaredProfiles, LocalSandbox, handler_fn};
 use soulbase_tools::discovery::NameMap;
@@ -63,6 +65,12 @@ fn id(s: &str) -> ToolId {
 }
 
 fn harness() -> Harness {
+    harness_with(None)
+}
+
+/// The harness, its evidence going through `gate` (which keeps it in the same
+/// memory sink) when given.
+fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
     let registry = Registry::new();
     let global = ToolOwner::Global;
     let tools = [
@@ -95,6 +103,21 @@ fn harness() -> Harness {
         manifest("demo.state.paused", json!({})),
         manifest("demo.state.deprecated", json!({})),
         manifest("demo.state.registered", json!({})),
+        manifest(
+            "demo.tmp.scratch",
+            json!({"capabilities": [{"kind": "tmp", "max_bytes": 1024}]}),
+        ),
+        manifest(
+            "demo.ask.first",
+            json!({"safety_class": "high", "consent": {"required": true}}),
+        ),
+        manifest(
+            "demo.net.fetch",
+            json!({
+                "side_effect": "network",
+                "capabilities": [{"kind": "net", "hosts": ["api.example.com"]}]
+            }),
+        ),
     ];
     for m in tools {
         let tid = m.id.clone();
@@ -208,6 +231,9 @@ fn harness() -> Harness {
         "demo.state.paused",
         "demo.state.deprecated",
         "demo.state.registered",
+        "demo.net.fetch",
+        "demo.tmp.scratch",
+        "demo.ask.first",
         "other.priv.tool",
     ] {
         builtin.register(t, handler_fn(|_| async { Ok(json!({})) }));
@@ -236,7 +262,13 @@ fn harness() -> Harness {
         tool: "demo.quota.tick".into(),
         rate: Rate::parse("2/min").unwrap(),
     }]);
-    let sink = MemorySink::new();
+    let sink = gate
+        .as_ref()
+        .map_or_else(MemorySink::new, |g| g.memory.clone());
+    let evidence: Arc<dyn EvidenceSink> = match gate {
+        Some(g) => g,
+        None => Arc::new(sink.clone()),
+    };
     let consent = Arc::new(HmacConsent::new(KEY.to_vec()));
     let invoker = InvokerBuilder::new(
         Arc::new(registry.clone()),
@@ -245,7 +277,7 @@ fn harness() -> Harness {
         consent.clone(),
         Arc::new(DeclaredProfiles::new()),
         Arc::new(LocalSandbox::new(builtin)),
-        Arc::new(sink.clone()),
+        evidence,
         Arc::new(MemoryIdempotency::new()),
     )
     .config_hash("cfg-1")
@@ -821,4 +853,144 @@ async fn available_specs_leave_out_what_policy_denies() {
     );
     assert!(offered.contains(&"demo.echo.say".to_owned()));
     assert_eq!(offered.len() + 1, enabled.len());
+}
+
+/// A sink where, as in the durable spool, a submitted Begin becomes durable only
+/// with a later round: here, once its End is recorded. Told to, it loses submitted
+/// Begins, and then refuses their Ends too (the contract of `submit`).
+#[derive(Default)]
+struct GatedSink {
+    memory: MemorySink,
+    lose_begins: Arc<std::sync::atomic::AtomicBool>,
+    submitted: Arc<std::sync::Mutex<Vec<soulbase_types::EnvelopeId>>>,
+    ended: Arc<tokio::sync::Notify>,
+}
+
+fn lost() -> SoulError {
+    SoulError::new(ErrorCode::EvidenceUnavailable, "lost")
+}
+
+/// Whether `memory` holds the End of `begin`.
+fn ended(memory: &MemorySink, begin: &soulbase_types::EnvelopeId) -> bool {
+    memory
+        .records()
+        .iter()
+        .any(|r| matches!(&r.payload, EvidenceEvent::End(e) if &e.begin_id == begin))
+}
+
+#[async_trait::async_trait]
+impl EvidenceSink for GatedSink {
+    async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        if let EvidenceEvent::End(e) = &record.payload
+            && self.submitted.lock().unwrap().contains(&e.begin_id)
+            && self.lose_begins.load(Ordering::SeqCst)
+        {
+            return Err(lost());
+        }
+        self.memory.record(record).await?;
+        self.ended.notify_waiters();
+        Ok(())
+    }
+
+    async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
+        let id = begin.id.clone();
+        self.submitted.lock().unwrap().push(id.clone());
+        if self.lose_begins.load(Ordering::SeqCst) {
+            return Ok(Box::pin(async { Err(lost()) }));
+        }
+        self.memory.record(begin).await?;
+        let (memory, notify) = (self.memory.clone(), self.ended.clone());
+        Ok(Box::pin(async move {
+            loop {
+                let next = notify.notified();
+                if ended(&memory, &id) {
+                    return Ok(());
+                }
+                next.await;
+            }
+        }))
+    }
+}
+
+/// A call that can change nothing (a builtin without side effects or capabilities)
+/// runs while its Begin is written: here the Begin is durable only once the End is
+/// recorded, so a pipeline waiting for it before running would never finish. A
+/// call with side effects has its Begin recorded, durable, before it runs.
+#[tokio::test]
+async fn a_call_that_changes_nothing_runs_while_its_begin_is_written() {
+    let gate = Arc::new(GatedSink::default());
+    let h = harness_with(Some(gate.clone()));
+    let call = h.call("demo.echo.say", json!({"text": "hi"}));
+    let cid = call.call_id.clone();
+    let r = tokio::time::timeout(Duration::from_secs(20), h.invoker.invoke(call))
+        .await
+        .expect("the call ran without waiting for its Begin");
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert_eq!(h.end_status(&cid), EndStatus::Ok);
+    assert_eq!(gate.submitted.lock().unwrap().len(), 1);
+
+    // Side effects, a capability (even without side effects), or a tool that asks
+    // for consent: the Begin is recorded, durable, before the call runs.
+    for tool in ["demo.net.fetch", "demo.tmp.scratch", "demo.ask.first"] {
+        let mut call = h.call(tool, json!({"text": "x"}));
+        if tool == "demo.ask.first" {
+            call.consent = Some(h.consent.issue(&ConsentGrant {
+                tenant: TenantId::new("acme").unwrap(),
+                actor: ActorId::new("alice").unwrap(),
+                tool: Some(id(tool)),
+                scope: None,
+                args_digest: None,
+                expires_at: UnixMillis(UnixMillis::now().0 + 60_000),
+            }));
+        }
+        let cid = call.call_id.clone();
+        let r = h.invoker.invoke(call).await;
+        assert_eq!(r.status, CallStatus::Ok, "{tool}: {r:?}");
+        assert_eq!(h.end_status(&cid), EndStatus::Ok);
+    }
+    assert_eq!(
+        gate.submitted.lock().unwrap().len(),
+        1,
+        "only the first was submitted"
+    );
+}
+
+/// If the Begin written while such a call ran does not land, the call is refused:
+/// its result is withheld, its quota refunded and its idempotency key released,
+/// and no End is stored without a Begin.
+#[tokio::test]
+async fn a_call_whose_begin_did_not_land_is_refused_and_its_result_withheld() {
+    let gate = Arc::new(GatedSink::default());
+    let h = harness_with(Some(gate.clone()));
+    gate.lose_begins.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let call = h.call("demo.quota.tick", json!({"text": "x"}));
+        let cid = call.call_id.clone();
+        let r = h.invoker.invoke(call).await;
+        assert_eq!(r.error_code, Some(ErrorCode::EvidenceUnavailable), "{r:?}");
+        assert_eq!(r.output, None, "the result is withheld");
+        h.assert_denied_only(&cid);
+    }
+    let keyed = |h: &Harness| {
+        let mut call = h.call("demo.calc.add", json!({"text": "a", "n": 1}));
+        call.idempotency_key = Some("k-1".into());
+        call
+    };
+    let r = h.invoker.invoke(keyed(&h)).await;
+    assert_eq!(r.error_code, Some(ErrorCode::EvidenceUnavailable), "{r:?}");
+    assert_eq!(h.executions.load(Ordering::SeqCst), 1);
+
+    gate.lose_begins.store(false, Ordering::SeqCst);
+    // Two calls a minute: the three refused ones were refunded.
+    for _ in 0..2 {
+        let r = h
+            .invoker
+            .invoke(h.call("demo.quota.tick", json!({"text": "x"})))
+            .await;
+        assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    }
+    // The key was released: the same call runs again and now succeeds.
+    let r = h.invoker.invoke(keyed(&h)).await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert_eq!(h.executions.load(Ordering::SeqCst), 2);
 }

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use soulbase_config::Config;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::DurableSink;
-use soulbase_observe::{EvidenceRecord, EvidenceSink, EvidenceStore};
+use soulbase_observe::{Durable, EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
 
@@ -84,6 +84,16 @@ impl EvidenceSink for CountedSink {
             self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         }
         r
+    }
+
+    async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
+        let durable = self.inner.submit(begin).await?;
+        let stats = self.stats.clone();
+        Ok(Box::pin(async move {
+            durable.await?;
+            stats.accepted.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }))
     }
 }
 
