@@ -265,8 +265,13 @@ impl RedisQuota {
         }
     }
 
-    /// What a backend fault becomes under the configured fail mode.
+    /// What a backend fault becomes under the configured fail mode. The retry
+    /// hint is the fault's own when it has one (the time a hold-off has left),
+    /// else the configured one.
     fn on_fault(&self, fault: SoulError, what: &str) -> Outcome {
+        let retry = fault
+            .retry_after_ms()
+            .map_or(self.options.retry_hint, Duration::from_millis);
         match self.options.fail_mode {
             FailMode::Closed => Outcome::Refused(
                 SoulError::new(
@@ -274,7 +279,7 @@ impl RedisQuota {
                     "the quota backend is unavailable; retry later",
                 )
                 .with_field("backend", "redis")
-                .retry_after(self.options.retry_hint)
+                .retry_after(retry)
                 .with_note(format!("{what}: {}", fault.audit().causes.join("; "))),
             ),
             FailMode::Open => {

@@ -56,15 +56,16 @@ impl Link {
     }
 
     /// `Ok` when an operation may try Redis now; otherwise the error it fails
-    /// with, saying how long the hold-off has left.
+    /// with, saying how long the hold-off has left (also as its retry hint).
     pub(crate) fn admit(&self, hold_off: Duration) -> Result<(), SoulError> {
         self.health
             .admit(self.now_us(), micros(hold_off))
             .map_err(|left_us| {
+                let left_ms = left_us.div_ceil(1_000);
                 unavailable(format!(
-                    "marked down after failures in a row; next try in {} ms",
-                    left_us.div_ceil(1_000)
+                    "marked down after failures in a row; next try in {left_ms} ms"
                 ))
+                .retry_after(Duration::from_millis(left_ms))
             })
     }
 

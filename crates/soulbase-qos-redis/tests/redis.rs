@@ -410,11 +410,15 @@ async fn a_redis_found_down_is_not_waited_for_again_until_the_retry_hint_by_any_
         assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
         assert!(!causes(&err).contains("marked down"), "{err:?}");
     }
-    // Then neither tries Redis until the hint has passed.
+    // Then neither tries Redis until the hint has passed, and each refusal says
+    // how long is left of it (less and less, never more than the hint).
+    let mut left = 600_000;
     for q in [&skills, &tools, &skills] {
         let err = reserve(q, "t", "a", "a.b.c").await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
-        assert_eq!(err.retry_after_ms(), Some(600_000));
+        let hint = err.retry_after_ms().unwrap();
+        assert!((590_000..=left).contains(&hint), "{hint} ms left of 600 s");
+        left = hint;
         assert!(causes(&err).contains("marked down"), "{err:?}");
     }
     // A backend of its own is not held down by another's failures.
