@@ -15,6 +15,7 @@
 //! [`INTERNAL_TOKEN_HEADER`] (compared in constant time), else `AUTH.UNAUTHENTICATED`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use soulbase_auth::{
     Authenticator, Authorizer, AuthzRequest, ConsentRequest, ConsentVerifier, Credential, Decision,
@@ -121,15 +122,56 @@ pub(crate) fn transport_error(e: impl std::fmt::Display) -> SoulError {
     SoulError::of(ErrorCode::ProviderUnavailable).with_note(format!("role endpoint: {e}"))
 }
 
-/// A lazily connecting channel to `endpoint` (`http://host:port`); `field` names
-/// the configuration field for errors.
+/// How a role connection notices a peer that is gone. No limit is put on how long
+/// a request may take: a call to the sandbox role runs as long as its tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoleLiveness {
+    /// Longest a TCP connect may take: an address that drops packets (a node gone,
+    /// a wrong IP) fails requests after this instead of after the kernel's
+    /// retries, minutes later.
+    pub connect_timeout: Duration,
+    /// An HTTP/2 ping is sent this long after the last frame, also on an idle
+    /// connection...
+    pub ping_every: Duration,
+    /// ...and the connection, with every request on it, fails when the ping is
+    /// not answered within this: a peer that stopped answering (a partition, a
+    /// frozen process) is found out instead of holding requests forever.
+    pub ping_timeout: Duration,
+}
+
+impl Default for RoleLiveness {
+    /// A 5 s connect timeout; pings every 10 s, answered within 5 s.
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            ping_every: Duration::from_secs(10),
+            ping_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A lazily connecting channel to `endpoint` (`http://host:port`) with the default
+/// [`RoleLiveness`]; `field` names the configuration field for errors.
 pub fn role_channel(endpoint: &str, field: &str) -> Result<Channel, SoulError> {
+    role_channel_with(endpoint, field, RoleLiveness::default())
+}
+
+/// [`role_channel`] with the given liveness settings.
+pub fn role_channel_with(
+    endpoint: &str,
+    field: &str,
+    liveness: RoleLiveness,
+) -> Result<Channel, SoulError> {
     Ok(Endpoint::from_shared(endpoint.to_owned())
         .map_err(|e| {
             SoulError::new(ErrorCode::ConfigInvalid, format!("{field} is not a URI"))
                 .with_field("field", field.to_owned())
                 .with_note(e.to_string())
         })?
+        .connect_timeout(liveness.connect_timeout)
+        .http2_keep_alive_interval(liveness.ping_every)
+        .keep_alive_timeout(liveness.ping_timeout)
+        .keep_alive_while_idle(true)
         .connect_lazy())
 }
 
@@ -621,6 +663,48 @@ mod tests {
         assert_eq!(role_error(&missing).code(), ErrorCode::ProviderUnavailable);
         let user = SoulError::of(ErrorCode::AuthUnauthenticated).to_status();
         assert_eq!(role_error(&user).code(), ErrorCode::AuthUnauthenticated);
+    }
+
+    /// A role endpoint that accepts connections and never answers (a frozen
+    /// process): the request fails once a ping goes unanswered, as the deployment's
+    /// fault, instead of hanging.
+    #[tokio::test]
+    async fn a_role_that_stops_answering_fails_requests_instead_of_hanging() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let liveness = RoleLiveness {
+            connect_timeout: Duration::from_secs(5),
+            ping_every: Duration::from_millis(100),
+            ping_timeout: Duration::from_millis(200),
+        };
+        let channel = role_channel_with(&format!("http://{addr}"), "f", liveness).unwrap();
+        let gate = RemoteQuotaGate::new(channel, None);
+        let (tenant, actor) = (TenantId::new("t").unwrap(), ActorId::new("a").unwrap());
+        let tool = ToolId::new("a.b.c").unwrap();
+        let reserve = gate.reserve(QuotaRequest {
+            tenant: &tenant,
+            actor: &actor,
+            tool: &tool,
+        });
+        let err = tokio::time::timeout(Duration::from_secs(30), reserve)
+            .await
+            .expect("the request failed instead of hanging")
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ProviderUnavailable, "{err:?}");
+        frozen.abort();
+    }
+
+    #[test]
+    fn bad_role_endpoints_name_their_field() {
+        let err = role_channel("not a uri", "server.remote.qos").unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ConfigInvalid);
+        assert!(format!("{err:?}").contains("server.remote.qos"), "{err:?}");
     }
 
     #[test]
