@@ -444,7 +444,8 @@ impl Invoker {
         if let Some(key) = &key {
             let span = stage_span!("idempotency.store");
             let stored = match &result {
-                // Refused before execution: nothing happened, the key may be used again.
+                // Refused (before execution, or after a run that changed nothing whose
+                // Begin did not land): nothing happened, the key may be used again.
                 Err(_) => self.seams.idempotency.release(key).instrument(span).await,
                 Ok(result) => {
                     self.seams
@@ -471,7 +472,9 @@ impl Invoker {
     }
 
     /// Quota → consent → profile → guard → Begin → execute → End.
-    /// `Err` means refused before execution (no evidence besides a denial).
+    /// `Err` means refused: before execution, or after a run that changed nothing
+    /// whose Begin did not land (see [`changes_nothing`]); no evidence besides a
+    /// denial either way.
     async fn execute_cleared(
         &self,
         header: &Header,
@@ -721,11 +724,14 @@ impl Invoker {
 }
 
 /// Whether a call can change nothing outside the process: a tool declared without
-/// side effects, of the low safety class and needing no consent, run in the host
-/// (builtin) or in the WASM sandbox, with no capability granted. Such a call runs while its Begin is being written instead of
-/// after (one fsync less to wait for in `sync` mode); its result still returns only
-/// once Begin and End are durable, and if the Begin does not land, the result is
-/// withheld and the call is refused. A crash in between leaves at most a Begin,
+/// side effects, of the low safety class, needing no consent and not keyed (a keyed
+/// tool is promised one execution per key, which a withheld result would break),
+/// run in the host (builtin) or in the WASM sandbox, with no capability granted.
+/// Such a call runs while its Begin is being written instead of after, so the
+/// Begin's fsync overlaps the run (and a fast tool's End usually joins the Begin's
+/// round: one fsync to wait for in `sync` mode, not two); its result still returns
+/// only once Begin and End are durable, and if the Begin does not land, the result
+/// is withheld and the call is refused. A crash in between leaves at most a Begin,
 /// closed as aborted on recovery, of a call that changed nothing and returned
 /// nothing. Every other call's Begin is durable before it runs.
 fn changes_nothing(tool: &CompiledTool, profile: &Profile) -> bool {
@@ -733,6 +739,7 @@ fn changes_nothing(tool: &CompiledTool, profile: &Profile) -> bool {
     m.side_effect == SideEffect::None
         && m.safety_class == SafetyClass::Low
         && !m.consent.required
+        && m.idempotency != Idempotency::Keyed
         && matches!(
             m.provider.kind(),
             ProviderKind::Builtin | ProviderKind::Wasm
