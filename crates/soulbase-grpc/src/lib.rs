@@ -20,7 +20,9 @@
 //! - [`roles`] serves the `auth` and `qos` roles (`soulbase.auth.v1`,
 //!   `soulbase.qos.v1`) over their in-process seams, with the clients
 //!   [`RemoteAuth`] (an `Authorizer`, a `ConsentVerifier` and the credential check) and
-//!   [`RemoteQuotaGate`] (a `QuotaGate`) for a `tools` role running elsewhere.
+//!   [`RemoteQuotaGate`] (a `QuotaGate`) for a `tools` role running elsewhere, and
+//!   `role_channel`, the connection every role client uses (a connect timeout and
+//!   HTTP/2 pings, so a role gone silent fails requests instead of holding them).
 //! - [`sandbox_role`] serves the `sandbox` role (`soulbase.sandbox.v1`):
 //!   [`SandboxRoleService`] guards and runs planned calls on an in-process
 //!   [`soulbase_sandbox::Sandbox`], narrowing each profile by its own ceiling;

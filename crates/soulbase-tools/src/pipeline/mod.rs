@@ -5,6 +5,10 @@
 //! sandboxed execution → output checks → **EvidenceEnd** → obligations → result.
 //! Idempotent replays are answered right after authorization (so only an authorized
 //! caller can see a stored result) and before quota (a replay consumes nothing).
+//! A call that can change nothing (no side effects, low safety class, no consent,
+//! not keyed, builtin or WASM, no capabilities) has its Begin queued rather than
+//! durable when it runs; its result waits for Begin and End, and a Begin that does
+//! not land refuses the call (see `EvidenceSink::submit`).
 //!
 //! Every seam is a trait with an in-process implementation in its own crate:
 //! [`ToolResolver`] (the registry), `Authorizer` and `ConsentVerifier`
@@ -29,7 +33,7 @@
 //! | `profile`           | Grant ∩ Manifest ∩ PolicyConfig                           |
 //! | `guard`             | the sandbox's guard                                       |
 //! | `concurrency`       | the concurrency slot (tools with a limit only)            |
-//! | `evidence.begin`    | recording the Begin                                       |
+//! | `evidence.begin`    | recording the Begin (queueing it, for a call that changes nothing) |
 //! | `execute`           | sandboxed execution (timeout, panic)                      |
 //! | `output`            | `max_bytes_out` and output schema                         |
 //! | `evidence.end`      | recording the End                                         |
