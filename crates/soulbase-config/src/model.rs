@@ -810,10 +810,12 @@ pub struct SandboxConfig {
     pub http_max_redirects: u32,
     /// Where per-call scratch directories are created; defaults to the system temp dir.
     pub scratch_dir: Option<PathBuf>,
-    /// Whether the process executor also wraps tools in bubblewrap (`bwrap`):
-    /// `off` (the default), `auto` (when installed, else the usual confinement with a
-    /// warning) or `required` (refuse calls when it is missing).
-    pub process_bubblewrap: String,
+    /// How native (`process`) tools are isolated from the host: `namespaces` (the
+    /// default: fresh user, PID, mount, network, IPC and UTS namespaces with a mount
+    /// tree of only the granted paths, under Landlock and seccomp; where the host
+    /// cannot create them, native tools are refused) or `landlock-only` (Landlock,
+    /// seccomp and rlimits without namespaces, for hosts that forbid user namespaces).
+    pub process_isolation: String,
 }
 
 impl Default for SandboxConfig {
@@ -827,7 +829,7 @@ impl Default for SandboxConfig {
             http_env_allow: Vec::new(),
             http_max_redirects: 0,
             scratch_dir: None,
-            process_bubblewrap: "off".into(),
+            process_isolation: "namespaces".into(),
         }
     }
 }
@@ -851,10 +853,13 @@ impl Config {
                 "must be between 65536 (64 KiB) and 4294967296 (4 GiB)".into(),
             );
         }
-        if !matches!(sb.process_bubblewrap.as_str(), "off" | "auto" | "required") {
+        if !matches!(
+            sb.process_isolation.as_str(),
+            "namespaces" | "landlock-only"
+        ) {
             push(
-                "sandbox.process_bubblewrap".into(),
-                "must be one of off, auto, required".into(),
+                "sandbox.process_isolation".into(),
+                "must be namespaces or landlock-only".into(),
             );
         }
         if sb.http_max_redirects > 10 {

@@ -58,6 +58,8 @@ struct ParsedExec {
     capabilities: Vec<Capability>,
     timeout: Duration,
     max_bytes_out: Option<u64>,
+    max_memory_bytes: Option<u64>,
+    max_processes: Option<u32>,
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(field: &str, text: &str) -> Result<T, SoulError> {
@@ -87,6 +89,8 @@ fn parse_exec(r: &sandbox_pb::ExecuteRequest) -> Result<ParsedExec, SoulError> {
             ms => Duration::from_millis(ms),
         },
         max_bytes_out: (r.max_bytes_out > 0).then_some(r.max_bytes_out),
+        max_memory_bytes: (r.max_memory_bytes > 0).then_some(r.max_memory_bytes),
+        max_processes: (r.max_processes > 0).then_some(r.max_processes),
     })
 }
 
@@ -164,6 +168,8 @@ impl SandboxRoleService {
             profile: &profile,
             timeout: p.timeout,
             max_bytes_out: p.max_bytes_out,
+            max_memory_bytes: p.max_memory_bytes,
+            max_processes: p.max_processes,
         };
         self.sandbox.guard(&req)?;
         let limit = p.timeout.saturating_add(Duration::from_secs(1));
@@ -231,6 +237,8 @@ impl RemoteSandbox {
                 .map_err(SoulError::internal)?,
             timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
             max_bytes_out: req.max_bytes_out.unwrap_or(0),
+            max_memory_bytes: req.max_memory_bytes.unwrap_or(0),
+            max_processes: req.max_processes.unwrap_or(0),
         })
     }
 }
@@ -288,6 +296,8 @@ mod tests {
             capabilities_json: "[]".into(),
             timeout_ms: 0,
             max_bytes_out: 0,
+            max_memory_bytes: 0,
+            max_processes: 0,
         }
     }
 

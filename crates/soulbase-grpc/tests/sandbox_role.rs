@@ -90,6 +90,8 @@ impl Call {
             profile: &self.profile,
             timeout: Duration::from_secs(5),
             max_bytes_out: None,
+            max_memory_bytes: None,
+            max_processes: None,
         }
     }
 }
@@ -120,6 +122,8 @@ fn raw_request(provider: Value, caps: Value) -> ExecuteRequest {
         capabilities_json: caps.to_string(),
         timeout_ms: 1_000,
         max_bytes_out: 0,
+        max_memory_bytes: 0,
+        max_processes: 0,
     }
 }
 

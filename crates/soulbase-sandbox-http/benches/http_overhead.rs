@@ -87,6 +87,8 @@ fn main() {
                 profile: &profile,
                 timeout: Duration::from_secs(5),
                 max_bytes_out: Some(65536),
+                max_memory_bytes: None,
+                max_processes: None,
             };
             let t = Instant::now();
             sb.guard(&req).unwrap();

@@ -57,6 +57,8 @@ async fn call(
         profile,
         timeout,
         max_bytes_out: Some(16 * 1024),
+        max_memory_bytes: None,
+        max_processes: None,
     };
     sb.guard(&req)?;
     sb.execute(req).await

@@ -1,4 +1,5 @@
-//! The confinement a child applies to itself between `fork` and `exec`: rlimits,
+//! The confinement a child applies to itself between `fork` and `exec`: namespaces
+//! (see [`crate::namespace`]), rlimits, an empty capability bounding set,
 //! `no_new_privs`, Landlock and seccomp. Everything that allocates or opens files is
 //! prepared in the parent ([`Confinement::build`]); the child only makes syscalls
 //! ([`Confinement::apply`]).
@@ -17,6 +18,7 @@ use seccompiler::{
 };
 use soulbase_errors::{ErrorCode, SoulError};
 
+use crate::namespace::NamespacePlan;
 use crate::sys;
 
 /// The Landlock ABI we ask for; older kernels get the subset they support, and a
@@ -40,6 +42,9 @@ pub(crate) struct Plan {
     pub devices: Vec<PathBuf>,
     /// Whether sockets other than `AF_UNIX` may be created.
     pub net: bool,
+    /// Whether `AF_UNIX` sockets may be created: under namespaces (where only bound
+    /// socket paths exist), or when an `fs` grant names a socket file.
+    pub unix: bool,
     /// Whether new processes may be created.
     pub spawn: bool,
     /// `(resource, limit)` pairs.
@@ -48,6 +53,7 @@ pub(crate) struct Plan {
 
 /// A prepared confinement, moved into the child.
 pub(crate) struct Confinement {
+    namespaces: Option<NamespacePlan>,
     landlock: Option<RulesetCreated>,
     seccomp: Vec<BpfProgram>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
@@ -80,8 +86,9 @@ fn add(
 }
 
 impl Confinement {
-    /// Prepares the Landlock ruleset and seccomp programs for `plan`.
-    pub(crate) fn build(plan: &Plan) -> Result<Self, SoulError> {
+    /// Prepares the Landlock ruleset and seccomp programs for `plan`, inside
+    /// `namespaces` when given.
+    pub(crate) fn build(plan: &Plan, namespaces: Option<NamespacePlan>) -> Result<Self, SoulError> {
         let abi = LANDLOCK_ABI;
         let ll = |e: landlock::RulesetError| unavailable(format!("landlock: {e}"));
         let mut ruleset = Ruleset::default()
@@ -111,8 +118,9 @@ impl Confinement {
             ruleset = add(ruleset, p, AccessFs::ReadFile | AccessFs::WriteFile)?;
         }
         Ok(Self {
+            namespaces,
             landlock: Some(ruleset),
-            seccomp: seccomp_programs(plan.net, plan.spawn)?,
+            seccomp: seccomp_programs(plan)?,
             rlimits: plan.rlimits.clone(),
         })
     }
@@ -122,9 +130,13 @@ impl Confinement {
     /// report its status. Fails (and so fails the spawn) when Landlock is not enforced.
     pub(crate) fn apply(&mut self) -> io::Result<()> {
         sys::die_with_parent()?;
+        if let Some(ns) = &self.namespaces {
+            ns.enter()?;
+        }
         for (resource, value) in &self.rlimits {
             sys::set_rlimit(*resource, *value)?;
         }
+        sys::drop_capabilities()?;
         sys::no_new_privs()?;
         let Some(ruleset) = self.landlock.take() else {
             return Err(io::Error::other("landlock ruleset already used"));
@@ -138,49 +150,6 @@ impl Confinement {
         }
         Ok(())
     }
-}
-
-/// What a bubblewrap-wrapped child applies to itself before `exec`ing `bwrap`:
-/// rlimits, `no_new_privs`, and making the seccomp pipes inheritable. Landlock and
-/// seccomp are left out: Landlock forbids the mounts bwrap makes, and bwrap installs
-/// our seccomp programs itself (`--add-seccomp-fd`) after setting up namespaces.
-pub(crate) struct BwrapConfinement {
-    /// `(resource, limit)` pairs.
-    pub rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
-    /// Read ends of the pipes carrying the seccomp programs; inherited by bwrap.
-    pub seccomp_fds: Vec<std::os::fd::RawFd>,
-}
-
-impl BwrapConfinement {
-    /// Runs in the forked child before `exec`: only system calls.
-    pub(crate) fn apply(&self) -> io::Result<()> {
-        sys::die_with_parent()?;
-        for (resource, value) in &self.rlimits {
-            sys::set_rlimit(*resource, *value)?;
-        }
-        sys::no_new_privs()?;
-        for fd in &self.seccomp_fds {
-            sys::clear_cloexec(*fd)?;
-        }
-        Ok(())
-    }
-}
-
-/// The seccomp programs for `plan`, for bubblewrap to install.
-pub(crate) fn plan_seccomp(plan: &Plan) -> Result<Vec<BpfProgram>, SoulError> {
-    seccomp_programs(plan.net, plan.spawn)
-}
-
-/// A program's raw `struct sock_filter` array, as `bwrap --add-seccomp-fd` reads it.
-pub(crate) fn bpf_bytes(prog: &BpfProgram) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prog.len() * 8);
-    for ins in prog {
-        out.extend_from_slice(&ins.code.to_ne_bytes());
-        out.push(ins.jt);
-        out.push(ins.jf);
-        out.extend_from_slice(&ins.k.to_ne_bytes());
-    }
-    out
 }
 
 fn filter(
@@ -205,24 +174,39 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, SoulError>
     SeccompRule::new(vec![c]).map_err(|e| unavailable(format!("seccomp rule: {e}")))
 }
 
+/// A rule matching when argument `arg` is not zero (another process than the caller).
+fn not_self(arg: u8) -> Result<SeccompRule, SoulError> {
+    cond(arg, SeccompCmpOp::Ne, 0)
+}
+
 /// The seccomp programs: one per errno, since a filter has a single match action.
-fn seccomp_programs(net: bool, spawn: bool) -> Result<Vec<BpfProgram>, SoulError> {
+fn seccomp_programs(plan: &Plan) -> Result<Vec<BpfProgram>, SoulError> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| unavailable(format!("seccomp: {e}")))?;
     let mut out = Vec::new();
 
-    // EACCES: sockets other than AF_UNIX, unless net is granted.
-    if !net {
+    // EACCES: sockets the plan does not allow. `net` allows every family but
+    // `AF_UNIX`; `unix` allows `AF_UNIX` (only the bound socket paths exist under
+    // namespaces); socketpair makes no addressable socket and stays allowed.
+    let family = match (plan.net, plan.unix) {
+        (true, true) => None,
+        (true, false) => Some(vec![cond(0, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?]),
+        (false, true) => Some(vec![cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?]),
+        // An empty rule list matches the call whatever its arguments.
+        (false, false) => Some(Vec::new()),
+    };
+    if let Some(rule) = family {
         let mut rules = BTreeMap::new();
-        rules.insert(
-            libc::SYS_socket,
-            vec![cond(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?],
-        );
+        rules.insert(libc::SYS_socket, rule);
         out.push(filter(rules, libc::EACCES, arch)?);
     }
 
     // EPERM: io_uring (it can open sockets and files behind seccomp's back), leaving
-    // the process group, and — unless allowed — creating processes.
+    // the process group, reaching other processes (resource limits, priorities,
+    // affinity, tracing, their memory), kernel facilities a tool never needs
+    // (namespaces, mounts, keyrings, BPF, modules, clocks, host names, reboot, file
+    // handles that bypass path checks), device nodes, and — unless allowed — creating
+    // processes.
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for sc in [
         libc::SYS_io_uring_setup,
@@ -230,10 +214,65 @@ fn seccomp_programs(net: bool, spawn: bool) -> Result<Vec<BpfProgram>, SoulError
         libc::SYS_io_uring_register,
         libc::SYS_setsid,
         libc::SYS_setpgid,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_kexec_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_adjtimex,
+        libc::SYS_sethostname,
+        libc::SYS_setdomainname,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
     ] {
         rules.insert(sc, Vec::new());
     }
-    if !spawn {
+    // Only on itself (pid 0): resource limits, scheduling, affinity.
+    for sc in [
+        libc::SYS_prlimit64,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+    ] {
+        rules.insert(sc, vec![not_self(0)?]);
+    }
+    // setpriority(which, who, prio): only PRIO_PROCESS of itself.
+    rules.insert(libc::SYS_setpriority, vec![not_self(0)?, not_self(1)?]);
+    // Device nodes: character and block special files (FIFOs stay allowed).
+    let devices = |arg: u8| -> Result<Vec<SeccompRule>, SoulError> {
+        let fmt = libc::S_IFMT as u64;
+        Ok(vec![
+            cond(arg, SeccompCmpOp::MaskedEq(fmt), libc::S_IFCHR as u64)?,
+            cond(arg, SeccompCmpOp::MaskedEq(fmt), libc::S_IFBLK as u64)?,
+        ])
+    };
+    rules.insert(libc::SYS_mknodat, devices(2)?);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod, devices(1)?);
+    if !plan.spawn {
         rules.insert(
             libc::SYS_clone,
             vec![cond(
@@ -252,7 +291,7 @@ fn seccomp_programs(net: bool, spawn: bool) -> Result<Vec<BpfProgram>, SoulError
 
     // ENOSYS for clone3 (its flags live in memory, out of seccomp's reach): libc then
     // falls back to clone, which the rule above inspects.
-    if !spawn {
+    if !plan.spawn {
         let mut rules = BTreeMap::new();
         rules.insert(libc::SYS_clone3, Vec::new());
         out.push(filter(rules, libc::ENOSYS, arch)?);
@@ -341,7 +380,21 @@ mod tests {
 
     #[test]
     fn seccomp_programs_compile() {
-        assert_eq!(seccomp_programs(false, false).unwrap().len(), 3);
-        assert_eq!(seccomp_programs(true, true).unwrap().len(), 1);
+        let plan = |net, unix, spawn| Plan {
+            net,
+            unix,
+            spawn,
+            ..Plan::default()
+        };
+        assert_eq!(
+            seccomp_programs(&plan(false, false, false)).unwrap().len(),
+            3
+        );
+        assert_eq!(
+            seccomp_programs(&plan(false, true, false)).unwrap().len(),
+            3
+        );
+        assert_eq!(seccomp_programs(&plan(true, false, true)).unwrap().len(), 2);
+        assert_eq!(seccomp_programs(&plan(true, true, true)).unwrap().len(), 1);
     }
 }

@@ -4,7 +4,6 @@ use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -17,31 +16,39 @@ use soulbase_sandbox::{
     ExecOutput, ExecRequest, Executor, Operation, Profile, ProviderBinding, Scratch,
 };
 
-use crate::confine::{BwrapConfinement, Confinement, Plan, bpf_bytes, interpreter, plan_seccomp};
+use crate::confine::{Confinement, Plan, interpreter};
+use crate::namespace::NamespacePlan;
 use crate::sys;
 
-/// Whether tools also run inside bubblewrap (`bwrap`) namespaces.
+/// How native tools are isolated from the host (`sandbox.process_isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Bubblewrap {
-    /// Never: Landlock + seccomp + rlimits only (the default).
+pub enum Isolation {
+    /// Fresh user, PID, mount, network (unless `net` is granted), IPC, UTS and cgroup
+    /// namespaces and a mount tree of only the plan's paths, under Landlock and
+    /// seccomp (the default). Where namespaces cannot be made, native tools are
+    /// refused with `PROVIDER.UNAVAILABLE`, never run with less.
     #[default]
-    Off,
-    /// When [`ProcessOptions::bwrap_path`] exists; otherwise the usual confinement,
-    /// with a logged warning.
-    Auto,
-    /// Always: calls are refused with `PROVIDER.UNAVAILABLE` when bwrap is missing.
-    Required,
+    Namespaces,
+    /// Landlock, seccomp and rlimits only, for hosts without user namespaces: the
+    /// tool shares the server's PID and mount namespaces (see `docs/sandbox.md`).
+    LandlockOnly,
 }
 
-impl Bubblewrap {
-    /// Parses `off`, `auto` or `required` (the config's `sandbox.process_bubblewrap`).
-    /// Anything else is `None`.
+impl Isolation {
+    /// Parses `namespaces` or `landlock-only`; anything else is `None`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "off" => Some(Self::Off),
-            "auto" => Some(Self::Auto),
-            "required" => Some(Self::Required),
+            "namespaces" => Some(Self::Namespaces),
+            "landlock-only" => Some(Self::LandlockOnly),
             _ => None,
+        }
+    }
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Namespaces => "namespaces",
+            Self::LandlockOnly => "landlock-only",
         }
     }
 }
@@ -64,13 +71,22 @@ pub struct ProcessOptions {
     pub max_file_bytes: u64,
     /// `RLIMIT_NOFILE`.
     pub max_open_files: u64,
-    /// `RLIMIT_NPROC` (per user; not enforced by the kernel for root, which is why
-    /// process creation is also filtered by seccomp).
+    /// `RLIMIT_NPROC` when the call does not set `max_processes`. Under namespaces it
+    /// counts the tool's own processes, root's included; without them it counts every
+    /// process of the server's uid and is not enforced for root (process creation is
+    /// then also filtered by seccomp).
     pub max_processes: u64,
-    /// Whether to wrap tools in bubblewrap as well (see `docs/sandbox.md`).
-    pub bubblewrap: Bubblewrap,
-    /// The `bwrap` binary; bubblewrap counts as available when it is a file.
-    pub bwrap_path: PathBuf,
+    /// `RLIMIT_DATA` (heap and private writable mappings) when the call does not set
+    /// `max_memory_bytes`.
+    pub max_memory_bytes: u64,
+    /// How tools are isolated from the host.
+    pub isolation: Isolation,
+    /// The uid and gid tools run as outside their user namespace when the server runs
+    /// as root (under [`Isolation::Namespaces`]): the kernel does not apply
+    /// `RLIMIT_NPROC` to uid 0, and a tool must hold no root identity. Scratch
+    /// directories are given to this user; granted paths must be accessible to it.
+    /// Default 65534:65534 (`nobody`).
+    pub run_as: (u32, u32),
 }
 
 impl Default for ProcessOptions {
@@ -100,38 +116,40 @@ impl Default for ProcessOptions {
             max_file_bytes: 16 << 20,
             max_open_files: 64,
             max_processes: 64,
-            bubblewrap: Bubblewrap::Off,
-            bwrap_path: ["/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap"]
-                .into_iter()
-                .map(PathBuf::from)
-                .find(|p| p.is_file())
-                .unwrap_or_else(|| PathBuf::from("/usr/bin/bwrap")),
+            max_memory_bytes: 512 << 20,
+            isolation: Isolation::Namespaces,
+            run_as: (65534, 65534),
         }
     }
 }
 
 impl ProcessOptions {
     /// Defaults, with scratch directories under `sandbox.scratch_dir` when set and
-    /// bubblewrap as `sandbox.process_bubblewrap` says. An unknown value (which
-    /// config validation rejects) fails closed to [`Bubblewrap::Required`].
+    /// the isolation `sandbox.process_isolation` names. An unknown value (which config
+    /// validation rejects) fails closed to [`Isolation::Namespaces`].
     pub fn from_config(config: &soulbase_config::SandboxConfig) -> Self {
         let mut o = Self::default();
         if let Some(dir) = &config.scratch_dir {
             o.scratch_parent = dir.clone();
         }
-        o.bubblewrap =
-            Bubblewrap::parse(&config.process_bubblewrap).unwrap_or(Bubblewrap::Required);
+        o.isolation = Isolation::parse(&config.process_isolation).unwrap_or_default();
         o
     }
 }
 
 /// The process executor; plug it into `LocalSandbox` for `ProviderKind::Process`.
 /// Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ProcessExecutor {
     options: Arc<ProcessOptions>,
-    /// Set once the "bubblewrap missing" warning has been logged.
-    warned: Arc<AtomicBool>,
+    /// Why native tools are refused (namespaces were asked for and cannot be made).
+    refusal: Option<Arc<str>>,
+}
+
+impl Default for ProcessExecutor {
+    fn default() -> Self {
+        Self::new(ProcessOptions::default())
+    }
 }
 
 fn unavailable(note: String) -> SoulError {
@@ -143,11 +161,41 @@ fn failed(note: String) -> SoulError {
 }
 
 impl ProcessExecutor {
-    /// An executor with `options`.
+    /// An executor with `options`. With [`Isolation::Namespaces`] it first checks
+    /// that namespaces can be made here (a forked probe, about a millisecond); when
+    /// they cannot, it logs a warning and refuses every call with
+    /// `PROVIDER.UNAVAILABLE` naming the failed step.
     pub fn new(options: ProcessOptions) -> Self {
+        let refusal = match options.isolation {
+            Isolation::LandlockOnly => None,
+            Isolation::Namespaces => {
+                match crate::namespace::probe(crate::namespace::outside_ids(options.run_as)) {
+                    Ok(()) => None,
+                    Err(why) => {
+                        let note = format!(
+                            "native tools are refused: sandbox.process_isolation is namespaces \
+                         and this host cannot create them ({why}); allow unprivileged user \
+                         namespaces, or set sandbox.process_isolation: landlock-only to \
+                         accept the weaker isolation (see docs/sandbox.md)"
+                        );
+                        tracing::warn!("{note}");
+                        Some(Arc::from(note))
+                    }
+                }
+            }
+        };
         Self {
             options: Arc::new(options),
-            warned: Arc::new(AtomicBool::new(false)),
+            refusal,
+        }
+    }
+
+    /// `Err` with the reason when this executor refuses every call (namespaces were
+    /// asked for and cannot be made here).
+    pub fn availability(&self) -> Result<(), SoulError> {
+        match &self.refusal {
+            Some(note) => Err(unavailable(note.to_string())),
+            None => Ok(()),
         }
     }
 
@@ -178,6 +226,13 @@ fn resolve_command(options: &ProcessOptions, command: &str) -> Result<PathBuf, S
     }
 }
 
+/// The memory and process caps of one call, and how they are applied.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    memory_bytes: u64,
+    processes: u64,
+}
+
 /// The confinement plan for a call.
 fn plan(
     options: &ProcessOptions,
@@ -186,10 +241,18 @@ fn plan(
     scratch: Option<&Scratch>,
     timeout: Duration,
     command: &str,
+    caps: Caps,
 ) -> Plan {
     let mut plan = Plan {
         read: options.runtime_paths.clone(),
         net: profile.grants_net(),
+        // Under namespaces only bound socket paths exist; without them a grant must
+        // name a socket for `AF_UNIX` to be allowed at all.
+        unix: options.isolation == Isolation::Namespaces
+            || profile.fs_grants(None).iter().any(|g| {
+                std::fs::metadata(&g.path)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            }),
         devices: ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
             .into_iter()
             .map(PathBuf::from)
@@ -242,74 +305,24 @@ fn plan(
         (libc::RLIMIT_CPU, cpu),
         (libc::RLIMIT_FSIZE, fsize),
         (libc::RLIMIT_NOFILE, options.max_open_files),
-        (libc::RLIMIT_NPROC, options.max_processes),
+        (libc::RLIMIT_NPROC, caps.processes),
+        (libc::RLIMIT_DATA, caps.memory_bytes),
         (libc::RLIMIT_CORE, 0),
     ];
     plan
 }
 
-/// bwrap's arguments up to (not including) `--` and the command: fresh namespaces
-/// (the network shared only when granted), an empty read-only root with `/proc`,
-/// a minimal `/dev`, the plan's paths bound read-only (runtime paths, read / list
-/// grants, executables) or read-write (write grants, the scratch directory), the
-/// scrubbed environment and the seccomp programs.
-fn bwrap_args(
-    plan: &Plan,
-    home: &Path,
-    scratch: Option<&Scratch>,
-    cwd: &Path,
-    seccomp_fds: &[std::os::fd::RawFd],
-) -> Vec<std::ffi::OsString> {
-    let mut a: Vec<std::ffi::OsString> = Vec::new();
-    let mut push = |parts: &[&std::ffi::OsStr]| a.extend(parts.iter().map(|p| p.to_os_string()));
-    let s = |x: &'static str| std::ffi::OsStr::new(x);
-    push(&[s("--die-with-parent"), s("--unshare-all")]);
-    if plan.net {
-        push(&[s("--share-net")]);
+/// What the End evidence records of the confinement that was applied.
+fn confinement_record(isolation: Isolation, caps: Caps) -> SideEffectRecord {
+    SideEffectRecord {
+        kind: "sandbox.confinement".into(),
+        target: format!(
+            "isolation={}; memory=rlimit_data:{}; pids=rlimit_nproc:{}",
+            isolation.as_str(),
+            caps.memory_bytes,
+            caps.processes
+        ),
     }
-    push(&[
-        s("--new-session"),
-        s("--clearenv"),
-        s("--setenv"),
-        s("PATH"),
-        s("/usr/local/bin:/usr/bin:/bin"),
-        s("--setenv"),
-        s("LANG"),
-        s("C.UTF-8"),
-        s("--setenv"),
-        s("HOME"),
-        home.as_os_str(),
-    ]);
-    if let Some(sc) = scratch {
-        push(&[s("--setenv"), s("TMPDIR"), sc.path().as_os_str()]);
-    }
-    push(&[s("--proc"), s("/proc"), s("--dev"), s("/dev")]);
-    // A path under one already bound is visible through it (and bwrap cannot create
-    // a mount point inside a read-only bind), so it is skipped.
-    let mut bound: Vec<&Path> = Vec::new();
-    for p in plan
-        .read
-        .iter()
-        .chain(&plan.read_files)
-        .chain(&plan.list)
-        .chain(&plan.exec)
-    {
-        if bound.iter().any(|b| p.starts_with(b)) {
-            continue;
-        }
-        bound.push(p);
-        push(&[s("--ro-bind-try"), p.as_os_str(), p.as_os_str()]);
-    }
-    // Read-write binds last, so they win over a read-only bind of a parent.
-    for p in &plan.write {
-        push(&[s("--bind-try"), p.as_os_str(), p.as_os_str()]);
-    }
-    push(&[s("--remount-ro"), s("/"), s("--chdir"), cwd.as_os_str()]);
-    for fd in seccomp_fds {
-        let fd = fd.to_string();
-        push(&[s("--add-seccomp-fd"), std::ffi::OsStr::new(&fd)]);
-    }
-    a
 }
 
 enum Event {
@@ -427,16 +440,11 @@ fn outcome(
     max_out: usize,
     scratch: Option<&Scratch>,
     command: &str,
-    via_bwrap: bool,
+    applied: SideEffectRecord,
+    caps: Caps,
 ) -> Result<ExecOutput, SoulError> {
     let stderr = || String::from_utf8_lossy(&f.stderr).into_owned();
-    // bwrap reports a child killed by signal N as exit status 128 + N.
-    let signal = f.status.signal().or_else(|| {
-        f.status
-            .code()
-            .filter(|c| via_bwrap && (129..=192).contains(c))
-            .map(|c| c - 128)
-    });
+    let signal = f.status.signal();
     if f.timed_out {
         return Err(SoulError::of(ErrorCode::ProviderTimeout).with_note(format!(
             "the tool ran past its {} ms timeout; its process group was killed",
@@ -454,6 +462,12 @@ fn outcome(
                 .with_note("the tool exhausted its CPU time limit"),
             libc::SIGXFSZ => SoulError::of(ErrorCode::SandboxCapabilityBlocked)
                 .with_note("the tool exceeded its file size limit"),
+            // What a failed allocation ends in for most runtimes.
+            libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS => failed(format!(
+                "the tool was killed by signal {sig} (its memory limit is {} bytes): {}",
+                caps.memory_bytes,
+                stderr()
+            )),
             _ => failed(format!("the tool was killed by signal {sig}: {}", stderr())),
         });
     }
@@ -471,10 +485,13 @@ fn outcome(
         .map_err(|e| failed(format!("the tool's stdout is not JSON: {e}")))?;
     Ok(ExecOutput {
         output,
-        side_effects: vec![SideEffectRecord {
-            kind: "proc.spawn".into(),
-            target: command.to_owned(),
-        }],
+        side_effects: vec![
+            SideEffectRecord {
+                kind: "proc.spawn".into(),
+                target: command.to_owned(),
+            },
+            applied,
+        ],
         cpu_ms: None,
     })
 }
@@ -488,6 +505,7 @@ impl Executor for ProcessExecutor {
             ));
         };
         req.profile.check(&Operation::Exec { command }, None)?;
+        self.availability()?;
         self.resolve(command).map(|_| ())
     }
 
@@ -498,6 +516,7 @@ impl Executor for ProcessExecutor {
             ));
         };
         req.profile.check(&Operation::Exec { command }, None)?;
+        self.availability()?;
         let binary = self.resolve(command)?;
         let scratch = match req.profile.tmp_bytes() {
             Some(max) => Some(Scratch::create(&self.options.scratch_parent, max)?),
@@ -513,8 +532,16 @@ impl Executor for ProcessExecutor {
             .max_bytes_out
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
             .unwrap_or(self.options.max_output_bytes);
+        let caps = Caps {
+            memory_bytes: req
+                .max_memory_bytes
+                .unwrap_or(self.options.max_memory_bytes),
+            processes: req
+                .max_processes
+                .map(u64::from)
+                .unwrap_or(self.options.max_processes),
+        };
         let options = self.options.clone();
-        let warned = self.warned.clone();
         let profile = req.profile.clone();
         let (command, args) = (command.clone(), args.clone());
         // Planning reads the binary (to find its loader) and opens every granted path:
@@ -527,103 +554,57 @@ impl Executor for ProcessExecutor {
                 scratch.as_ref(),
                 timeout,
                 &command,
+                caps,
             );
-            let wrap = match options.bubblewrap {
-                Bubblewrap::Off => false,
-                _ if options.bwrap_path.is_file() => true,
-                Bubblewrap::Required => {
-                    return Err(unavailable(format!(
-                        "bubblewrap is required but {} is not available",
-                        options.bwrap_path.display()
-                    )));
-                }
-                Bubblewrap::Auto => {
-                    if !warned.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(
-                            bwrap = %options.bwrap_path.display(),
-                            "bubblewrap is not available; process tools run under \
-                             Landlock + seccomp + rlimits only"
-                        );
-                    }
-                    false
-                }
-            };
             let home = scratch
                 .as_ref()
                 .map(|s| s.path().to_path_buf())
                 .unwrap_or_else(|| PathBuf::from("/nonexistent"));
             let cwd = scratch.as_ref().map(|s| s.path()).unwrap_or(Path::new("/"));
-            // Pipes carrying the seccomp programs to bwrap; the read ends must stay
-            // open until the spawn has happened.
-            let mut _seccomp_pipes = Vec::new();
-            let mut cmd = if wrap {
-                let mut fds = Vec::new();
-                for prog in plan_seccomp(&plan)? {
-                    let bytes = bpf_bytes(&prog);
-                    // A pipe holds 64 KiB without a reader; our programs are far smaller.
-                    if bytes.len() > 32 << 10 {
-                        return Err(unavailable("seccomp program too large".into()));
+            let namespaces = match options.isolation {
+                Isolation::Namespaces => {
+                    let outside = crate::namespace::outside_ids(options.run_as);
+                    if let (Some((uid, gid)), Some(s)) = (outside, &scratch) {
+                        std::os::unix::fs::chown(s.path(), Some(uid), Some(gid)).map_err(|e| {
+                            unavailable(format!(
+                                "cannot give the scratch directory to the tool user: {e}"
+                            ))
+                        })?;
                     }
-                    let (reader, mut writer) =
-                        std::io::pipe().map_err(|e| unavailable(format!("seccomp pipe: {e}")))?;
-                    writer
-                        .write_all(&bytes)
-                        .map_err(|e| unavailable(format!("seccomp pipe: {e}")))?;
-                    drop(writer);
-                    fds.push(std::os::fd::AsRawFd::as_raw_fd(&reader));
-                    _seccomp_pipes.push(reader);
+                    Some(NamespacePlan::build(&plan, cwd, outside)?)
                 }
-                let mut cmd = Command::new(&options.bwrap_path);
-                cmd.args(bwrap_args(&plan, &home, scratch.as_ref(), cwd, &fds))
-                    .arg("--")
-                    .arg(&binary)
-                    .args(&args)
-                    .env_clear()
-                    .current_dir("/");
-                let confinement = BwrapConfinement {
-                    rlimits: plan.rlimits.clone(),
-                    seccomp_fds: fds,
-                };
-                // SAFETY (pre_exec): the closure runs in the forked child before exec
-                // and only makes system calls (see `BwrapConfinement::apply`).
-                #[allow(unsafe_code)]
-                unsafe {
-                    cmd.pre_exec(move || confinement.apply());
-                }
-                cmd
-            } else {
-                let mut confinement = Confinement::build(&plan)?;
-                let mut cmd = Command::new(&binary);
-                cmd.args(&args)
-                    .env_clear()
-                    .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                    .env("LANG", "C.UTF-8")
-                    .env("HOME", &home)
-                    .current_dir(cwd);
-                if let Some(s) = &scratch {
-                    cmd.env("TMPDIR", s.path());
-                }
-                // SAFETY (pre_exec): the closure runs in the forked child before exec
-                // and only makes system calls (see `Confinement::apply`).
-                #[allow(unsafe_code)]
-                unsafe {
-                    cmd.pre_exec(move || confinement.apply());
-                }
-                cmd
+                Isolation::LandlockOnly => None,
             };
+            let mut confinement = Confinement::build(&plan, namespaces)?;
+            let mut cmd = Command::new(&binary);
+            cmd.args(&args)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("LANG", "C.UTF-8")
+                .env("HOME", &home)
+                .current_dir(cwd);
+            if let Some(s) = &scratch {
+                cmd.env("TMPDIR", s.path());
+            }
+            // SAFETY (pre_exec): the closure runs in the forked child before exec
+            // and only makes system calls (see `Confinement::apply`).
+            #[allow(unsafe_code)]
+            unsafe {
+                cmd.pre_exec(move || confinement.apply());
+            }
             cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .process_group(0);
-            let finished = supervise(cmd, input, timeout, max_out, options.max_stderr_bytes);
-            drop(_seccomp_pipes);
+            let finished = supervise(cmd, input, timeout, max_out, options.max_stderr_bytes)?;
             outcome(
-                finished?,
+                finished,
                 timeout,
                 max_out,
                 scratch.as_ref(),
                 &command,
-                wrap,
+                confinement_record(options.isolation, caps),
+                caps,
             )
         })
         .await

@@ -1,5 +1,5 @@
-//! Soulbase's process executor: native tools run as Linux processes under least
-//! privilege, without needing root or user namespaces.
+//! Soulbase's process executor: native tools run as Linux processes isolated from the
+//! host, without needing root, bubblewrap or any other helper binary.
 //!
 //! Every call:
 //! - resolves the binding's `command` (absolute, or found on
@@ -7,37 +7,45 @@
 //! - spawns it with a **scrubbed environment** (`PATH`, `LANG=C.UTF-8`, `HOME` and
 //!   `TMPDIR` pointing at the scratch directory when `tmp` is granted, nothing else),
 //!   JSON arguments on stdin, JSON result expected on stdout;
+//! - under [`Isolation::Namespaces`] (the default), in **fresh user, PID, mount, IPC,
+//!   UTS, cgroup and network namespaces** (the network one shared only when `net` is
+//!   granted): the tool is uid 1000 with no capabilities inside, PID 1 of a namespace
+//!   that holds only its own processes, and its root is a read-only tmpfs holding
+//!   only the runtime paths, the binary and its loader, the profile's `fs` grants, the
+//!   scratch directory, `/dev/null` & co. and its own `/proc` — no host socket, no
+//!   `/etc`, no other tool's files. Where the host cannot create namespaces, every
+//!   call is refused with `PROVIDER.UNAVAILABLE` (and a warning at start), never run
+//!   with less; [`Isolation::LandlockOnly`] is the explicit opt-out;
 //! - in **its own process group**, with `PR_SET_PDEATHSIG` so it dies with the host;
-//! - under **rlimits**: CPU seconds (from the timeout), file size (the `tmp` grant or
-//!   [`ProcessOptions::max_file_bytes`]), open files, processes, no core dumps;
-//! - with **`no_new_privs`** and a **Landlock** ruleset: the file system is reduced
-//!   to the profile's `fs` grants (read / list / write as granted), the scratch
+//! - under **rlimits**: CPU seconds (from the timeout), memory (`RLIMIT_DATA`, the
+//!   manifest's `limits.max_memory_bytes`), processes (`RLIMIT_NPROC`,
+//!   `limits.max_processes`; counted inside the user namespace, so enforced for a root
+//!   server too), file size (the `tmp` grant or [`ProcessOptions::max_file_bytes`]),
+//!   open files, no core dumps. The End evidence records what was applied (a
+//!   `sandbox.confinement` side effect);
+//! - with an **empty capability bounding set**, **`no_new_privs`** and a **Landlock**
+//!   ruleset: the profile's `fs` grants (read / list / write as granted), the scratch
 //!   directory (read-write), what the binary needs to run (read-only
 //!   [`ProcessOptions::runtime_paths`], execute on the binary, the dynamic loader and
 //!   other `proc`-granted commands). A kernel without Landlock fails the call closed
 //!   (`PROVIDER.UNAVAILABLE`) rather than running unconfined;
-//! - with a **seccomp** filter: `socket` for anything but `AF_UNIX` fails with
-//!   `EACCES` unless `net` is granted; `io_uring` is denied; `setsid` / `setpgid`
-//!   are denied (the group cannot be left); and unless `proc` grants more commands
-//!   than the tool itself, creating processes fails (`fork`, `vfork`, `clone`
+//! - with a **seccomp** filter: sockets need `net` (and `AF_UNIX` without namespaces a
+//!   granted socket path); `prlimit64`, `setpriority` and the `sched_set*` calls only
+//!   on the tool itself; no character or block device nodes; no `ptrace`, namespaces,
+//!   mounts, keyrings, BPF, modules, clock or host-name changes, `io_uring`; `setsid`
+//!   / `setpgid` are denied (the group cannot be left); and unless `proc` grants more
+//!   commands than the tool itself, creating processes fails (`fork`, `vfork`, `clone`
 //!   without `CLONE_THREAD` → `EPERM`; `clone3` → `ENOSYS` so threads still work
-//!   through the `clone` fallback). This is what contains a fork bomb even as root,
-//!   where `RLIMIT_NPROC` is not enforced;
+//!   through the `clone` fallback);
 //! - with a **wall-clock timeout** that kills the whole group (`PROVIDER.TIMEOUT`),
 //!   and an **output cap** that kills it too (`TOOL.EXECUTION_FAILED`).
 //!
 //! All waiting happens on tokio's blocking pool and plain threads, never on async
-//! workers.
-//!
-//! With [`ProcessOptions::bubblewrap`] on (`auto` when `bwrap` is installed, or
-//! `required`), the tool additionally runs inside `bwrap` namespaces: an empty
-//! read-only root with only the plan's paths bound in, private pid / ipc / uts /
-//! network (unless `net` is granted) namespaces, and the same seccomp programs,
-//! installed by bwrap itself. Landlock is not applied on that path (it forbids the
-//! mounts bwrap needs); rlimits and `no_new_privs` still are (see `docs/sandbox.md`).
+//! workers. The threat model, per isolation mode, is in `docs/sandbox.md`.
 
 mod confine;
 mod executor;
+mod namespace;
 mod sys;
 
-pub use executor::{Bubblewrap, ProcessExecutor, ProcessOptions};
+pub use executor::{Isolation, ProcessExecutor, ProcessOptions};

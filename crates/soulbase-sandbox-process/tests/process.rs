@@ -3,83 +3,19 @@
 //! tests prove the confinement, not file permissions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_sandbox::{
-    BuiltinExecutor, Capability, ExecOutput, ExecRequest, FsAccess, LocalSandbox, Profile,
-    ProviderBinding, ProviderKind, Sandbox,
+use common::{
+    T, TOOL, fs, marked_process_alive, ok, open_to_tools, proc_only, refused, run, sandbox,
 };
-use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
+use serde_json::json;
+use soulbase_errors::ErrorCode;
+use soulbase_sandbox::{Capability, ExecRequest, FsAccess, Profile, ProviderBinding, Sandbox};
+use soulbase_sandbox_process::ProcessOptions;
 use soulbase_types::{CallId, TenantId, ToolId};
-
-const TOOL: &str = env!("CARGO_BIN_EXE_soulbase-sandbox-fixture");
-const T: Duration = Duration::from_secs(10);
-
-fn sandbox() -> LocalSandbox {
-    LocalSandbox::new(BuiltinExecutor::new()).with_executor(
-        ProviderKind::Process,
-        Arc::new(ProcessExecutor::new(ProcessOptions::default())),
-    )
-}
-
-fn binding() -> ProviderBinding {
-    ProviderBinding::Process {
-        command: TOOL.into(),
-        args: vec![],
-    }
-}
-
-fn proc_only(extra: Vec<Capability>) -> Profile {
-    let mut caps = vec![Capability::Proc {
-        commands: vec![TOOL.into()],
-    }];
-    caps.extend(extra);
-    Profile::new(caps)
-}
-
-fn fs(path: &Path, access: &[FsAccess]) -> Capability {
-    Capability::Fs {
-        paths: vec![path.to_string_lossy().into_owned()],
-        access: access.iter().copied().collect(),
-    }
-}
-
-async fn run(
-    profile: &Profile,
-    args: Value,
-    timeout: Duration,
-    max_out: Option<u64>,
-) -> Result<ExecOutput, SoulError> {
-    let sb = sandbox();
-    let provider = binding();
-    let call_id = CallId::generate();
-    let tenant = TenantId::new("t1").unwrap();
-    let tool = ToolId::new("demo.proc.fixture").unwrap();
-    let req = ExecRequest {
-        call_id: &call_id,
-        tenant: &tenant,
-        tool: &tool,
-        provider: &provider,
-        args,
-        profile,
-        timeout,
-        max_bytes_out: max_out,
-    };
-    sb.guard(&req)?;
-    sb.execute(req).await
-}
-
-async fn ok(profile: &Profile, args: Value) -> Value {
-    run(profile, args, T, None).await.unwrap().output
-}
-
-fn denied(v: &Value) -> bool {
-    v["error"] == "PermissionDenied"
-}
 
 #[tokio::test]
 async fn echoes_json_with_a_scrubbed_environment() {
@@ -89,6 +25,15 @@ async fn echoes_json_with_a_scrubbed_environment() {
         .unwrap();
     assert_eq!(out.output, json!({"echo": {"op": "echo", "x": [1, 2]}}));
     assert_eq!(out.side_effects[0].kind, "proc.spawn");
+    // The End evidence says which confinement was applied.
+    assert_eq!(out.side_effects[1].kind, "sandbox.confinement");
+    assert_eq!(
+        out.side_effects[1].target,
+        format!(
+            "isolation=namespaces; memory=rlimit_data:{}; pids=rlimit_nproc:64",
+            512u64 << 20
+        )
+    );
     let env = ok(&p, json!({"op": "env"})).await;
     let keys: Vec<&str> = env["env"]
         .as_object()
@@ -112,14 +57,15 @@ async fn secrets_outside_the_grants_are_unreadable_even_as_root() {
         assert!(out.get("read").is_none(), "{path}: {out}");
     }
     let out = ok(&p, json!({"op": "read", "path": "/etc/shadow"})).await;
-    assert!(denied(&out), "{out}");
+    assert!(refused(&out), "{out}");
     let out = ok(&p, json!({"op": "list", "path": "/root"})).await;
-    assert!(denied(&out), "{out}");
+    assert!(refused(&out), "{out}");
 }
 
 #[tokio::test]
 async fn only_granted_paths_by_components_and_after_symlinks() {
     let base = tempfile::tempdir().unwrap();
+    open_to_tools(base.path(), 0o755);
     let data = base.path().join("data");
     let database = base.path().join("database");
     std::fs::create_dir_all(&data).unwrap();
@@ -138,11 +84,11 @@ async fn only_granted_paths_by_components_and_after_symlinks() {
         data.join("link.txt"),
     ] {
         let out = ok(&p, json!({"op": "read", "path": path})).await;
-        assert!(denied(&out), "{}: {out}", path.display());
+        assert!(refused(&out), "{}: {out}", path.display());
     }
     // Read-only: no writing inside the granted directory.
     let out = ok(&p, json!({"op": "write", "path": data.join("new.txt")})).await;
-    assert!(denied(&out), "{out}");
+    assert!(refused(&out), "{out}");
 }
 
 #[tokio::test]
@@ -156,18 +102,33 @@ async fn writes_only_inside_the_scratch_dir_and_within_its_size() {
     assert_eq!(out, json!({"wrote": 10}));
     let outside = std::env::temp_dir().join(format!("sb-escape-{}", std::process::id()));
     let out = ok(&p, json!({"op": "write", "path": outside})).await;
-    assert!(denied(&out), "{out}");
+    assert!(refused(&out), "{out}");
     assert!(!outside.exists());
-    // Past the tmp grant: the file-size limit stops the write.
-    let e = run(
-        &p,
-        json!({"op": "write", "path": "big.bin", "bytes": 5000}),
-        T,
-        None,
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked, "{e:?}");
+    // Past the tmp grant: the file-size limit stops the write (SIGXFSZ ends the tool),
+    // with namespaces and without.
+    for isolation in [
+        soulbase_sandbox_process::Isolation::Namespaces,
+        soulbase_sandbox_process::Isolation::LandlockOnly,
+    ] {
+        let sb = sandbox(ProcessOptions {
+            isolation,
+            ..ProcessOptions::default()
+        });
+        let e = common::call(
+            &sb,
+            &p,
+            json!({"op": "write", "path": "big.bin", "bytes": 5000}),
+            T,
+            None,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e.code(),
+            ErrorCode::SandboxCapabilityBlocked,
+            "{isolation:?}: {e:?}"
+        );
+    }
     // The scratch dir is gone after the call.
     let env = ok(&p, json!({"op": "env"})).await;
     let home = env["env"]["TMPDIR"].as_str().unwrap().to_owned();
@@ -210,23 +171,12 @@ async fn a_fork_bomb_is_contained() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // A zombie waiting for init to reap it is dead for our purposes.
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
 #[tokio::test]
 async fn a_timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("child.pid");
+    let marker = format!("sb-timeout-{}", CallId::generate());
+    open_to_tools(dir.path(), 0o777);
     // Granting a second command allows the tool to start processes.
     let p = Profile::new(vec![
         Capability::Proc {
@@ -237,7 +187,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     let started = Instant::now();
     let e = run(
         &p,
-        json!({"op": "sleep", "ms": 30000, "child": true, "pidfile": pidfile}),
+        json!({"op": "sleep", "ms": 30000, "child": true, "pidfile": pidfile, "marker": marker}),
         Duration::from_millis(300),
         None,
     )
@@ -249,16 +199,17 @@ async fn a_timeout_kills_the_whole_process_group() {
         "{:?}",
         started.elapsed()
     );
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The child started (its pid, as its namespace numbers it, was written)...
+    assert!(pidfile.exists());
+    // ...and is gone: found on the host by its marker.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(pid) && Instant::now() < deadline {
+    while marked_process_alive(&marker) && Instant::now() < deadline {
         std::thread::yield_now();
     }
-    assert!(!alive(pid), "grandchild {pid} survived the timeout");
+    assert!(
+        !marked_process_alive(&marker),
+        "the tool's child survived the timeout"
+    );
 }
 
 #[tokio::test]
@@ -289,12 +240,13 @@ async fn failures_and_refusals_have_the_right_codes() {
     assert_eq!(e.code(), ErrorCode::ToolExecutionFailed);
     assert_eq!(e.field("exit_code"), Some("3"));
     // The command is not granted.
+    let sandbox_default = || sandbox(ProcessOptions::default());
     let e = run(&Profile::new(vec![]), json!({}), T, None)
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked);
     // Granted but missing.
-    let sb = sandbox();
+    let sb = sandbox_default();
     let missing = ProviderBinding::Process {
         command: "/nonexistent/tool".into(),
         args: vec![],
@@ -316,6 +268,8 @@ async fn failures_and_refusals_have_the_right_codes() {
         profile: &p,
         timeout: T,
         max_bytes_out: None,
+        max_memory_bytes: None,
+        max_processes: None,
     };
     assert_eq!(
         sb.guard(&req).unwrap_err().code(),

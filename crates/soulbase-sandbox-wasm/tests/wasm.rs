@@ -52,6 +52,8 @@ async fn call(
         profile,
         timeout,
         max_bytes_out: max_out,
+        max_memory_bytes: None,
+        max_processes: None,
     };
     sb.guard(&req)?;
     sb.execute(req).await

@@ -33,6 +33,12 @@ pub struct ExecRequest<'a> {
     pub timeout: Duration,
     /// The largest output accepted, in bytes.
     pub max_bytes_out: Option<u64>,
+    /// The memory cap of a native tool, in bytes (the manifest's
+    /// `limits.max_memory_bytes`); `None`: the executor's default.
+    pub max_memory_bytes: Option<u64>,
+    /// The most processes a native tool may have at once (the manifest's
+    /// `limits.max_processes`); `None`: the executor's default.
+    pub max_processes: Option<u32>,
 }
 
 /// What an execution produced.

@@ -26,6 +26,12 @@ pub struct ExecuteRequest {
     /// The largest output accepted, in bytes (0: no limit beyond the server's).
     #[prost(uint64, tag = "8")]
     pub max_bytes_out: u64,
+    /// The memory cap of a native tool in bytes (0: the executor's default).
+    #[prost(uint64, tag = "9")]
+    pub max_memory_bytes: u64,
+    /// The most processes a native tool may have at once (0: the executor's default).
+    #[prost(uint32, tag = "10")]
+    pub max_processes: u32,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ExecuteResponse {

@@ -282,6 +282,12 @@ pub struct Limits {
     /// Most calls of this tool running at once (per tenant). Default 16;
     /// `concurrency: serial` means 1 whatever this says.
     pub max_concurrency: u32,
+    /// Memory cap of one call of a native (`process`) tool, in bytes: its heap and
+    /// private writable mappings (`RLIMIT_DATA`). Default 512 MiB.
+    pub max_memory_bytes: u64,
+    /// Most processes one call of a native tool may have at once, itself included
+    /// (`RLIMIT_NPROC` inside its user namespace). Default 64.
+    pub max_processes: u32,
 }
 
 /// The longest `limits.timeout_ms` a manifest may ask for: 10 minutes.
@@ -296,6 +302,8 @@ impl Default for Limits {
             max_files: 100,
             max_depth: 32,
             max_concurrency: 16,
+            max_memory_bytes: 512 << 20,
+            max_processes: 64,
         }
     }
 }

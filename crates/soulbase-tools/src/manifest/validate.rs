@@ -297,8 +297,17 @@ fn check_consent(m: &ToolManifest, out: &mut Vec<Problem>) {
     }
 }
 
+/// The smallest `limits.max_memory_bytes`: a native program needs a few MiB to start.
+const MIN_MEMORY_BYTES: u64 = 16 << 20;
+
 fn check_limits(m: &ToolManifest, out: &mut Vec<Problem>) {
     let l = &m.limits;
+    if l.max_memory_bytes < MIN_MEMORY_BYTES {
+        out.push(Problem::new(
+            "limits.max_memory_bytes",
+            format!("must be at least {MIN_MEMORY_BYTES} (16 MiB)"),
+        ));
+    }
     if l.timeout_ms == 0 || l.timeout_ms > MAX_TIMEOUT_MS {
         out.push(Problem::new(
             "limits.timeout_ms",
@@ -311,6 +320,7 @@ fn check_limits(m: &ToolManifest, out: &mut Vec<Problem>) {
         ("max_files", u64::from(l.max_files)),
         ("max_depth", u64::from(l.max_depth)),
         ("max_concurrency", u64::from(l.max_concurrency)),
+        ("max_processes", u64::from(l.max_processes)),
     ] {
         if v == 0 {
             out.push(Problem::new(

@@ -332,6 +332,8 @@ impl Invoker {
             profile,
             timeout: Duration::from_millis(tool.manifest.limits.timeout_ms),
             max_bytes_out: Some(tool.manifest.limits.max_bytes_out),
+            max_memory_bytes: Some(tool.manifest.limits.max_memory_bytes),
+            max_processes: Some(tool.manifest.limits.max_processes),
         }
     }
 
