@@ -109,15 +109,8 @@ impl TlsListener {
         let tls = TlsAcceptor::from(config);
         let acceptor = tokio::spawn(async move {
             loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly.
-                        tracing::warn!(error = %e, "accepting an HTTPS connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
+                // TCP_NODELAY set, accept errors retried (crate::listener).
+                let (tcp, peer) = crate::listener::accept(&listener).await;
                 let tls = tls.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {

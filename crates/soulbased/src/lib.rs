@@ -39,6 +39,7 @@ pub mod evidence;
 pub mod http_api;
 #[cfg(feature = "tls")]
 pub mod https;
+pub mod listener;
 pub mod metrics;
 pub mod server;
 pub mod stdio;

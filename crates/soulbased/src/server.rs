@@ -260,7 +260,7 @@ pub async fn run(
     let router = http_api::router(app.clone(), mcp);
     let http = match http_listener {
         HttpListener::Plain(plain) => tokio::spawn(
-            axum::serve(plain, router)
+            axum::serve(crate::listener::TunedListener(plain), router)
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
                 .into_future(),
         ),
