@@ -93,6 +93,41 @@ pub struct ServerConfig {
     /// (auth, qos, sandbox, evidence): served, they require it in `x-soulbase-internal-token`;
     /// remote clients send it. Unset: no token (network policy / mTLS only).
     pub internal_token_env: Option<String>,
+    /// Most connections the HTTP listener holds at once (plain or TLS, counted from
+    /// accept). At the cap the oldest connection that has not yet sent a complete
+    /// request (else the oldest idle one) is closed for the new one; when every
+    /// connection is busy the new one is closed. Clamped at start-up to what the
+    /// process's open-file limit leaves room for.
+    pub max_connections: usize,
+    /// How long an HTTP/1 client may take to send a request's line and headers
+    /// (from the connection's start, or from the previous response); then the
+    /// connection is closed.
+    pub header_read_timeout_ms: u64,
+    /// How long an HTTP connection may stay open with no request in progress
+    /// (HTTP/1 keep-alive or HTTP/2); then it is closed.
+    pub idle_timeout_ms: u64,
+    /// The largest request body accepted on any HTTP route (API and MCP); a larger
+    /// one is answered 413 with the JSON error envelope.
+    pub max_body_bytes: usize,
+    /// Most concurrent HTTP/2 streams per connection (gRPC and HTTP listeners).
+    pub http2_max_concurrent_streams: u32,
+    /// How often an HTTP/2 connection with no traffic is pinged (gRPC and HTTP
+    /// listeners).
+    pub http2_keepalive_interval_ms: u64,
+    /// How long an HTTP/2 ping may go unanswered before the connection is closed.
+    pub http2_keepalive_timeout_ms: u64,
+    /// TCP keep-alive idle time set on every accepted socket (gRPC and HTTP), so
+    /// connections to vanished peers are found; 0 leaves keep-alive off.
+    pub tcp_keepalive_ms: u64,
+    /// Most live MCP sessions (streamable HTTP) in total; an `initialize` beyond it
+    /// is refused with `QUOTA.RATE_LIMITED`. A session holds ~140 KiB (rmcp's
+    /// worker and channels), so the default 256 bounds them to ~36 MiB.
+    pub mcp_max_sessions: usize,
+    /// Most live MCP sessions of one tenant; an `initialize` beyond it is refused
+    /// with `QUOTA.RATE_LIMITED`.
+    pub mcp_max_sessions_per_tenant: usize,
+    /// An MCP session with no request in progress for this long is closed.
+    pub mcp_session_idle_ms: u64,
 }
 
 /// gRPC endpoints (`http://host:port`) of roles served elsewhere. The role clients
@@ -144,6 +179,17 @@ impl Default for ServerConfig {
             mcp_allowed_origins: Vec::new(),
             remote: RemoteRoles::default(),
             internal_token_env: None,
+            max_connections: 1024,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 120_000,
+            max_body_bytes: 2 * 1024 * 1024,
+            http2_max_concurrent_streams: 256,
+            http2_keepalive_interval_ms: 30_000,
+            http2_keepalive_timeout_ms: 10_000,
+            tcp_keepalive_ms: 60_000,
+            mcp_max_sessions: 256,
+            mcp_max_sessions_per_tenant: 32,
+            mcp_session_idle_ms: 300_000,
         }
     }
 }
@@ -569,6 +615,7 @@ impl Config {
                 "must be at most 600000 (10 minutes)".into(),
             );
         }
+        self.validate_server_limits(&mut push);
         if let Some(tls) = &self.server.tls {
             for (field, path) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
                 if path.as_os_str().is_empty() {
@@ -719,6 +766,78 @@ impl Config {
             }
         }
         problems
+    }
+
+    /// The server's connection, timeout, body and session limits.
+    fn validate_server_limits(&self, push: &mut impl FnMut(String, String)) {
+        let s = &self.server;
+        let counts: [(&str, u64, u64); 5] = [
+            (
+                "server.max_connections",
+                s.max_connections as u64,
+                1_000_000,
+            ),
+            (
+                "server.http2_max_concurrent_streams",
+                u64::from(s.http2_max_concurrent_streams),
+                100_000,
+            ),
+            (
+                "server.mcp_max_sessions",
+                s.mcp_max_sessions as u64,
+                1_000_000,
+            ),
+            (
+                "server.mcp_max_sessions_per_tenant",
+                s.mcp_max_sessions_per_tenant as u64,
+                1_000_000,
+            ),
+            // 64 KiB .. 1 GiB.
+            ("server.max_body_bytes", s.max_body_bytes as u64, 1 << 30),
+        ];
+        for (field, value, max) in counts {
+            let min = if field == "server.max_body_bytes" {
+                64 * 1024
+            } else {
+                1
+            };
+            if value < min || value > max {
+                push(field.into(), format!("must be between {min} and {max}"));
+            }
+        }
+        if s.mcp_max_sessions_per_tenant > s.mcp_max_sessions {
+            push(
+                "server.mcp_max_sessions_per_tenant".into(),
+                "must not exceed server.mcp_max_sessions".into(),
+            );
+        }
+        // Timeouts: at least 10 ms, at most a day (0 is not "off").
+        for (field, value) in [
+            ("server.header_read_timeout_ms", s.header_read_timeout_ms),
+            ("server.idle_timeout_ms", s.idle_timeout_ms),
+            (
+                "server.http2_keepalive_interval_ms",
+                s.http2_keepalive_interval_ms,
+            ),
+            (
+                "server.http2_keepalive_timeout_ms",
+                s.http2_keepalive_timeout_ms,
+            ),
+            ("server.mcp_session_idle_ms", s.mcp_session_idle_ms),
+        ] {
+            if !(10..=86_400_000).contains(&value) {
+                push(
+                    field.into(),
+                    "must be between 10 and 86400000 (a day)".into(),
+                );
+            }
+        }
+        if s.tcp_keepalive_ms != 0 && !(1_000..=86_400_000).contains(&s.tcp_keepalive_ms) {
+            push(
+                "server.tcp_keepalive_ms".into(),
+                "must be 0 (off) or between 1000 and 86400000 (a day)".into(),
+            );
+        }
     }
 
     fn validate_auth(&self, push: &mut impl FnMut(String, String)) {

@@ -20,8 +20,11 @@
 //!   session does not import, are not listed.
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
-//! request's headers by the [`SubjectResolver`] (streamable HTTP).
+//! request's headers by the [`SubjectResolver`] (streamable HTTP). Over HTTP the
+//! live sessions are bounded in total and per tenant, and idle ones closed
+//! ([`sessions::McpSessions`]).
 
+pub mod sessions;
 pub mod skills;
 mod tools;
 
@@ -52,7 +55,9 @@ pub use tools::{PAGE_SIZE, annotations, page, to_mcp_tool};
 
 /// Re-exported rmcp transports for serving.
 pub mod transport {
-    pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    pub use rmcp::transport::streamable_http_server::session::local::{
+        LocalSessionManager, SessionConfig,
+    };
     pub use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService,
     };

@@ -11,7 +11,7 @@
 //! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only; action `read_evidence` on the call's tool) |
 //! | `GET /healthz` / `GET /readyz` | liveness / readiness (503 while starting or draining) |
 //! | `GET /metrics` | Prometheus text format |
-//! | `/mcp` | MCP streamable HTTP (Origin validated) |
+//! | `/mcp` | MCP streamable HTTP (Origin validated; sessions bounded per tenant and in total, idle ones closed) |
 //!
 //! Invocations run through the skills gateway. `X-Soulbase-Skill: NAME` makes the
 //! call on behalf of skill `NAME` (its imports are checked), honoured only for a
@@ -19,15 +19,19 @@
 //!
 //! Errors are the public view of R5 (`{"error": {code, message, fields, retry,
 //! retry_after_ms, correlation_id}}`) with the code's HTTP status; an invoke answers
-//! the whole normalized `CallResult` with that status.
+//! the whole normalized `CallResult` with that status. A body over
+//! `server.max_body_bytes` is answered 413 in the same envelope
+//! (`SCHEMA.VALIDATION_FAILED`, field `body`) on every route; an MCP `initialize`
+//! beyond `server.mcp_max_sessions` or `server.mcp_max_sessions_per_tenant` is
+//! `QUOTA.RATE_LIMITED` (429) naming the limit, with a retry hint.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
@@ -38,6 +42,7 @@ use soulbase_config::ReloadStatus;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert::{self, CallMeta};
 use soulbase_grpc::{CallObserver, Surface};
+use soulbase_mcp::sessions::McpSessions;
 use soulbase_observe::EvidenceEvent;
 use soulbase_tools::pipeline::ToolCall;
 use soulbase_tools::{ResolvedTool, ToolFilter, ToolOwner};
@@ -58,10 +63,116 @@ fn http_status(code: ErrorCode) -> StatusCode {
     StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-/// The JSON error response for `e`.
+/// The JSON error response for `e`, with its code's HTTP status.
 pub fn error_response(e: &SoulError) -> Response {
+    error_response_with(http_status(e.code()), e)
+}
+
+/// The JSON error response for `e` with another `status` (a protocol condition
+/// the stable codes have no status of their own for, e.g. 413).
+pub fn error_response_with(status: StatusCode, e: &SoulError) -> Response {
     let body = json!({ "error": e.public() });
-    json_response(http_status(e.code()), &body)
+    json_response(status, &body)
+}
+
+/// The refusal of a body larger than `max` bytes: `SCHEMA.VALIDATION_FAILED`
+/// (field `body`) with status 413.
+fn body_too_large(max: usize) -> Response {
+    error_response_with(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            format!("the request body is larger than {max} bytes (server.max_body_bytes)"),
+        )
+        .with_field("field", "body")
+        .with_field("max_bytes", max.to_string()),
+    )
+}
+
+/// How much of a too-large body is read and dropped before the 413 is sent, so an
+/// HTTP/1 client still writing it reads the answer instead of a reset.
+const DRAIN_MAX: usize = 16 * 1024 * 1024;
+/// How long that drain may take.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Why a body was not read whole.
+enum BodyError {
+    TooLarge,
+    Unreadable,
+}
+
+/// Reads `body` whole if it is at most `max` bytes; a larger one is read on (and
+/// dropped) up to [`DRAIN_MAX`] for at most [`DRAIN_TIME`].
+async fn read_limited(body: axum::body::Body, max: usize) -> Result<Bytes, BodyError> {
+    use futures_util::StreamExt as _;
+    let mut stream = body.into_data_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyError::Unreadable)?;
+        if buf.len() + chunk.len() > max {
+            let mut seen = buf.len() + chunk.len();
+            drop(buf);
+            let drain = async {
+                while seen <= DRAIN_MAX {
+                    match stream.next().await {
+                        Some(Ok(c)) => seen += c.len(),
+                        _ => return,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            return Err(BodyError::TooLarge);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buf))
+}
+
+fn body_error(e: BodyError, max: usize) -> Response {
+    match e {
+        BodyError::TooLarge => body_too_large(max),
+        BodyError::Unreadable => error_response(&convert::invalid(
+            "body",
+            "the request body could not be read",
+        )),
+    }
+}
+
+/// The body limit of every route (`server.max_body_bytes`): a body declared larger
+/// is refused before any handler runs, and so is a chunked one once it is found
+/// larger (read here, before the handler); a 413 from deeper down is answered in
+/// the JSON error envelope too.
+async fn body_limit(State(max): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let request = match declared {
+        Some(n) if n > max as u64 => {
+            let e = read_limited(request.into_body(), max).await.err();
+            return body_error(e.unwrap_or(BodyError::TooLarge), max);
+        }
+        // hyper holds a declared body to its length.
+        Some(_) => request,
+        None if http_body::Body::is_end_stream(request.body()) => request,
+        None => {
+            let (parts, body) = request.into_parts();
+            match read_limited(body, max).await {
+                Ok(bytes) => Request::from_parts(parts, axum::body::Body::from(bytes)),
+                Err(e) => return body_error(e, max),
+            }
+        }
+    };
+    let response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !json {
+        return body_too_large(max);
+    }
+    response
 }
 
 async fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
@@ -475,9 +586,24 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-/// Origin validation and authentication in front of MCP: a browser `Origin` must be
-/// listed in `server.mcp_allowed_origins`; the caller must authenticate.
-async fn mcp_gate(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+/// What the `/mcp` gate needs.
+#[derive(Clone)]
+struct McpGate {
+    app: Arc<App>,
+    sessions: Arc<McpSessions>,
+    max_body: usize,
+}
+
+/// The MCP session id header.
+const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// Origin validation, authentication and session limits in front of MCP: a
+/// browser `Origin` must be listed in `server.mcp_allowed_origins`; the caller must
+/// authenticate; an `initialize` needs room under `server.mcp_max_sessions*`; a
+/// session is used by its own tenant only, and is busy (never idle-expired) while
+/// a request on it is answered.
+async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next) -> Response {
+    let app = &gate.app;
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let allowed = app
             .config
@@ -496,14 +622,89 @@ async fn mcp_gate(State(app): State<Arc<App>>, mut request: Request, next: Next)
             );
         }
     }
-    match subject(&app, request.headers()).await {
+    let tenant = match subject(app, request.headers()).await {
         // Handed on, so MCP does not authenticate the request a second time.
         Ok(s) => {
+            let tenant = s.tenant.clone();
             request.extensions_mut().insert(s);
+            tenant
         }
         Err(e) => return error_response(&e),
+    };
+    let session = request
+        .headers()
+        .get(MCP_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let method = request.method().clone();
+    let mut hold = None;
+    let mut reservation = None;
+    match &session {
+        Some(id) => match gate.sessions.use_session(id, &tenant) {
+            Ok(u) => hold = u,
+            Err(e) => {
+                app.metrics.refused(Surface::Mcp, e.code());
+                return error_response(&e);
+            }
+        },
+        None if method == Method::POST => {
+            // Only an `initialize` creates a session: look before passing it on.
+            let (parts, body) = request.into_parts();
+            let bytes = match read_limited(body, gate.max_body).await {
+                Ok(b) => b,
+                Err(e) => return body_error(e, gate.max_body),
+            };
+            if soulbase_mcp::sessions::is_initialize(&bytes) {
+                match gate.sessions.reserve(&tenant) {
+                    Ok(r) => reservation = Some(r),
+                    Err(e) => {
+                        app.metrics.refused(Surface::Mcp, e.code());
+                        return error_response(&e);
+                    }
+                }
+            }
+            request = Request::from_parts(parts, axum::body::Body::from(bytes));
+        }
+        None => {}
     }
-    next.run(request).await
+    let response = next.run(request).await;
+    if session.is_none()
+        && let Some(id) = response
+            .headers()
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+    {
+        let used = match reservation.take() {
+            Some(r) => r.commit(id),
+            None => match gate.sessions.adopt(id, &tenant).await {
+                Ok(u) => u,
+                Err(e) => {
+                    app.metrics.refused(Surface::Mcp, e.code());
+                    return error_response(&e);
+                }
+            },
+        };
+        hold = Some(used);
+    }
+    if method == Method::DELETE
+        && response.status().is_success()
+        && let Some(id) = &session
+    {
+        gate.sessions.forget(id);
+        hold = None;
+    }
+    match hold {
+        Some(h) => response.map(|b| crate::listener::holding(b, h)),
+        None => response,
+    }
+}
+
+/// The MCP endpoint: the streamable HTTP service and its session limits.
+pub struct Mcp {
+    /// The rmcp service mounted at `/mcp`.
+    pub service: McpService,
+    /// Bounds its sessions (sharing its session manager).
+    pub sessions: Arc<McpSessions>,
 }
 
 /// The MCP streamable HTTP service type.
@@ -513,29 +714,43 @@ pub type McpService = soulbase_mcp::transport::StreamableHttpService<
 >;
 
 /// The whole HTTP router, with `mcp` mounted at `/mcp`. Without the `tools` role only
-/// `/api/reload`, `/healthz`, `/readyz` and `/metrics` are served.
-pub fn router(app: Arc<App>, mcp: McpService) -> Router {
-    let tools_role = app
-        .config
-        .current()
-        .config()
-        .server
-        .roles
-        .contains(&soulbase_config::Role::Tools);
+/// `/api/reload`, `/healthz`, `/readyz` and `/metrics` are served. Every route
+/// takes bodies up to `server.max_body_bytes` (read at start-up).
+pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
+    let (tools_role, max_body) = {
+        let snap = app.config.current();
+        let server = &snap.config().server;
+        (
+            server.roles.contains(&soulbase_config::Role::Tools),
+            server.max_body_bytes,
+        )
+    };
+    let limit = |router: Router| {
+        router
+            .layer(DefaultBodyLimit::max(max_body))
+            .layer(middleware::from_fn_with_state(max_body, body_limit))
+    };
     if !tools_role {
         // A role-only process (auth, qos, sandbox, evidence) answers other
         // processes over gRPC; its HTTP side is operations only.
-        return Router::new()
-            .route("/api/reload", post(reload))
-            .route("/healthz", get(healthz))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics))
-            .with_state(app);
+        return limit(
+            Router::new()
+                .route("/api/reload", post(reload))
+                .route("/healthz", get(healthz))
+                .route("/readyz", get(readyz))
+                .route("/metrics", get(metrics))
+                .with_state(app),
+        );
     }
+    let gate = McpGate {
+        app: app.clone(),
+        sessions: mcp.sessions,
+        max_body,
+    };
     let mcp_routes = Router::new()
-        .route_service("/mcp", mcp)
-        .layer(middleware::from_fn_with_state(app.clone(), mcp_gate));
-    Router::new()
+        .route_service("/mcp", mcp.service)
+        .layer(middleware::from_fn_with_state(gate, mcp_gate));
+    let all = Router::new()
         .route("/api/tools", get(list_tools))
         .route("/api/tools/{id}/preflight", post(preflight))
         .route("/api/tools/{id}/invoke", post(invoke))
@@ -547,5 +762,6 @@ pub fn router(app: Arc<App>, mcp: McpService) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(app)
-        .merge(mcp_routes)
+        .merge(mcp_routes);
+    limit(all)
 }

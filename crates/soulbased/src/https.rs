@@ -1,30 +1,19 @@
 //! TLS (and mTLS) for the HTTP listener: the API, MCP, health and metrics served
 //! over HTTPS from the same `server.tls` files as the gRPC listener.
 //!
-//! [`TlsListener`] is an `axum::serve` listener. A background task accepts TCP
-//! connections and runs each TLS handshake in its own task (bounded by
-//! [`HANDSHAKE_TIMEOUT`]), so a slow or silent client never holds up others; only
-//! completed handshakes are handed to the server. ALPN offers HTTP/2 and HTTP/1.1.
+//! [`server_config`] builds the rustls configuration; [`crate::listener::serve_http`]
+//! runs each TLS handshake in its connection's own task (bounded by
+//! [`crate::listener::HANDSHAKE_TIMEOUT`], and counted against
+//! `server.max_connections` from accept), so a slow or silent client never holds up
+//! others. ALPN offers HTTP/2 and HTTP/1.1.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use soulbase_config::TlsConfig;
 use soulbase_errors::{ErrorCode, SoulError};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-
-/// How long a client may take to complete its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections handshaken and not yet taken by the server.
-const BACKLOG: usize = 256;
 
 fn invalid(field: &str, what: &str, cause: impl std::fmt::Display) -> SoulError {
     SoulError::new(ErrorCode::ConfigInvalid, what.to_owned())
@@ -91,73 +80,4 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, SoulE
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// An HTTPS listener for `axum::serve`: yields only connections whose handshake
-/// completed. Dropping it stops accepting.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    acceptor: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Starts accepting on `listener` with `config`.
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let (tx, ready) = mpsc::channel(BACKLOG);
-        let tls = TlsAcceptor::from(config);
-        let acceptor = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly.
-                        tracing::warn!(error = %e, "accepting an HTTPS connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let tls = tls.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tx.send((stream, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self {
-            ready,
-            local,
-            acceptor,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.acceptor.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The acceptor task is gone (aborted on drop): accept nothing more.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }

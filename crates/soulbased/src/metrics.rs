@@ -10,7 +10,9 @@
 //!   limit, as last seen by a preflight;
 //! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`,
 //!   `soulbase_evidence_quarantined_total`;
-//! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`.
+//! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`;
+//! - `soulbase_http_connections` (held by the HTTP listener, at most
+//!   `server.max_connections`), `soulbase_mcp_sessions` (live MCP sessions).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,6 +75,8 @@ pub struct Metrics {
     evidence: Mutex<Option<Arc<EvidenceStats>>>,
     registry_version: AtomicU64,
     in_flight: AtomicU64,
+    connections: Mutex<Option<Arc<crate::listener::Connections>>>,
+    mcp_sessions: Mutex<Option<Arc<soulbase_mcp::sessions::McpSessions>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -112,6 +116,22 @@ impl Metrics {
     /// Reports the evidence queue of `stats`.
     pub fn watch_evidence(&self, stats: Arc<EvidenceStats>) {
         *self.evidence.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
+    }
+
+    /// Reports the HTTP listener's connections.
+    pub fn watch_connections(&self, c: Arc<crate::listener::Connections>) {
+        *self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(c);
+    }
+
+    /// Reports the live MCP sessions.
+    pub fn watch_mcp_sessions(&self, s: Arc<soulbase_mcp::sessions::McpSessions>) {
+        *self
+            .mcp_sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(s);
     }
 
     /// Records the registry's snapshot counter.
@@ -255,6 +275,27 @@ impl Metrics {
             "soulbase_registry_snapshot_version {}",
             self.registry_version.load(Ordering::Relaxed)
         );
+        let connections = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |c| c.len());
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_http_connections Connections the HTTP listener holds."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_http_connections gauge");
+        let _ = writeln!(out, "soulbase_http_connections {connections}");
+        let sessions = self
+            .mcp_sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |s| s.len());
+        let _ = writeln!(out, "# HELP soulbase_mcp_sessions Live MCP sessions.");
+        let _ = writeln!(out, "# TYPE soulbase_mcp_sessions gauge");
+        let _ = writeln!(out, "soulbase_mcp_sessions {sessions}");
         out
     }
 }

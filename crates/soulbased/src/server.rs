@@ -9,17 +9,18 @@ use soulbase_config::{Role, TlsConfig};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::{InvokerService, RegistryService, proto};
 use soulbase_mcp::McpServer;
+use soulbase_mcp::sessions::{McpSessions, SessionLimits};
 use soulbase_mcp::transport::{
     LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
 };
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 
 use crate::app::App;
 use crate::evidence::EvidenceFlush;
 use crate::http_api;
+use crate::listener::{Connections, Limits};
 
 /// What happened during shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,34 +71,17 @@ fn tls(
     })
 }
 
-/// The HTTP listener, plaintext or with TLS from `server.tls`.
-enum HttpListener {
-    Plain(TcpListener),
-    Tls(HttpsListener),
-}
-
+/// The TLS acceptor of the HTTP listener, from `server.tls` (the files the gRPC
+/// listener uses).
 #[cfg(feature = "tls")]
-type HttpsListener = crate::https::TlsListener;
-#[cfg(not(feature = "tls"))]
-type HttpsListener = TcpListener;
-
-/// The HTTP listener with TLS from `server.tls` (the files the gRPC listener uses).
-#[cfg(feature = "tls")]
-fn https_listener(
-    listener: TcpListener,
-    tls: &TlsConfig,
-) -> Result<crate::https::TlsListener, SoulError> {
-    let addr = listener.local_addr().ok();
-    crate::https::TlsListener::new(listener, crate::https::server_config(tls)?).map_err(|e| {
-        SoulError::new(ErrorCode::ConfigInvalid, "cannot serve HTTPS")
-            .with_field("address", format!("{addr:?}"))
-            .with_note(e.to_string())
-    })
+fn https_acceptor(tls: &TlsConfig) -> Result<crate::listener::Tls, SoulError> {
+    Ok(tokio_rustls::TlsAcceptor::from(
+        crate::https::server_config(tls)?,
+    ))
 }
 
 #[cfg(not(feature = "tls"))]
-fn https_listener(listener: TcpListener, _tls: &TlsConfig) -> Result<TcpListener, SoulError> {
-    drop(listener);
+fn https_acceptor(_tls: &TlsConfig) -> Result<crate::listener::Tls, SoulError> {
     Err(SoulError::new(
         ErrorCode::ConfigInvalid,
         "server.tls is set but soulbased was built without the tls feature",
@@ -121,12 +105,10 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-/// The streamable HTTP MCP service for `app`, stopped by `stop`.
-pub fn mcp_service(
-    app: &Arc<App>,
-    stop: CancellationToken,
-    loopback: bool,
-) -> http_api::McpService {
+/// The streamable HTTP MCP service for `app`, stopped by `stop`, with its sessions
+/// bounded by `server.mcp_max_sessions`, `server.mcp_max_sessions_per_tenant` and
+/// `server.mcp_session_idle_ms` (idle ones closed by a sweeper until `stop`).
+pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> http_api::Mcp {
     let mut server =
         McpServer::for_http(app.registry.clone(), app.invoker.clone(), app.auth.clone())
             .with_observer(app.metrics.clone())
@@ -135,17 +117,30 @@ pub fn mcp_service(
     if let Some(s) = &app.skills {
         server = server.with_skills(s.gateway.clone(), app.dev_insecure);
     }
-    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop);
+    let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop.clone());
     if !loopback {
         // Every MCP request is authenticated (and Origin-checked) before rmcp sees
         // it, so the DNS-rebinding Host check only matters on loopback.
         config = config.disable_allowed_hosts();
     }
-    StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    )
+    let snap = app.config.current();
+    let cfg = &snap.config().server;
+    let limits = SessionLimits {
+        max_total: cfg.mcp_max_sessions,
+        max_per_tenant: cfg.mcp_max_sessions_per_tenant,
+        idle: Duration::from_millis(cfg.mcp_session_idle_ms),
+    };
+    let mut manager = LocalSessionManager::default();
+    // rmcp's own idle limit only backs ours up (ours counts a streaming answer as use).
+    manager.session_config.keep_alive = Some(limits.idle.saturating_mul(2));
+    let manager = Arc::new(manager);
+    let sessions = McpSessions::new(manager.clone(), limits);
+    sessions.spawn_sweeper(stop);
+    app.metrics.watch_mcp_sessions(sessions.clone());
+    http_api::Mcp {
+        service: StreamableHttpService::new(move || Ok(server.clone()), manager, config),
+        sessions,
+    }
 }
 
 /// Serves every configured role until `shutdown` resolves, then drains within
@@ -159,6 +154,9 @@ pub async fn run(
 ) -> Result<ShutdownReport, SoulError> {
     let snap = app.config.current();
     let cfg = snap.config().server.clone();
+    // Connections, not the open-file limit, bound what clients can hold.
+    let nofile = crate::listener::raise_nofile_limit();
+    let limits = Limits::from_config(&cfg).clamped_to(nofile);
     let grpc_listener = TcpListener::bind(cfg.grpc_addr)
         .await
         .map_err(|e| io_error("listen on", cfg.grpc_addr, e))?;
@@ -181,7 +179,11 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| SoulError::internal(e).with_note("building the reflection service"))?;
-    let mut builder = tonic::transport::Server::builder();
+    // HTTP/2 pings find dead peers; the stream cap bounds one connection's work.
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(cfg.http2_max_concurrent_streams)
+        .http2_keepalive_interval(Some(limits.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout));
     if let Some(t) = &cfg.tls {
         builder = tls(builder, t)?;
     }
@@ -244,32 +246,27 @@ pub async fn run(
         .await;
     // The HTTP listener's TLS is set up before anything is served, so a bad
     // `server.tls` fails start-up without leaving the gRPC listener running.
-    let http_listener = match &cfg.tls {
-        None => HttpListener::Plain(http_listener),
-        Some(t) => HttpListener::Tls(https_listener(http_listener, t)?),
-    };
-    // TCP_NODELAY: a response is several small writes (headers, data, trailers);
-    // with Nagle each waits for the peer's delayed ACK (~40 ms).
+    let https = cfg.tls.as_ref().map(https_acceptor).transpose()?;
+    // Every accepted socket gets TCP_NODELAY (a response is several small writes;
+    // with Nagle each waits for the peer's delayed ACK, ~40 ms) and TCP keep-alive.
     let grpc = tokio::spawn(routes.serve_with_incoming_shutdown(
-        TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+        crate::listener::incoming(grpc_listener, limits.tcp_keepalive),
         stopped(stop_rx.clone()),
     ));
 
     // HTTP (API, health, metrics, MCP).
     let mcp = mcp_service(&app, mcp_stop.clone(), http_addr.ip().is_loopback());
     let router = http_api::router(app.clone(), mcp);
-    let http = match http_listener {
-        HttpListener::Plain(plain) => tokio::spawn(
-            axum::serve(plain, router)
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
-        ),
-        HttpListener::Tls(tls) => tokio::spawn(
-            axum::serve(tls, router)
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
-        ),
-    };
+    let connections = Connections::new(limits.max_connections);
+    app.metrics.watch_connections(connections.clone());
+    let http = tokio::spawn(crate::listener::serve_http(
+        http_listener,
+        https,
+        router,
+        limits.clone(),
+        connections,
+        stop_rx.clone(),
+    ));
 
     let hup = reload_on_sighup(app.clone());
     app.set_ready(true);
@@ -298,7 +295,7 @@ pub async fn run(
         if let Ok(Err(e)) = g {
             tracing::warn!(error = %e, "gRPC server ended with an error");
         }
-        if let Ok(Err(e)) = h {
+        if let Err(e) = h {
             tracing::warn!(error = %e, "HTTP server ended with an error");
         }
     })

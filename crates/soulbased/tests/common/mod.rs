@@ -107,9 +107,35 @@ impl Server {
         Self::spawn(dir, envs, grpc_addr)
     }
 
+    /// Like [`start`](Self::start), with the server's open-file soft limit set to
+    /// `soft` when it starts (through `prlimit`), as on a host whose default is low.
+    pub fn start_with_nofile(config: &str, soft: u64) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        Self::spawn_with(dir, Vec::new(), "127.0.0.1:0".into(), Some(soft))
+    }
+
     fn spawn(dir: tempfile::TempDir, envs: Vec<(String, String)>, grpc_addr: String) -> Server {
+        Self::spawn_with(dir, envs, grpc_addr, None)
+    }
+
+    fn spawn_with(
+        dir: tempfile::TempDir,
+        envs: Vec<(String, String)>,
+        grpc_addr: String,
+        nofile_soft: Option<u64>,
+    ) -> Server {
         let path = dir.path().join("config.yaml");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soulbased"));
+        let bin = env!("CARGO_BIN_EXE_soulbased");
+        // prlimit sets the limit, then execs the server (same pid).
+        let mut cmd = match nofile_soft {
+            None => Command::new(bin),
+            Some(soft) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={soft}:")).arg("--").arg(bin);
+                c
+            }
+        };
         for (k, _) in std::env::vars() {
             if k.starts_with("SOULBASE_") {
                 cmd.env_remove(k);
@@ -235,6 +261,53 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A line of `/proc/<pid>/status` or `/proc/<pid>/limits` starting with `key`,
+/// split into whitespace-separated words after it.
+fn proc_line(pid: u32, file: &str, key: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).unwrap();
+    let line = text.lines().find(|l| l.starts_with(key)).unwrap();
+    line[key.len()..]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The resident set size of process `pid` in KiB (`VmRSS`).
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_line(pid, "status", "VmRSS:")[0].parse().unwrap()
+}
+
+/// The open-file limit of process `pid`: (soft, hard); `u64::MAX` for unlimited.
+pub fn nofile_limit(pid: u32) -> (u64, u64) {
+    let words = proc_line(pid, "limits", "Max open files");
+    let parse = |w: &str| w.parse().unwrap_or(u64::MAX);
+    (parse(&words[0]), parse(&words[1]))
+}
+
+/// Raises this test process's open-file soft limit to its hard limit (through
+/// `prlimit`), so it can hold many connections; returns the soft limit after.
+pub fn raise_own_nofile() -> u64 {
+    let pid = std::process::id();
+    let (soft, hard) = nofile_limit(pid);
+    if soft < hard {
+        let hard = if hard == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            hard.to_string()
+        };
+        let status = Command::new("prlimit")
+            .args([
+                "--pid",
+                &pid.to_string(),
+                &format!("--nofile={hard}:{hard}"),
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    nofile_limit(pid).0
 }
 
 /// A request carrying the development identity headers.
