@@ -814,6 +814,11 @@ pub struct SandboxConfig {
     /// `off` (the default), `auto` (when installed, else the usual confinement with a
     /// warning) or `required` (refuse calls when it is missing).
     pub process_bubblewrap: String,
+    /// WASM instances one tenant may have running at once (at least 1), so one
+    /// tenant cannot take the whole instance pool (64); a call over it is refused
+    /// with `QUOTA.RATE_LIMITED`. Defaults to half the pool (32); 64 or more leaves
+    /// only the pool's own limit.
+    pub wasm_max_instances_per_tenant: u32,
 }
 
 impl Default for SandboxConfig {
@@ -828,6 +833,7 @@ impl Default for SandboxConfig {
             http_max_redirects: 0,
             scratch_dir: None,
             process_bubblewrap: "off".into(),
+            wasm_max_instances_per_tenant: 32,
         }
     }
 }
@@ -855,6 +861,12 @@ impl Config {
             push(
                 "sandbox.process_bubblewrap".into(),
                 "must be one of off, auto, required".into(),
+            );
+        }
+        if sb.wasm_max_instances_per_tenant == 0 {
+            push(
+                "sandbox.wasm_max_instances_per_tenant".into(),
+                "must be at least 1".into(),
             );
         }
         if sb.http_max_redirects > 10 {
