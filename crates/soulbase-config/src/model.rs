@@ -935,6 +935,11 @@ pub struct SandboxConfig {
     /// cannot create them, native tools are refused) or `landlock-only` (Landlock,
     /// seccomp and rlimits without namespaces, for hosts that forbid user namespaces).
     pub process_isolation: String,
+    /// WASM instances one tenant may have running at once (at least 1), so one
+    /// tenant cannot take the whole instance pool (64); a call over it is refused
+    /// with `QUOTA.RATE_LIMITED`. Defaults to half the pool (32); 64 or more leaves
+    /// only the pool's own limit.
+    pub wasm_max_instances_per_tenant: u32,
 }
 
 impl Default for SandboxConfig {
@@ -949,6 +954,7 @@ impl Default for SandboxConfig {
             http_max_redirects: 0,
             scratch_dir: None,
             process_isolation: "namespaces".into(),
+            wasm_max_instances_per_tenant: 32,
         }
     }
 }
@@ -979,6 +985,12 @@ impl Config {
             push(
                 "sandbox.process_isolation".into(),
                 "must be namespaces or landlock-only".into(),
+            );
+        }
+        if sb.wasm_max_instances_per_tenant == 0 {
+            push(
+                "sandbox.wasm_max_instances_per_tenant".into(),
+                "must be at least 1".into(),
             );
         }
         if sb.http_max_redirects > 10 {

@@ -22,6 +22,8 @@ impl Ticking {
         pool.total_core_instances(max_instances)
             .total_memories(max_instances)
             .total_tables(max_instances)
+            // Async calls run on fiber stacks, also taken from the pool: one per call.
+            .total_stacks(max_instances)
             .max_memory_size(max_memory);
         let mut config = Config::new();
         config

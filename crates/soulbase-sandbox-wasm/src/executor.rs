@@ -10,6 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Executor, ProviderBinding, Scratch, path_covers};
+use soulbase_types::TenantId;
 use wasmtime::{
     InstancePre, Linker, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, UpdateDeadline,
 };
@@ -18,6 +19,7 @@ use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use crate::engine::Ticking;
+use crate::slots::{Slot, Slots};
 
 /// How the WASM executor runs modules.
 #[derive(Debug, Clone)]
@@ -28,9 +30,13 @@ pub struct WasmOptions {
     pub max_memory_bytes: usize,
     /// Table elements cap per call.
     pub max_table_elements: usize,
-    /// Instances alive at once (the pool's size); more concurrent calls wait for
+    /// Instances alive at once (the pool's size); a call beyond it is refused with
     /// `PROVIDER.UNAVAILABLE`.
     pub max_instances: u32,
+    /// Instances one tenant may have alive at once (its share of the pool, at least
+    /// 1); a call beyond it is refused with `QUOTA.RATE_LIMITED`. At or above
+    /// `max_instances` only the pool's own limit applies.
+    pub max_instances_per_tenant: u32,
     /// The stdout cap when the call has no `max_bytes_out`.
     pub max_output_bytes: usize,
     /// Where per-call scratch directories are created.
@@ -39,7 +45,8 @@ pub struct WasmOptions {
 
 impl WasmOptions {
     /// Options from the `sandbox` config section: modules under
-    /// `sandbox.wasm_module_root` (else `skills_dir`), its memory cap and scratch dir.
+    /// `sandbox.wasm_module_root` (else `skills_dir`), its memory cap, per-tenant
+    /// instance share (`sandbox.wasm_max_instances_per_tenant`) and scratch dir.
     pub fn from_config(
         config: &soulbase_config::SandboxConfig,
         skills_dir: &std::path::Path,
@@ -51,6 +58,7 @@ impl WasmOptions {
                 .unwrap_or_else(|| skills_dir.to_path_buf()),
         );
         o.max_memory_bytes = usize::try_from(config.wasm_max_memory_bytes).unwrap_or(usize::MAX);
+        o.max_instances_per_tenant = config.wasm_max_instances_per_tenant;
         if let Some(dir) = &config.scratch_dir {
             o.scratch_parent = dir.clone();
         }
@@ -58,13 +66,15 @@ impl WasmOptions {
     }
 
     /// Defaults with modules under `module_root`: 64 MiB memory, 10 000 table
-    /// elements, 64 concurrent instances, 4 MiB output, scratch in the system temp dir.
+    /// elements, 64 concurrent instances of which one tenant may hold 32, 4 MiB
+    /// output, scratch in the system temp dir.
     pub fn new(module_root: impl Into<PathBuf>) -> Self {
         Self {
             module_root: module_root.into(),
             max_memory_bytes: 64 << 20,
             max_table_elements: 10_000,
             max_instances: 64,
+            max_instances_per_tenant: 32,
             max_output_bytes: 4 << 20,
             scratch_parent: std::env::temp_dir(),
         }
@@ -89,6 +99,7 @@ struct Inner {
     engine: Arc<Ticking>,
     linker: Linker<State>,
     modules: RwLock<HashMap<String, Arc<InstancePre<State>>>>,
+    slots: Arc<Slots>,
 }
 
 fn unavailable(note: String) -> SoulError {
@@ -118,8 +129,14 @@ impl WasmExecutor {
             options.max_instances,
         )?);
         let mut linker: Linker<State> = Linker::new(&engine.engine);
-        p1::add_to_linker_sync(&mut linker, |s: &mut State| &mut s.wasi)
+        // Async host functions: a call waiting in the host (`poll_oneoff`, file IO) is
+        // a pending future that is dropped at the deadline, instance and all.
+        p1::add_to_linker_async(&mut linker, |s: &mut State| &mut s.wasi)
             .map_err(|e| unavailable(format!("cannot link WASI: {e}")))?;
+        let slots = Arc::new(Slots::new(
+            options.max_instances,
+            options.max_instances_per_tenant,
+        ));
         Ok(Self {
             inner: Arc::new(Inner {
                 options,
@@ -127,8 +144,24 @@ impl WasmExecutor {
                 engine,
                 linker,
                 modules: RwLock::new(HashMap::new()),
+                slots,
             }),
         })
+    }
+
+    /// Calls holding an instance slot now, across tenants. A slot is taken when a call
+    /// is admitted and given back once its instance has been dropped: when the module
+    /// finished, or at the call's deadline at the latest, even if the module was
+    /// blocked in a host call then.
+    pub fn live_instances(&self) -> u32 {
+        self.inner.slots.live()
+    }
+
+    /// Calls of `tenant` holding an instance slot now (see
+    /// [`WasmExecutor::live_instances`]); at most
+    /// [`WasmOptions::max_instances_per_tenant`].
+    pub fn live_instances_of(&self, tenant: &TenantId) -> u32 {
+        self.inner.slots.live_for(tenant)
     }
 
     /// Loads, verifies and compiles a module ahead of its first call (once per
@@ -209,13 +242,39 @@ struct Run {
     preopens: Vec<(PathBuf, bool)>,
     scratch: Option<Scratch>,
     timeout: Duration,
+    deadline: Instant,
     max_output: usize,
     max_memory: usize,
     max_tables: usize,
 }
 
-fn run(r: Run) -> Result<ExecOutput, SoulError> {
-    let started = Instant::now();
+fn timed_out(timeout: Duration) -> SoulError {
+    SoulError::of(ErrorCode::ProviderTimeout).with_note(format!(
+        "the module ran past its {} ms deadline",
+        timeout.as_millis()
+    ))
+}
+
+/// Runs one call on the current (blocking) thread and returns at its deadline at the
+/// latest. Wasm code is stopped there by the epoch interrupt; a module waiting in a
+/// host call is a pending future, which is dropped with its store and instance. The
+/// slot is given back only after that drop.
+fn run_bounded(
+    handle: &tokio::runtime::Handle,
+    r: Run,
+    slot: Slot,
+) -> Result<ExecOutput, SoulError> {
+    let (deadline, timeout) = (r.deadline, r.timeout);
+    let outcome = handle.block_on(async move {
+        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run(r))
+            .await
+            .unwrap_or_else(|_| Err(timed_out(timeout)))
+    });
+    drop(slot);
+    outcome
+}
+
+async fn run(r: Run) -> Result<ExecOutput, SoulError> {
     let stdout = MemoryOutputPipe::new(r.max_output);
     let stderr = MemoryOutputPipe::new(4096);
     let mut wasi = WasiCtxBuilder::new();
@@ -255,7 +314,7 @@ fn run(r: Run) -> Result<ExecOutput, SoulError> {
     store.limiter(|s| &mut s.limits);
     // The ticker only wakes the store up; the deadline itself is wall-clock time, so a
     // ticker delayed by a busy machine never stretches it.
-    let deadline = started + r.timeout;
+    let deadline = r.deadline;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         if Instant::now() >= deadline {
@@ -267,12 +326,13 @@ fn run(r: Run) -> Result<ExecOutput, SoulError> {
 
     let instance = r
         .pre
-        .instantiate(&mut store)
+        .instantiate_async(&mut store)
+        .await
         .map_err(|e| unavailable(format!("cannot instantiate the module: {e}")))?;
     let start = instance
         .get_typed_func::<(), ()>(&mut store, "_start")
         .map_err(|e| failed(format!("the module has no WASI `_start`: {e}")))?;
-    let outcome = start.call(&mut store, ());
+    let outcome = start.call_async(&mut store, ()).await;
     let stderr_text = || {
         let b = stderr.contents();
         String::from_utf8_lossy(&b[..b.len().min(512)]).into_owned()
@@ -289,10 +349,7 @@ fn run(r: Run) -> Result<ExecOutput, SoulError> {
             }
             None => {
                 if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                    return Err(SoulError::of(ErrorCode::ProviderTimeout).with_note(format!(
-                        "the module ran past its {} ms deadline",
-                        r.timeout.as_millis()
-                    )));
+                    return Err(timed_out(r.timeout));
                 }
                 return Err(failed(format!("the module trapped: {e:#}")));
             }
@@ -321,6 +378,9 @@ impl Executor for WasmExecutor {
                 "the wasm executor only runs wasm bindings".into(),
             ));
         };
+        // A tenant at its share (or a full pool) is refused before the call is
+        // evidenced as started; `execute` takes the slot and decides.
+        self.inner.slots.check(req.tenant)?;
         if self.inner.cached(sha256).is_some() {
             return Ok(());
         }
@@ -346,6 +406,11 @@ impl Executor for WasmExecutor {
                     .map_err(SoulError::internal)??
             }
         };
+        // The slot before anything is built for the run; the deadline counts from here,
+        // so the slot is back within one deadline whatever the module does.
+        let slot = self.inner.slots.acquire(req.tenant)?;
+        let deadline = Instant::now() + req.timeout;
+        let handle = tokio::runtime::Handle::try_current().map_err(SoulError::internal)?;
         let preopens = req
             .profile
             .fs_grants(None)
@@ -369,11 +434,12 @@ impl Executor for WasmExecutor {
             preopens,
             scratch,
             timeout: req.timeout,
+            deadline,
             max_output: cap,
             max_memory: self.inner.options.max_memory_bytes,
             max_tables: self.inner.options.max_table_elements,
         };
-        tokio::task::spawn_blocking(move || run(job))
+        tokio::task::spawn_blocking(move || run_bounded(&handle, job, slot))
             .await
             .map_err(SoulError::internal)?
     }

@@ -15,7 +15,7 @@ use soulbase_observe::{EndStatus, EvidenceEvent, MemorySink};
 use soulbase_qos::LocalQuota;
 use soulbase_sandbox::{BuiltinExecutor, IntersectingProfiles, LocalSandbox, ProviderKind};
 use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
-use soulbase_tools::pipeline::{CallStatus, InvokerBuilder, MemoryIdempotency, ToolCall};
+use soulbase_tools::pipeline::{CallStatus, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall};
 use soulbase_tools::registry::ToolOwner;
 use soulbase_tools::{Registry, ToolManifest};
 use soulbase_types::{ActorId, Subject, TenantId, ToolId};
@@ -39,12 +39,13 @@ fn manifest(id: &str, module: &str, timeout_ms: u64) -> ToolManifest {
     ToolManifest::from_json_str(&m.to_string()).unwrap()
 }
 
-#[tokio::test]
-async fn wasm_tools_run_through_the_pipeline_with_evidence() {
+/// An invoker over `wasm` with the echo, spin and sleep tools (all tenants allowed).
+fn invoker(wasm: WasmExecutor, sink: &MemorySink) -> Invoker {
     let registry = Registry::new();
     for (id, module, timeout) in [
         ("demo.wasm.echo", "echo.wasm", 5000),
         ("demo.wasm.spin", "spin.wasm", 100),
+        ("demo.wasm.sleep", "sleep.wasm", 2000),
     ] {
         registry.register(manifest(id, module, timeout)).unwrap();
         registry
@@ -60,12 +61,9 @@ async fn wasm_tools_run_through_the_pipeline_with_evidence() {
             actions: vec!["invoke".into()],
         }],
     };
-    let sandbox = LocalSandbox::new(BuiltinExecutor::new()).with_executor(
-        ProviderKind::Wasm,
-        Arc::new(WasmExecutor::new(WasmOptions::new(fixtures())).unwrap()),
-    );
-    let sink = MemorySink::new();
-    let invoker = InvokerBuilder::new(
+    let sandbox =
+        LocalSandbox::new(BuiltinExecutor::new()).with_executor(ProviderKind::Wasm, Arc::new(wasm));
+    InvokerBuilder::new(
         Arc::new(registry),
         Arc::new(StaticPolicy::new(&policy)),
         Arc::new(LocalQuota::new(&[])),
@@ -77,7 +75,14 @@ async fn wasm_tools_run_through_the_pipeline_with_evidence() {
         Arc::new(sink.clone()),
         Arc::new(MemoryIdempotency::new()),
     )
-    .build();
+    .build()
+}
+
+#[tokio::test]
+async fn wasm_tools_run_through_the_pipeline_with_evidence() {
+    let sink = MemorySink::new();
+    let wasm = WasmExecutor::new(WasmOptions::new(fixtures())).unwrap();
+    let invoker = invoker(wasm, &sink);
     let subject = Subject::new(
         TenantId::new("acme").unwrap(),
         ActorId::new("alice").unwrap(),
@@ -100,6 +105,74 @@ async fn wasm_tools_run_through_the_pipeline_with_evidence() {
     assert_eq!(r.status, CallStatus::Error);
     assert_eq!(r.error_code, Some(ErrorCode::ProviderTimeout));
     assert_eq!(end_status(&sink, &call_id), EndStatus::Timeout);
+}
+
+/// A tenant at its share of the WASM pool is refused by the sandbox's guard: `Denied`
+/// with `QUOTA.RATE_LIMITED` and no Begin, while another tenant's call runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_over_its_wasm_share_is_denied_before_any_begin() {
+    let sink = MemorySink::new();
+    let mut options = WasmOptions::new(fixtures());
+    options.max_instances_per_tenant = 1;
+    let wasm = WasmExecutor::new(options).unwrap();
+    let invoker = Arc::new(invoker(wasm.clone(), &sink));
+    let subject = |t: &str| Subject::new(TenantId::new(t).unwrap(), ActorId::new("alice").unwrap());
+    let acme = TenantId::new("acme").unwrap();
+
+    // acme's call blocks in `poll_oneoff` and holds acme's one slot until its deadline.
+    let sleeping = ToolCall::new(
+        subject("acme"),
+        ToolId::new("demo.wasm.sleep").unwrap(),
+        json!({}),
+    );
+    let sleeping_id = sleeping.call_id.clone();
+    let held = {
+        let invoker = invoker.clone();
+        tokio::spawn(async move { invoker.invoke(sleeping).await })
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while wasm.live_instances_of(&acme) == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("acme's call was never admitted");
+
+    let call = ToolCall::new(
+        subject("acme"),
+        ToolId::new("demo.wasm.echo").unwrap(),
+        json!({}),
+    );
+    let refused_id = call.call_id.clone();
+    let r = invoker.invoke(call).await;
+    assert_eq!(r.status, CallStatus::Denied, "{r:?}");
+    assert_eq!(r.error_code, Some(ErrorCode::QuotaRateLimited));
+    let evidence: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| match &r.payload {
+            EvidenceEvent::Begin(b) => b.call_id == refused_id,
+            EvidenceEvent::End(e) => e.call_id == refused_id,
+            EvidenceEvent::Denied(d) => d.call_id == refused_id,
+        })
+        .map(|r| r.payload)
+        .collect();
+    assert!(
+        matches!(evidence.as_slice(), [EvidenceEvent::Denied(d)] if d.code == ErrorCode::QuotaRateLimited),
+        "{evidence:?}"
+    );
+
+    let call = ToolCall::new(
+        subject("globex"),
+        ToolId::new("demo.wasm.echo").unwrap(),
+        json!({"n": 1}),
+    );
+    let r = invoker.invoke(call).await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+
+    let r = held.await.unwrap();
+    assert_eq!(r.error_code, Some(ErrorCode::ProviderTimeout), "{r:?}");
+    assert_eq!(end_status(&sink, &sleeping_id), EndStatus::Timeout);
 }
 
 fn end_status(sink: &MemorySink, call_id: &soulbase_types::CallId) -> EndStatus {
