@@ -1,5 +1,5 @@
 //! The server's own limits (issue 26): connection caps (HTTP and gRPC, each its
-//! own), first-request (header-read) and idle timeouts, body limit,
+//! own), first-request (header-read), body-read and idle timeouts, body limit,
 //! HTTP/2 stream cap and pings — against a real `soulbased`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -189,6 +189,58 @@ async fn grpc_connections_without_a_request_are_closed_after_the_preface_timeout
     assert!(opened.elapsed() >= Duration::from_millis(300));
     assert!(still_served(&mut served, 3).await);
     wait_metric(&server.http, "soulbase_grpc_connections", |v| v == 1.0).await;
+}
+
+/// `server.body_read_timeout_ms`: a body trickled slower than that is answered
+/// 408 in the JSON error envelope, its connection is closed and no longer
+/// counts; a body sent in time is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_are_answered_408_and_their_connection_closed() {
+    let server = Server::start(&config(
+        "  body_read_timeout_ms: 300\n  header_read_timeout_ms: 60000\n  idle_timeout_ms: 60000\n",
+    ));
+    let mut c = TcpStream::connect(&server.http).await.unwrap();
+    let head = "POST /api/tools/soulbase.builtin.echo/invoke HTTP/1.1\r\nHost: x\r\n\
+                x-soulbase-tenant: acme\r\nx-soulbase-actor: a\r\n\
+                content-type: application/json\r\ncontent-length: 64\r\n\r\n{";
+    c.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let (mut rd, mut wr) = c.into_split();
+    // One byte every 50 ms, at most 60 of the 63 left: never the whole body.
+    let trickle = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        for _ in 0..60 {
+            tick.tick().await;
+            if wr.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), read_response(&mut rd))
+        .await
+        .expect("no answer to the slow body");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(status, 408, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "SCHEMA.VALIDATION_FAILED", "{v}");
+    assert_eq!(v["error"]["fields"]["field"], "body", "{v}");
+    assert_eq!(v["error"]["fields"]["timeout_ms"], "300", "{v}");
+    assert!(
+        closed_within(&mut rd, Duration::from_secs(5)).await,
+        "the slow body's connection was kept open"
+    );
+    // Only the `/metrics` request's own connection is left.
+    wait_metric(&server.http, "soulbase_http_connections", |v| v == 1.0).await;
+    trickle.abort();
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "a")],
+        r#"{"in": "time"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
 }
 
 fn assert_too_large(status: u16, body: &str, max: usize) {
