@@ -416,29 +416,58 @@ impl H2 {
     }
 
     /// Sends a complete request without a body (HEADERS with END_STREAM) on
-    /// stream `stream` (odd): `POST path` as gRPC (header block uncompressed:
-    /// literal fields without indexing).
+    /// stream `stream` (odd): `POST path` as gRPC.
     pub async fn grpc_request(&mut self, stream: u32, path: &str) {
+        self.headers(stream, path, &[], true).await;
+    }
+
+    /// Sends a gRPC call on stream `stream` (odd): `POST path` with the metadata
+    /// `extra` and one message, `message` (protobuf-encoded), ending the stream.
+    pub async fn grpc_call(
+        &mut self,
+        stream: u32,
+        path: &str,
+        extra: &[(&str, &str)],
+        message: &[u8],
+    ) {
+        self.headers(stream, path, extra, false).await;
+        let mut data = vec![0];
+        data.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+        data.extend_from_slice(message);
+        // DATA, END_STREAM.
+        self.write_frame(0, 0x1, stream, &data).await;
+    }
+
+    /// A HEADERS frame for a gRPC `POST path` with `extra` (header block
+    /// uncompressed: literal fields without indexing), ending the stream with
+    /// `end`.
+    async fn headers(&mut self, stream: u32, path: &str, extra: &[(&str, &str)], end: bool) {
         let mut block = Vec::new();
-        for (name, value) in [
+        let fixed = [
             (":method", "POST"),
             (":scheme", "http"),
             (":path", path),
             (":authority", "localhost"),
             ("content-type", "application/grpc"),
             ("te", "trailers"),
-        ] {
+        ];
+        for (name, value) in fixed.iter().chain(extra) {
             block.push(0);
             block.push(u8::try_from(name.len()).unwrap());
             block.extend_from_slice(name.as_bytes());
             block.push(u8::try_from(value.len()).unwrap());
             block.extend_from_slice(value.as_bytes());
         }
-        let len = block.len();
-        // HEADERS, END_STREAM | END_HEADERS.
-        let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, 1, 0x5];
+        // END_HEADERS, and END_STREAM with `end`.
+        let flags = if end { 0x5 } else { 0x4 };
+        self.write_frame(1, flags, stream, &block).await;
+    }
+
+    async fn write_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let len = payload.len();
+        let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
         frame.extend_from_slice(&stream.to_be_bytes());
-        frame.extend_from_slice(&block);
+        frame.extend_from_slice(payload);
         self.0.write_all(&frame).await.unwrap();
     }
 
