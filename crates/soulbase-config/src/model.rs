@@ -96,15 +96,25 @@ pub struct ServerConfig {
     /// Most connections the HTTP listener holds at once (plain or TLS, counted from
     /// accept). At the cap the oldest connection that has not yet sent a complete
     /// request (else the oldest idle one) is closed for the new one; when every
-    /// connection is busy the new one is closed. Clamped at start-up to what the
-    /// process's open-file limit leaves room for.
+    /// connection is busy the new one is closed. Clamped at start-up (with
+    /// `grpc_max_connections`) to what the process's open-file limit leaves room for.
     pub max_connections: usize,
-    /// How long an HTTP/1 client may take to send a request's line and headers
-    /// (from the connection's start, or from the previous response); then the
-    /// connection is closed.
+    /// Most connections the gRPC listener holds at once, with the same shedding as
+    /// `max_connections` (a connection that has not yet sent the HTTP/2 preface and
+    /// a request goes first). A cap of its own, so a flood on one port cannot close
+    /// or refuse the other port's connections.
+    pub grpc_max_connections: usize,
+    /// How long a client may take to send its first request (from accept, TLS
+    /// handshake and HTTP/2 preface included; gRPC and HTTP), and an HTTP/1
+    /// client a later request's line and headers (from the previous response);
+    /// then the connection is closed.
     pub header_read_timeout_ms: u64,
-    /// How long an HTTP connection may stay open with no request in progress
-    /// (HTTP/1 keep-alive or HTTP/2); then it is closed.
+    /// How long an HTTP request's body may take to arrive whole (from its headers);
+    /// then the request is answered 408 in the JSON error envelope and its HTTP/1
+    /// connection closed. Streaming responses (MCP) are not limited by it.
+    pub body_read_timeout_ms: u64,
+    /// How long a connection (gRPC or HTTP) may stay open with no request in
+    /// progress (HTTP/1 keep-alive or HTTP/2); then it is closed.
     pub idle_timeout_ms: u64,
     /// The largest request body accepted on any HTTP route (API and MCP); a larger
     /// one is answered 413 with the JSON error envelope.
@@ -180,7 +190,9 @@ impl Default for ServerConfig {
             remote: RemoteRoles::default(),
             internal_token_env: None,
             max_connections: 1024,
+            grpc_max_connections: 1024,
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
             idle_timeout_ms: 120_000,
             max_body_bytes: 2 * 1024 * 1024,
             http2_max_concurrent_streams: 256,
@@ -771,10 +783,15 @@ impl Config {
     /// The server's connection, timeout, body and session limits.
     fn validate_server_limits(&self, push: &mut impl FnMut(String, String)) {
         let s = &self.server;
-        let counts: [(&str, u64, u64); 5] = [
+        let counts: [(&str, u64, u64); 6] = [
             (
                 "server.max_connections",
                 s.max_connections as u64,
+                1_000_000,
+            ),
+            (
+                "server.grpc_max_connections",
+                s.grpc_max_connections as u64,
                 1_000_000,
             ),
             (
@@ -814,6 +831,7 @@ impl Config {
         // Timeouts: at least 10 ms, at most a day (0 is not "off").
         for (field, value) in [
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
+            ("server.body_read_timeout_ms", s.body_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             (
                 "server.http2_keepalive_interval_ms",

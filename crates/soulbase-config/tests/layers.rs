@@ -208,14 +208,16 @@ fn remote_role_endpoints_must_be_plain_http_uris() {
 fn server_limits_default_and_bad_values_name_their_field() {
     let snap = ConfigLoader::new().load().unwrap();
     assert_eq!(snap.server.max_connections, 1024);
+    assert_eq!(snap.server.grpc_max_connections, 1024);
+    assert_eq!(snap.server.body_read_timeout_ms, 30_000);
     assert_eq!(snap.server.max_body_bytes, 2 * 1024 * 1024);
     assert_eq!(snap.server.mcp_max_sessions, 256);
     assert_eq!(snap.server.mcp_max_sessions_per_tenant, 32);
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         &dir,
-        "server:\n  max_connections: 0\n  header_read_timeout_ms: 0\n  \
-         idle_timeout_ms: 5\n  max_body_bytes: 100\n  http2_max_concurrent_streams: 0\n  \
+        "server:\n  max_connections: 0\n  grpc_max_connections: 0\n  header_read_timeout_ms: 0\n  \
+         body_read_timeout_ms: 1\n  idle_timeout_ms: 5\n  max_body_bytes: 100\n  http2_max_concurrent_streams: 0\n  \
          http2_keepalive_interval_ms: 0\n  http2_keepalive_timeout_ms: 0\n  \
          tcp_keepalive_ms: 10\n  mcp_max_sessions: 10\n  mcp_max_sessions_per_tenant: 11\n  \
          mcp_session_idle_ms: 0\n",
@@ -224,7 +226,9 @@ fn server_limits_default_and_bad_values_name_their_field() {
     let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
     for field in [
         "server.max_connections",
+        "server.grpc_max_connections",
         "server.header_read_timeout_ms",
+        "server.body_read_timeout_ms",
         "server.idle_timeout_ms",
         "server.max_body_bytes",
         "server.http2_max_concurrent_streams",

@@ -21,7 +21,10 @@
 //! retry_after_ms, correlation_id}}`) with the code's HTTP status; an invoke answers
 //! the whole normalized `CallResult` with that status. A body over
 //! `server.max_body_bytes` is answered 413 in the same envelope
-//! (`SCHEMA.VALIDATION_FAILED`, field `body`) on every route; an MCP `initialize`
+//! (`SCHEMA.VALIDATION_FAILED`, field `body`) on every route, and so is a body not
+//! received whole within `server.body_read_timeout_ms` with 408 (closing an
+//! HTTP/1 connection; only the request body is timed, never a streaming
+//! answer); an MCP `initialize`
 //! beyond `server.mcp_max_sessions` or `server.mcp_max_sessions_per_tenant` is
 //! `QUOTA.RATE_LIMITED` (429) naming the limit, with a retry hint.
 
@@ -138,30 +141,63 @@ fn body_error(e: BodyError, max: usize) -> Response {
     }
 }
 
-/// The body limit of every route (`server.max_body_bytes`): a body declared larger
-/// is refused before any handler runs, and so is a chunked one once it is found
-/// larger (read here, before the handler); a 413 from deeper down is answered in
-/// the JSON error envelope too.
-async fn body_limit(State(max): State<usize>, request: Request, next: Next) -> Response {
+/// The refusal of a body not received whole within `timeout`:
+/// `SCHEMA.VALIDATION_FAILED` (field `body`) with status 408; an HTTP/1 connection
+/// is closed after it (the rest of the body is not waited for).
+fn body_too_slow(timeout: Duration, version: http::Version) -> Response {
+    let mut response = error_response_with(
+        StatusCode::REQUEST_TIMEOUT,
+        &SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            format!(
+                "the request body did not arrive within {} ms (server.body_read_timeout_ms)",
+                timeout.as_millis()
+            ),
+        )
+        .with_field("field", "body")
+        .with_field("timeout_ms", timeout.as_millis().to_string()),
+    );
+    if version <= http::Version::HTTP_11 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// The body limits of every route: its size (`server.max_body_bytes`) and how
+/// long it may take to arrive (`server.body_read_timeout_ms`).
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    max: usize,
+    read_timeout: Duration,
+}
+
+/// The body limits of every route ([`BodyLimits`]). A body declared larger than
+/// `max` is refused before any handler runs; any other body is read here, before
+/// the handler, within `read_timeout` of its headers — found larger it is
+/// answered 413, not received whole in time 408 — and a 413 from deeper down is
+/// answered in the JSON error envelope too. Only reading the body is timed: the
+/// handler and a streaming answer are not.
+async fn body_limit(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+    let max = limits.max;
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let request = match declared {
-        Some(n) if n > max as u64 => {
-            let e = read_limited(request.into_body(), max).await.err();
-            return body_error(e.unwrap_or(BodyError::TooLarge), max);
-        }
-        // hyper holds a declared body to its length.
-        Some(_) => request,
-        None if http_body::Body::is_end_stream(request.body()) => request,
-        None => {
-            let (parts, body) = request.into_parts();
-            match read_limited(body, max).await {
-                Ok(bytes) => Request::from_parts(parts, axum::body::Body::from(bytes)),
-                Err(e) => return body_error(e, max),
-            }
+    if declared.is_some_and(|n| n > max as u64) {
+        let e = read_limited(request.into_body(), max).await.err();
+        return body_error(e.unwrap_or(BodyError::TooLarge), max);
+    }
+    let request = if http_body::Body::is_end_stream(request.body()) {
+        request
+    } else {
+        let (parts, body) = request.into_parts();
+        match tokio::time::timeout(limits.read_timeout, read_limited(body, max)).await {
+            Ok(Ok(bytes)) => Request::from_parts(parts, axum::body::Body::from(bytes)),
+            Ok(Err(e)) => return body_error(e, max),
+            Err(_) => return body_too_slow(limits.read_timeout, parts.version),
         }
     };
     let response = next.run(request).await;
@@ -715,20 +751,25 @@ pub type McpService = soulbase_mcp::transport::StreamableHttpService<
 
 /// The whole HTTP router, with `mcp` mounted at `/mcp`. Without the `tools` role only
 /// `/api/reload`, `/healthz`, `/readyz` and `/metrics` are served. Every route
-/// takes bodies up to `server.max_body_bytes` (read at start-up).
+/// takes bodies up to `server.max_body_bytes`, arriving within
+/// `server.body_read_timeout_ms` (both read at start-up).
 pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
-    let (tools_role, max_body) = {
+    let (tools_role, body) = {
         let snap = app.config.current();
         let server = &snap.config().server;
         (
             server.roles.contains(&soulbase_config::Role::Tools),
-            server.max_body_bytes,
+            BodyLimits {
+                max: server.max_body_bytes,
+                read_timeout: Duration::from_millis(server.body_read_timeout_ms),
+            },
         )
     };
+    let max_body = body.max;
     let limit = |router: Router| {
         router
             .layer(DefaultBodyLimit::max(max_body))
-            .layer(middleware::from_fn_with_state(max_body, body_limit))
+            .layer(middleware::from_fn_with_state(body, body_limit))
     };
     if !tools_role {
         // A role-only process (auth, qos, sandbox, evidence) answers other

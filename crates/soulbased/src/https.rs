@@ -1,11 +1,12 @@
-//! TLS (and mTLS) for the HTTP listener: the API, MCP, health and metrics served
-//! over HTTPS from the same `server.tls` files as the gRPC listener.
+//! TLS (and mTLS) for both listeners, from the `server.tls` files: the API, MCP,
+//! health and metrics over HTTPS, and gRPC.
 //!
-//! [`server_config`] builds the rustls configuration; [`crate::listener::serve_http`]
+//! [`server_config`] builds the rustls configuration; [`crate::listener::serve`]
 //! runs each TLS handshake in its connection's own task (bounded by
-//! [`crate::listener::HANDSHAKE_TIMEOUT`], and counted against
-//! `server.max_connections` from accept), so a slow or silent client never holds up
-//! others. ALPN offers HTTP/2 and HTTP/1.1.
+//! [`crate::listener::HANDSHAKE_TIMEOUT`] and `server.header_read_timeout_ms`, and
+//! counted against the listener's connection cap from accept), so a slow or
+//! silent client never holds up others. ALPN offers HTTP/2 and HTTP/1.1 on the
+//! HTTP listener, HTTP/2 only on the gRPC one ([`grpc_server_config`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -79,5 +80,12 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, SoulE
         )
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// [`server_config`] for the gRPC listener: ALPN offers HTTP/2 only.
+pub fn grpc_server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, SoulError> {
+    let mut config = Arc::unwrap_or_clone(server_config(tls)?);
+    config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

@@ -16,12 +16,14 @@
 //!   `/healthz`, `/readyz`, `/metrics` (Prometheus text, [`metrics`]) and MCP
 //!   streamable HTTP at `/mcp`; over HTTPS (and mTLS) with `server.tls`
 //!   ([`https`], the same files as the gRPC listener).
-//! - Self-protection ([`listener`]): `TCP_NODELAY` and TCP keep-alive on every
-//!   accepted socket, a cap on HTTP connections that sheds those that never
-//!   completed a request first, header-read and idle timeouts, HTTP/2 stream caps
-//!   and pings, the body limit on every route and bounded MCP sessions
-//!   (`server.max_connections`, `server.*_timeout_ms`, `server.max_body_bytes`,
-//!   `server.http2_*`, `server.mcp_*`).
+//! - Self-protection ([`listener`]): both listeners served by one loop —
+//!   `TCP_NODELAY` and TCP keep-alive on every accepted socket, a connection cap
+//!   per listener that sheds those that never completed a request first, a
+//!   first-request (HTTP/2 preface included) and idle timeout, HTTP/2 stream caps
+//!   and pings; on HTTP the body limit and body-read timeout on every route and
+//!   bounded MCP sessions (`server.max_connections`,
+//!   `server.grpc_max_connections`, `server.*_timeout_ms`,
+//!   `server.max_body_bytes`, `server.http2_*`, `server.mcp_*`).
 //! - Configuration from defaults < `config.yaml` < `SOULBASE_*` environment < flags,
 //!   hot-reloaded (file watch and `POST /api/reload`).
 //! - Graceful shutdown on SIGTERM / SIGINT: readiness drops, listeners stop

@@ -1,21 +1,31 @@
 //! Accepting and serving connections, with the limits that keep the server
 //! answering under a flood of idle or half-open connections.
 //!
-//! - Every accepted socket (gRPC and HTTP, plain and TLS) goes through [`accept`]:
-//!   `TCP_NODELAY` (a response is several small writes; with Nagle each waits for
-//!   the peer's delayed ACK, ~40 ms per call on a busy MCP connection) and TCP
-//!   keep-alive (`server.tcp_keepalive_ms`).
-//! - The HTTP listener ([`serve_http`]) holds at most `server.max_connections`
-//!   connections ([`Connections`]). At the cap the oldest connection that has not
-//!   yet sent a complete request is closed for the new one, else the oldest idle
-//!   one; when every connection has a request in progress the new one is closed.
-//!   So connections that never complete a request cannot starve those that do.
-//! - HTTP/1 headers must arrive within `server.header_read_timeout_ms`; a
-//!   connection with no request in progress for `server.idle_timeout_ms` is closed;
-//!   HTTP/2 connections are pinged (`server.http2_keepalive_*`) and carry at most
-//!   `server.http2_max_concurrent_streams` streams.
+//! Both listeners, gRPC and HTTP, are served by one loop ([`serve`], hyper-util;
+//! the gRPC services are tonic's routes as an axum router, HTTP/2 only), so they
+//! get the same protection:
+//!
+//! - Every accepted socket (plain and TLS) goes through [`accept`]: `TCP_NODELAY`
+//!   (a response is several small writes; with Nagle each waits for the peer's
+//!   delayed ACK, ~40 ms per call on a busy MCP connection) and TCP keep-alive
+//!   (`server.tcp_keepalive_ms`).
+//! - Each listener holds at most its cap of connections (`server.max_connections`
+//!   for HTTP, `server.grpc_max_connections` for gRPC, one [`Connections`] table
+//!   each, so a flood on one port cannot shed the other's). At the cap the oldest
+//!   connection that has not yet sent a complete request (for HTTP/2: the preface
+//!   and a request's HEADERS) is closed for the new one, else the oldest idle one;
+//!   when every connection has a request in progress the new one is closed. So
+//!   connections that never complete a request cannot starve those that do.
+//! - A connection's first request must arrive within
+//!   `server.header_read_timeout_ms` of accept (TLS handshake and HTTP/2 preface
+//!   included), a later HTTP/1 request's line and headers within it of the
+//!   previous response; a connection with no request in progress for
+//!   `server.idle_timeout_ms` is closed; HTTP/2 connections are pinged
+//!   (`server.http2_keepalive_*`) and carry at most
+//!   `server.http2_max_concurrent_streams` streams. (Request bodies are bounded in
+//!   time by `server.body_read_timeout_ms` in [`crate::http_api`].)
 //! - At start-up the open-file limit's soft value is raised to its hard one
-//!   ([`raise_nofile_limit`]), and the connection cap is clamped to what it leaves
+//!   ([`raise_nofile_limit`]), and the connection caps are clamped to what it leaves
 //!   room for.
 
 use std::collections::BTreeMap;
@@ -31,7 +41,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use futures_util::Stream;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
@@ -44,8 +53,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
-/// File descriptors kept free of HTTP connections when the connection cap is
-/// clamped to the open-file limit (database, spool, gRPC, logs).
+/// File descriptors kept free of connections when the connection caps are
+/// clamped to the open-file limit (database, spool, role channels, logs).
 pub const FD_RESERVE: u64 = 256;
 
 /// How long a client may take to complete its TLS handshake.
@@ -56,7 +65,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     /// Most HTTP connections held at once.
     pub max_connections: usize,
-    /// HTTP/1 request line and headers must arrive within this.
+    /// Most gRPC connections held at once.
+    pub grpc_max_connections: usize,
+    /// A connection's first request (and a later HTTP/1 request's line and
+    /// headers) must arrive within this.
     pub header_read_timeout: Duration,
     /// A connection with no request in progress is closed after this.
     pub idle_timeout: Duration,
@@ -75,6 +87,7 @@ impl Limits {
     pub fn from_config(server: &ServerConfig) -> Self {
         Self {
             max_connections: server.max_connections,
+            grpc_max_connections: server.grpc_max_connections,
             header_read_timeout: Duration::from_millis(server.header_read_timeout_ms),
             idle_timeout: Duration::from_millis(server.idle_timeout_ms),
             http2_max_concurrent_streams: server.http2_max_concurrent_streams,
@@ -85,21 +98,36 @@ impl Limits {
         }
     }
 
-    /// These limits with the connection cap clamped to what an open-file limit of
-    /// `nofile` leaves room for (at least 16), when that is lower.
+    /// These limits with the connection caps clamped to what an open-file limit of
+    /// `nofile` leaves room for, when their sum is higher: the room is shared in
+    /// proportion to the caps, each at least 16.
     pub fn clamped_to(mut self, nofile: Option<u64>) -> Self {
-        if let Some(n) = nofile {
-            let room = usize::try_from(n.saturating_sub(FD_RESERVE).max(16)).unwrap_or(usize::MAX);
-            if room < self.max_connections {
-                tracing::warn!(
-                    configured = self.max_connections,
-                    clamped = room,
-                    open_file_limit = n,
-                    "server.max_connections exceeds what the open-file limit leaves room for"
-                );
-                self.max_connections = room;
-            }
+        let Some(n) = nofile else { return self };
+        let room = usize::try_from(n.saturating_sub(FD_RESERVE)).unwrap_or(usize::MAX);
+        let total = self
+            .max_connections
+            .saturating_add(self.grpc_max_connections);
+        if total <= room {
+            return self;
         }
+        let share = |cap: usize| {
+            let scaled = (cap as u128 * room as u128 / total.max(1) as u128) as usize;
+            scaled.clamp(16.min(cap), cap)
+        };
+        let (http, grpc) = (
+            share(self.max_connections),
+            share(self.grpc_max_connections),
+        );
+        tracing::warn!(
+            max_connections = self.max_connections,
+            grpc_max_connections = self.grpc_max_connections,
+            clamped_http = http,
+            clamped_grpc = grpc,
+            open_file_limit = n,
+            "server.max_connections + server.grpc_max_connections exceed what the open-file limit leaves room for"
+        );
+        self.max_connections = http;
+        self.grpc_max_connections = grpc;
         self
     }
 }
@@ -158,17 +186,6 @@ pub async fn accept(
     }
 }
 
-/// The accepted, tuned connections of `listener` as a stream (for tonic).
-pub fn incoming(
-    listener: TcpListener,
-    keepalive: Option<Duration>,
-) -> impl Stream<Item = std::io::Result<TcpStream>> + Send + 'static {
-    futures_util::stream::unfold(listener, move |listener| async move {
-        let (tcp, _) = accept(&listener, keepalive, || false).await;
-        Some((Ok(tcp), listener))
-    })
-}
-
 /// One connection's state, shared by its task, its requests and the table.
 #[derive(Debug)]
 pub struct Conn {
@@ -178,11 +195,13 @@ pub struct Conn {
     idle_since: Mutex<Instant>,
     changed: Notify,
     shed: CancellationToken,
+    started: Instant,
 }
 
 impl Conn {
     fn new() -> Self {
         Self {
+            started: Instant::now(),
             served: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
@@ -211,6 +230,15 @@ impl Conn {
     /// Whether this connection was chosen to be closed for a newer one.
     pub fn is_shed(&self) -> bool {
         self.shed.is_cancelled()
+    }
+
+    /// Resolves when the connection has not completed its first request within
+    /// `within` of its start; never once it has.
+    async fn first_request_expired(&self, within: Duration) {
+        tokio::time::sleep_until(self.started + within).await;
+        if self.served() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Resolves once the connection has had no request in progress for `idle`.
@@ -413,9 +441,21 @@ where
     }
 }
 
-/// The HTTP/1 + HTTP/2 connection builder for `limits`.
-fn builder(limits: &Limits) -> Builder<TokioExecutor> {
+/// What a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 and HTTP/2 (h2c, or ALPN over TLS): the API, MCP, health, metrics.
+    Http,
+    /// HTTP/2 only: gRPC.
+    Grpc,
+}
+
+/// The connection builder of a `protocol` listener under `limits`.
+fn builder(protocol: Protocol, limits: &Limits) -> Builder<TokioExecutor> {
     let mut b = Builder::new(TokioExecutor::new());
+    if protocol == Protocol::Grpc {
+        b = b.http2_only();
+    }
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -429,26 +469,28 @@ fn builder(limits: &Limits) -> Builder<TokioExecutor> {
     b
 }
 
-/// How TLS is terminated on the HTTP listener.
+/// How TLS is terminated on a listener.
 #[cfg(feature = "tls")]
 pub type Tls = tokio_rustls::TlsAcceptor;
-/// How TLS is terminated on the HTTP listener (this build has no TLS).
+/// How TLS is terminated on a listener (this build has no TLS).
 #[cfg(not(feature = "tls"))]
 pub type Tls = Infallible;
 
-/// Serves `router` on `listener` (over TLS with `tls`) under `limits` until `stop`
-/// turns true; then stops accepting, lets every connection finish its requests
-/// (HTTP/1 keep-alive ends, HTTP/2 sends GOAWAY) and returns once all are closed.
-/// `connections` is the listener's table (see [`Connections`]).
-pub async fn serve_http(
+/// Serves `router` on `listener` (over TLS with `tls`), speaking `protocol`, under
+/// `limits` until `stop` turns true; then stops accepting, lets every connection
+/// finish its requests (HTTP/1 keep-alive ends, HTTP/2 sends GOAWAY) and returns
+/// once all are closed. `connections` is the listener's table (see
+/// [`Connections`]), which holds the listener's cap.
+pub async fn serve(
     listener: TcpListener,
     tls: Option<Tls>,
+    protocol: Protocol,
     router: Router,
     limits: Limits,
     connections: Arc<Connections>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let builder = Arc::new(builder(&limits));
+    let builder = Arc::new(builder(protocol, &limits));
     let mut tasks = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -467,7 +509,7 @@ pub async fn serve_http(
             router.clone(),
             builder.clone(),
             guard,
-            limits.idle_timeout,
+            (limits.header_read_timeout, limits.idle_timeout),
             stop.clone(),
         ));
     }
@@ -475,14 +517,15 @@ pub async fn serve_http(
     while tasks.join_next().await.is_some() {}
 }
 
-/// Serves one connection until it ends, is shed, or stays idle too long.
+/// Serves one connection until it ends, is shed, does not complete its first
+/// request within `first` of accept, or stays idle for `idle`.
 async fn connection(
     tcp: TcpStream,
     tls: Option<Tls>,
     router: Router,
     builder: Arc<Builder<TokioExecutor>>,
     guard: ConnGuard,
-    idle: Duration,
+    (first, idle): (Duration, Duration),
     stop: watch::Receiver<bool>,
 ) {
     let conn = guard.conn().clone();
@@ -508,6 +551,9 @@ async fn connection(
     tokio::select! {
         () = serve => {}
         () = conn.shed.cancelled() => tracing::debug!("connection shed for a newer one"),
+        () = conn.first_request_expired(first) => {
+            tracing::debug!("connection closed: no request within the header-read timeout");
+        }
         () = conn.idle_expired(idle) => tracing::debug!("idle connection closed"),
     }
     drop(guard);
@@ -578,24 +624,6 @@ mod tests {
         assert!(!socket2::SockRef::from(&server).keepalive().unwrap());
     }
 
-    /// The gRPC listener's stream hands out tuned sockets too.
-    #[tokio::test]
-    async fn incoming_sockets_are_tuned() {
-        use futures_util::StreamExt as _;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = pin!(incoming(listener, Some(Duration::from_secs(5))));
-        let _client = TcpStream::connect(addr).await.unwrap();
-        let server = incoming.next().await.unwrap().unwrap();
-        assert!(server.nodelay().unwrap());
-        assert_eq!(
-            socket2::SockRef::from(&server)
-                .tcp_keepalive_time()
-                .unwrap(),
-            Duration::from_secs(5)
-        );
-    }
-
     /// At the cap the oldest connection without a complete request goes first,
     /// then the oldest idle one; with every connection busy the new one is refused.
     #[test]
@@ -626,18 +654,54 @@ mod tests {
         assert!(table.admit().is_some());
     }
 
-    /// The cap is clamped to what the open-file limit leaves room for.
+    /// The caps share what the open-file limit leaves room for, in proportion.
     #[test]
-    fn cap_is_clamped_to_the_open_file_limit() {
+    fn caps_are_clamped_to_the_open_file_limit() {
         let limits = Limits::from_config(&ServerConfig::default());
-        assert_eq!(limits.max_connections, 1024);
-        assert_eq!(limits.clone().clamped_to(Some(1024)).max_connections, 768);
-        assert_eq!(limits.clone().clamped_to(Some(100)).max_connections, 16);
         assert_eq!(
-            limits.clone().clamped_to(Some(1 << 20)).max_connections,
-            1024
+            (limits.max_connections, limits.grpc_max_connections),
+            (1024, 1024)
         );
-        assert_eq!(limits.clamped_to(None).max_connections, 1024);
+        let caps = |l: Limits| (l.max_connections, l.grpc_max_connections);
+        // 1024 - 256 = 768 left, shared 1:1.
+        assert_eq!(caps(limits.clone().clamped_to(Some(1024))), (384, 384));
+        assert_eq!(caps(limits.clone().clamped_to(Some(100))), (16, 16));
+        assert_eq!(caps(limits.clone().clamped_to(Some(1 << 20))), (1024, 1024));
+        // Exactly enough room: unchanged.
+        assert_eq!(
+            caps(limits.clone().clamped_to(Some(2048 + FD_RESERVE))),
+            (1024, 1024)
+        );
+        assert_eq!(caps(limits.clone().clamped_to(None)), (1024, 1024));
+        // In proportion to the caps: 3:1.
+        let uneven = Limits {
+            max_connections: 3000,
+            grpc_max_connections: 1000,
+            ..limits
+        };
+        assert_eq!(caps(uneven.clamped_to(Some(2256))), (1500, 500));
+    }
+
+    /// A connection that has not completed a request expires `within` after its
+    /// start; one that has, never.
+    #[tokio::test(start_paused = true)]
+    async fn the_first_request_must_come_in_time() {
+        let within = Duration::from_secs(2);
+        let silent = Arc::new(Conn::new());
+        let started = Instant::now();
+        silent.first_request_expired(within).await;
+        assert!(Instant::now() >= started + within);
+
+        let served = Arc::new(Conn::new());
+        drop(served.begin_request());
+        assert!(
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                served.first_request_expired(within)
+            )
+            .await
+            .is_err()
+        );
     }
 
     /// An idle connection expires `idle` after its last request ended, not while

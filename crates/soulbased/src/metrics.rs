@@ -12,7 +12,9 @@
 //!   `soulbase_evidence_quarantined_total`;
 //! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`;
 //! - `soulbase_http_connections` (held by the HTTP listener, at most
-//!   `server.max_connections`), `soulbase_mcp_sessions` (live MCP sessions).
+//!   `server.max_connections`), `soulbase_grpc_connections` (held by the gRPC
+//!   listener, at most `server.grpc_max_connections`), `soulbase_mcp_sessions`
+//!   (live MCP sessions).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -76,6 +78,7 @@ pub struct Metrics {
     registry_version: AtomicU64,
     in_flight: AtomicU64,
     connections: Mutex<Option<Arc<crate::listener::Connections>>>,
+    grpc_connections: Mutex<Option<Arc<crate::listener::Connections>>>,
     mcp_sessions: Mutex<Option<Arc<soulbase_mcp::sessions::McpSessions>>>,
 }
 
@@ -122,6 +125,14 @@ impl Metrics {
     pub fn watch_connections(&self, c: Arc<crate::listener::Connections>) {
         *self
             .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(c);
+    }
+
+    /// Reports the gRPC listener's connections.
+    pub fn watch_grpc_connections(&self, c: Arc<crate::listener::Connections>) {
+        *self
+            .grpc_connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(c);
     }
@@ -287,6 +298,18 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE soulbase_http_connections gauge");
         let _ = writeln!(out, "soulbase_http_connections {connections}");
+        let grpc_connections = self
+            .grpc_connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(0, |c| c.len());
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_grpc_connections Connections the gRPC listener holds."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_grpc_connections gauge");
+        let _ = writeln!(out, "soulbase_grpc_connections {grpc_connections}");
         let sessions = self
             .mcp_sessions
             .lock()

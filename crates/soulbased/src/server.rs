@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::middleware::{self, Next};
 use soulbase_config::{Role, TlsConfig};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::{InvokerService, RegistryService, proto};
@@ -20,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::App;
 use crate::evidence::EvidenceFlush;
 use crate::http_api;
-use crate::listener::{Connections, Limits};
+use crate::listener::{Connections, Limits, Protocol};
 
 /// What happened during shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,70 +40,61 @@ fn io_error(what: &str, addr: SocketAddr, e: std::io::Error) -> SoulError {
         .with_note(e.to_string())
 }
 
+/// The TLS acceptor of a `protocol` listener, from `server.tls` (one set of files
+/// for both listeners; ALPN per protocol).
 #[cfg(feature = "tls")]
-fn tls(
-    builder: tonic::transport::Server,
-    tls: &TlsConfig,
-) -> Result<tonic::transport::Server, SoulError> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    // Use ring whatever else the build enables (several rustls providers may be
-    // compiled in; rustls then refuses to guess). An already installed provider stays.
+fn tls_acceptor(tls: &TlsConfig, protocol: Protocol) -> Result<crate::listener::Tls, SoulError> {
+    // Make ring the process default too, whatever else the build enables (several
+    // rustls providers may be compiled in; rustls then refuses to guess). An
+    // already installed provider stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let read = |field: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            SoulError::new(
-                ErrorCode::ConfigInvalid,
-                format!("cannot read server.tls.{field}"),
-            )
-            .with_field("field", format!("server.tls.{field}"))
-            .with_note(e.to_string())
-        })
+    let config = match protocol {
+        Protocol::Http => crate::https::server_config(tls)?,
+        Protocol::Grpc => crate::https::grpc_server_config(tls)?,
     };
-    let cert = read("cert_file", &tls.cert_file)?;
-    let key = read("key_file", &tls.key_file)?;
-    let mut config = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
-    if let Some(ca) = &tls.client_ca_file {
-        config = config.client_ca_root(Certificate::from_pem(read("client_ca_file", ca)?));
+    Ok(tokio_rustls::TlsAcceptor::from(config))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_acceptor(_tls: &TlsConfig, _protocol: Protocol) -> Result<crate::listener::Tls, SoulError> {
+    Err(SoulError::new(
+        ErrorCode::ConfigInvalid,
+        "server.tls is set but soulbased was built without the tls feature",
+    )
+    .with_field("field", "server.tls"))
+}
+
+/// The `grpc-timeout` of a request (gRPC over HTTP/2: at most 8 digits and a unit,
+/// `H` `M` `S` `m` `u` `n`); `None` when absent or malformed.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let unit = value.chars().last()?;
+    let digits = value.get(..value.len() - unit.len_utf8())?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-    builder.tls_config(config).map_err(|e| {
-        SoulError::new(ErrorCode::ConfigInvalid, "server.tls is not usable")
-            .with_field("field", "server.tls")
-            .with_note(e.to_string())
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(n * 3600),
+        'M' => Duration::from_secs(n * 60),
+        'S' => Duration::from_secs(n),
+        'm' => Duration::from_millis(n),
+        'u' => Duration::from_micros(n),
+        'n' => Duration::from_nanos(n),
+        _ => return None,
     })
 }
 
-/// The TLS acceptor of the HTTP listener, from `server.tls` (the files the gRPC
-/// listener uses).
-#[cfg(feature = "tls")]
-fn https_acceptor(tls: &TlsConfig) -> Result<crate::listener::Tls, SoulError> {
-    Ok(tokio_rustls::TlsAcceptor::from(
-        crate::https::server_config(tls)?,
-    ))
-}
-
-#[cfg(not(feature = "tls"))]
-fn https_acceptor(_tls: &TlsConfig) -> Result<crate::listener::Tls, SoulError> {
-    Err(SoulError::new(
-        ErrorCode::ConfigInvalid,
-        "server.tls is set but soulbased was built without the tls feature",
-    )
-    .with_field("field", "server.tls"))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls(
-    _builder: tonic::transport::Server,
-    _tls: &TlsConfig,
-) -> Result<tonic::transport::Server, SoulError> {
-    Err(SoulError::new(
-        ErrorCode::ConfigInvalid,
-        "server.tls is set but soulbased was built without the tls feature",
-    )
-    .with_field("field", "server.tls"))
-}
-
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
+/// Client deadlines on the gRPC listener, as tonic's own server keeps them: a call
+/// still running when its `grpc-timeout` passes is dropped and answered
+/// `CANCELLED`.
+async fn grpc_deadline(request: axum::extract::Request, next: Next) -> axum::response::Response {
+    match grpc_timeout(request.headers()) {
+        None => next.run(request).await,
+        Some(deadline) => tokio::time::timeout(deadline, next.run(request))
+            .await
+            .unwrap_or_else(|_| tonic::Status::cancelled("Timeout expired").into_http()),
+    }
 }
 
 /// The streamable HTTP MCP service for `app`, stopped by `stop`, with its sessions
@@ -179,15 +171,9 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| SoulError::internal(e).with_note("building the reflection service"))?;
-    // HTTP/2 pings find dead peers; the stream cap bounds one connection's work.
-    let mut builder = tonic::transport::Server::builder()
-        .max_concurrent_streams(cfg.http2_max_concurrent_streams)
-        .http2_keepalive_interval(Some(limits.http2_keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout));
-    if let Some(t) = &cfg.tls {
-        builder = tls(builder, t)?;
-    }
-    let mut routes = builder.add_service(health_service).add_service(reflection);
+    // Served through the listener's own loop (connection cap, timeouts, pings,
+    // stream cap), like HTTP.
+    let mut routes = tonic::service::Routes::new(health_service).add_service(reflection);
     let tools = cfg.roles.contains(&Role::Tools);
     if tools {
         let registry = RegistryService::new(
@@ -244,14 +230,29 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    // The HTTP listener's TLS is set up before anything is served, so a bad
-    // `server.tls` fails start-up without leaving the gRPC listener running.
-    let https = cfg.tls.as_ref().map(https_acceptor).transpose()?;
-    // Every accepted socket gets TCP_NODELAY (a response is several small writes;
-    // with Nagle each waits for the peer's delayed ACK, ~40 ms) and TCP keep-alive.
-    let grpc = tokio::spawn(routes.serve_with_incoming_shutdown(
-        crate::listener::incoming(grpc_listener, limits.tcp_keepalive),
-        stopped(stop_rx.clone()),
+    // Both listeners' TLS is set up before anything is served, so a bad
+    // `server.tls` fails start-up without leaving a listener running.
+    let (grpc_tls, https) = match &cfg.tls {
+        Some(t) => (
+            Some(tls_acceptor(t, Protocol::Grpc)?),
+            Some(tls_acceptor(t, Protocol::Http)?),
+        ),
+        None => (None, None),
+    };
+    let grpc_router = routes
+        .prepare()
+        .into_axum_router()
+        .layer(middleware::from_fn(grpc_deadline));
+    let grpc_connections = Connections::new(limits.grpc_max_connections);
+    app.metrics.watch_grpc_connections(grpc_connections.clone());
+    let grpc = tokio::spawn(crate::listener::serve(
+        grpc_listener,
+        grpc_tls,
+        Protocol::Grpc,
+        grpc_router,
+        limits.clone(),
+        grpc_connections,
+        stop_rx.clone(),
     ));
 
     // HTTP (API, health, metrics, MCP).
@@ -259,9 +260,10 @@ pub async fn run(
     let router = http_api::router(app.clone(), mcp);
     let connections = Connections::new(limits.max_connections);
     app.metrics.watch_connections(connections.clone());
-    let http = tokio::spawn(crate::listener::serve_http(
+    let http = tokio::spawn(crate::listener::serve(
         http_listener,
         https,
+        Protocol::Http,
         router,
         limits.clone(),
         connections,
@@ -292,7 +294,7 @@ pub async fn run(
     let http_abort = http.abort_handle();
     let drained = tokio::time::timeout(grace, async {
         let (g, h) = tokio::join!(grpc, http);
-        if let Ok(Err(e)) = g {
+        if let Err(e) = g {
             tracing::warn!(error = %e, "gRPC server ended with an error");
         }
         if let Err(e) = h {
@@ -370,5 +372,35 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn timeout_of(v: &str) -> Option<Duration> {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-timeout", v.parse().unwrap());
+        grpc_timeout(&h)
+    }
+
+    /// `grpc-timeout` is read as the gRPC over HTTP/2 spec writes it.
+    #[test]
+    fn grpc_timeouts_are_parsed() {
+        assert_eq!(timeout_of("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(timeout_of("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(timeout_of("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(timeout_of("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(timeout_of("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(
+            timeout_of("99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in ["", "S", "123456789S", "5s", "-5S", "5 S", "1.5S"] {
+            assert_eq!(timeout_of(bad), None, "{bad:?}");
+        }
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
     }
 }

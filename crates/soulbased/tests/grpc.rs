@@ -666,3 +666,47 @@ policy:
         .await;
     assert_eq!(refused.error_code.unwrap().as_str(), "AUTH.UNAUTHENTICATED");
 }
+
+/// A client's `grpc-timeout` is kept by the server: a call still running at its
+/// deadline is dropped and answered at once with a status (trailers only), not
+/// after the tool's 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_deadlines_are_kept_by_the_server() {
+    let server = Server::start(DEV_CONFIG);
+    let mut h2 = common::H2::connect(&server.grpc).await;
+    // InvokeRequest { tool_id = 1, arguments_json = 2 }, encoded by hand.
+    let mut message = Vec::new();
+    for (field, value) in [(1u8, "soulbase.builtin.sleep"), (2, r#"{"ms": 5000}"#)] {
+        message.push(field << 3 | 2);
+        message.push(u8::try_from(value.len()).unwrap());
+        message.extend_from_slice(value.as_bytes());
+    }
+    let started = std::time::Instant::now();
+    h2.grpc_call(
+        1,
+        "/soulbase.tools.v1.ToolInvoker/Invoke",
+        &[
+            ("grpc-timeout", "300m"),
+            ("x-soulbase-tenant", "acme"),
+            ("x-soulbase-actor", "a"),
+        ],
+        &message,
+    )
+    .await;
+    const HEADERS: u8 = 1;
+    let (flags, _) = tokio::time::timeout(std::time::Duration::from_secs(10), h2.until(HEADERS, 1))
+        .await
+        .expect("no answer")
+        .expect("the connection closed");
+    let elapsed = started.elapsed();
+    assert_ne!(
+        flags & 0x1,
+        0,
+        "the answer should be trailers only (a status)"
+    );
+    assert!(
+        elapsed >= std::time::Duration::from_millis(300),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < std::time::Duration::from_secs(4), "{elapsed:?}");
+}

@@ -1,24 +1,22 @@
-//! The server's own limits (issue 26): connection cap, header-read and idle
-//! timeouts, body limit, HTTP/2 stream cap and pings — against a real `soulbased`.
+//! The server's own limits (issue 26): connection caps (HTTP and gRPC, each its
+//! own), first-request (header-read), body-read and idle timeouts, body limit,
+//! HTTP/2 stream cap and pings — against a real `soulbased`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{DEV_CONFIG, Server, http};
+use common::{
+    DEV_CONFIG, H2, H2_PREFACE, Server, closed_within, config_with as config, http, wait_metric,
+};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// `DEV_CONFIG` with `extra` (lines indented for `server:`) under `server:`.
-fn config(extra: &str) -> String {
-    DEV_CONFIG.replacen("server:\n", &format!("server:\n{extra}"), 1)
-}
 
 /// Reads one HTTP/1.1 response with a `content-length` body from `c`; returns
 /// (status, body).
-async fn read_response(c: &mut TcpStream) -> (u16, String) {
+async fn read_response(c: &mut (impl AsyncRead + Unpin)) -> (u16, String) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -41,21 +39,6 @@ async fn read_response(c: &mut TcpStream) -> (u16, String) {
             }
         }
     }
-}
-
-/// Whether the server closes `c` within `bound` (EOF or reset).
-async fn closed_within(c: &mut TcpStream, bound: Duration) -> bool {
-    let mut buf = [0u8; 1024];
-    tokio::time::timeout(bound, async {
-        loop {
-            match c.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .is_ok()
 }
 
 async fn half_open(addr: &str) -> TcpStream {
@@ -104,7 +87,8 @@ async fn slow_headers_are_cut_off() {
 }
 
 /// `server.idle_timeout_ms`: a keep-alive connection with no request in progress
-/// is closed (the header-read timeout, 60 s here, is not what closes it).
+/// is closed, on both listeners (the header-read timeout, 60 s here, is not what
+/// closes it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_connections_are_closed() {
     let server = Server::start(&config(
@@ -116,6 +100,147 @@ async fn idle_keep_alive_connections_are_closed() {
         .unwrap();
     assert_eq!(read_response(&mut c).await.0, 200);
     assert!(closed_within(&mut c, Duration::from_secs(10)).await);
+    let mut grpc = served_grpc(&server.grpc).await;
+    assert!(closed_within(&mut grpc.0, Duration::from_secs(10)).await);
+}
+
+const HEADERS: u8 = 1;
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
+/// A raw gRPC connection that has completed a request (a health check without
+/// its message, answered with an error status) and is idle again.
+async fn served_grpc(addr: &str) -> H2 {
+    let mut h2 = H2::connect(addr).await;
+    h2.grpc_request(1, HEALTH_CHECK).await;
+    let answer = tokio::time::timeout(Duration::from_secs(5), h2.until(HEADERS, 1))
+        .await
+        .expect("the gRPC request was not answered in time");
+    assert!(
+        answer.is_some(),
+        "the gRPC connection closed before answering"
+    );
+    h2
+}
+
+/// Whether `h2` still answers a request on `stream`.
+async fn still_served(h2: &mut H2, stream: u32) -> bool {
+    h2.grpc_request(stream, HEALTH_CHECK).await;
+    tokio::time::timeout(Duration::from_secs(5), h2.until(HEADERS, stream))
+        .await
+        .is_ok_and(|a| a.is_some())
+}
+
+/// `server.grpc_max_connections`: at the gRPC listener's cap the connections
+/// that never sent the preface and a request go first (long before the 10 s
+/// preface timeout), a connection that did survives, new clients are served —
+/// and the HTTP listener's connections, under a cap of their own, are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_connection_cap_sheds_connections_without_a_request_first() {
+    let server = Server::start(&config("  grpc_max_connections: 8\n"));
+    let mut http_half_open = half_open(&server.http).await;
+    let mut served = served_grpc(&server.grpc).await;
+    let mut flood = Vec::new();
+    for i in 0..30 {
+        let mut c = TcpStream::connect(&server.grpc).await.unwrap();
+        if i % 2 == 1 {
+            // Part of the preface; the server may already have shed it.
+            let _ = c.write_all(&H2_PREFACE[..10]).await;
+        }
+        flood.push(c);
+    }
+    let mut fresh = served_grpc(&server.grpc).await;
+    assert!(still_served(&mut fresh, 3).await);
+    assert!(closed_within(&mut flood[0], Duration::from_secs(5)).await);
+    assert!(
+        still_served(&mut served, 3).await,
+        "the served connection was shed"
+    );
+    wait_metric(&server.http, "soulbase_grpc_connections", |v| v <= 8.0).await;
+    assert!(
+        !closed_within(&mut http_half_open, Duration::from_millis(200)).await,
+        "a gRPC flood closed an HTTP connection"
+    );
+}
+
+/// `server.header_read_timeout_ms` on the gRPC listener: a connection that sends
+/// nothing, part of the preface, or the preface and no request is closed after
+/// it; one that has sent a request is not (the idle timeout is 60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_connections_without_a_request_are_closed_after_the_preface_timeout() {
+    let server = Server::start(&config(
+        "  header_read_timeout_ms: 300\n  idle_timeout_ms: 60000\n",
+    ));
+    let opened = Instant::now();
+    let silent = TcpStream::connect(&server.grpc).await.unwrap();
+    let mut partial = TcpStream::connect(&server.grpc).await.unwrap();
+    partial.write_all(&H2_PREFACE[..10]).await.unwrap();
+    let preface_only = H2::connect(&server.grpc).await;
+    let mut served = served_grpc(&server.grpc).await;
+    for (what, mut c) in [
+        ("silent", silent),
+        ("partial preface", partial),
+        ("preface only", preface_only.0),
+    ] {
+        assert!(
+            closed_within(&mut c, Duration::from_secs(10)).await,
+            "the {what} connection was not closed"
+        );
+    }
+    assert!(opened.elapsed() >= Duration::from_millis(300));
+    assert!(still_served(&mut served, 3).await);
+    wait_metric(&server.http, "soulbase_grpc_connections", |v| v == 1.0).await;
+}
+
+/// `server.body_read_timeout_ms`: a body trickled slower than that is answered
+/// 408 in the JSON error envelope, its connection is closed and no longer
+/// counts; a body sent in time is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_are_answered_408_and_their_connection_closed() {
+    let server = Server::start(&config(
+        "  body_read_timeout_ms: 300\n  header_read_timeout_ms: 60000\n  idle_timeout_ms: 60000\n",
+    ));
+    let mut c = TcpStream::connect(&server.http).await.unwrap();
+    let head = "POST /api/tools/soulbase.builtin.echo/invoke HTTP/1.1\r\nHost: x\r\n\
+                x-soulbase-tenant: acme\r\nx-soulbase-actor: a\r\n\
+                content-type: application/json\r\ncontent-length: 64\r\n\r\n{";
+    c.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let (mut rd, mut wr) = c.into_split();
+    // One byte every 50 ms, at most 60 of the 63 left: never the whole body.
+    let trickle = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        for _ in 0..60 {
+            tick.tick().await;
+            if wr.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), read_response(&mut rd))
+        .await
+        .expect("no answer to the slow body");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(status, 408, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "SCHEMA.VALIDATION_FAILED", "{v}");
+    assert_eq!(v["error"]["fields"]["field"], "body", "{v}");
+    assert_eq!(v["error"]["fields"]["timeout_ms"], "300", "{v}");
+    assert!(
+        closed_within(&mut rd, Duration::from_secs(5)).await,
+        "the slow body's connection was kept open"
+    );
+    // Only the `/metrics` request's own connection is left.
+    wait_metric(&server.http, "soulbase_http_connections", |v| v == 1.0).await;
+    trickle.abort();
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "a")],
+        r#"{"in": "time"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
 }
 
 fn assert_too_large(status: u16, body: &str, max: usize) {
@@ -183,33 +308,6 @@ async fn oversized_bodies_get_the_json_envelope() {
     let server = Server::start(&config("  max_body_bytes: 65536\n"));
     let (status, body) = http(&server.http, "POST", invoke, &dev, &small).await;
     assert_too_large(status, &body, 65536);
-}
-
-/// The frames of an HTTP/2 connection, read raw.
-struct H2(TcpStream);
-
-impl H2 {
-    /// Connects with the client preface and an empty SETTINGS frame.
-    async fn connect(addr: &str) -> H2 {
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .unwrap();
-        c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-        H2(c)
-    }
-
-    /// The next frame: (type, flags, payload); `None` at EOF.
-    async fn frame(&mut self) -> Option<(u8, u8, Vec<u8>)> {
-        let mut head = [0u8; 9];
-        if self.0.read_exact(&mut head).await.is_err() {
-            return None;
-        }
-        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-        let mut payload = vec![0u8; len];
-        self.0.read_exact(&mut payload).await.ok()?;
-        Some((head[3], head[4], payload))
-    }
 }
 
 const SETTINGS: u8 = 4;

@@ -7,14 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{DEV_CONFIG, Server, rss_kib, wait_metric};
+use common::{DEV_CONFIG, Server, config_with as config, rss_kib, wait_metric};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
-
-/// `DEV_CONFIG` with `extra` (lines indented for `server:`) under `server:`.
-fn config(extra: &str) -> String {
-    DEV_CONFIG.replacen("server:\n", &format!("server:\n{extra}"), 1)
-}
 
 struct Answer {
     status: u16,
@@ -208,4 +203,30 @@ async fn ten_thousand_initialize_calls_stay_within_the_memory_bound() {
         "RSS grew from {before} KiB to {after} KiB"
     );
     assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
+
+/// `server.body_read_timeout_ms` times request bodies only: an MCP call whose
+/// streamed (SSE) answer takes longer than it is answered whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_answers_outlive_the_body_read_timeout() {
+    let server = Server::start(&config("  body_read_timeout_ms: 200\n"));
+    let client = reqwest::Client::new();
+    let session = open(&client, &server, "acme").await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let a = post(&client, &server, "acme", Some(&session), &initialized).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    let call = json!({
+        "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "soulbase.builtin.sleep", "arguments": {"ms": 800}}
+    });
+    let started = Instant::now();
+    let a = post(&client, &server, "acme", Some(&session), &call).await;
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(
+        a.body.starts_with("data:") || a.body.contains("\ndata:"),
+        "{}",
+        a.body
+    );
+    assert!(a.body.contains("slept_ms"), "{}", a.body);
 }

@@ -26,6 +26,11 @@ quota:
     - { tenant: limited, tool: soulbase.builtin.echo, rate: 1/min }
 "#;
 
+/// `DEV_CONFIG` with `extra` (lines indented for `server:`) under `server:`.
+pub fn config_with(extra: &str) -> String {
+    DEV_CONFIG.replacen("server:\n", &format!("server:\n{extra}"), 1)
+}
+
 pub struct Server {
     child: Child,
     pub grpc: String,
@@ -366,12 +371,7 @@ pub async fn http(
 pub async fn wait_metric(addr: &str, metric: &str, pred: impl Fn(f64) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (_, text) = http(addr, "GET", "/metrics", &[], "").await;
-        let v = text
-            .lines()
-            .find(|l| l.starts_with(metric) && l[metric.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok());
+        let v = self::metric(addr, metric).await;
         if v.is_some_and(&pred) {
             return;
         }
@@ -382,4 +382,130 @@ pub async fn wait_metric(addr: &str, metric: &str, pred: impl Fn(f64) -> bool) {
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Whether the server closes `c` within `bound` (EOF or reset; anything it sends
+/// before is read and dropped).
+pub async fn closed_within(c: &mut (impl tokio::io::AsyncRead + Unpin), bound: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(bound, async {
+        loop {
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// The HTTP/2 client connection preface.
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The frames of an HTTP/2 connection, written and read raw.
+pub struct H2(pub tokio::net::TcpStream);
+
+impl H2 {
+    /// Connects with the client preface and an empty SETTINGS frame.
+    pub async fn connect(addr: &str) -> H2 {
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(H2_PREFACE).await.unwrap();
+        c.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        H2(c)
+    }
+
+    /// Sends a complete request without a body (HEADERS with END_STREAM) on
+    /// stream `stream` (odd): `POST path` as gRPC.
+    pub async fn grpc_request(&mut self, stream: u32, path: &str) {
+        self.headers(stream, path, &[], true).await;
+    }
+
+    /// Sends a gRPC call on stream `stream` (odd): `POST path` with the metadata
+    /// `extra` and one message, `message` (protobuf-encoded), ending the stream.
+    pub async fn grpc_call(
+        &mut self,
+        stream: u32,
+        path: &str,
+        extra: &[(&str, &str)],
+        message: &[u8],
+    ) {
+        self.headers(stream, path, extra, false).await;
+        let mut data = vec![0];
+        data.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+        data.extend_from_slice(message);
+        // DATA, END_STREAM.
+        self.write_frame(0, 0x1, stream, &data).await;
+    }
+
+    /// A HEADERS frame for a gRPC `POST path` with `extra` (header block
+    /// uncompressed: literal fields without indexing), ending the stream with
+    /// `end`.
+    async fn headers(&mut self, stream: u32, path: &str, extra: &[(&str, &str)], end: bool) {
+        let mut block = Vec::new();
+        let fixed = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "localhost"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ];
+        for (name, value) in fixed.iter().chain(extra) {
+            block.push(0);
+            block.push(u8::try_from(name.len()).unwrap());
+            block.extend_from_slice(name.as_bytes());
+            block.push(u8::try_from(value.len()).unwrap());
+            block.extend_from_slice(value.as_bytes());
+        }
+        // END_HEADERS, and END_STREAM with `end`.
+        let flags = if end { 0x5 } else { 0x4 };
+        self.write_frame(1, flags, stream, &block).await;
+    }
+
+    async fn write_frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let len = payload.len();
+        let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(payload);
+        self.0.write_all(&frame).await.unwrap();
+    }
+
+    /// The next frame: (type, flags, payload); `None` at EOF.
+    pub async fn frame(&mut self) -> Option<(u8, u8, Vec<u8>)> {
+        self.next()
+            .await
+            .map(|(kind, flags, _, payload)| (kind, flags, payload))
+    }
+
+    /// Reads frames until one of type `kind` on `stream` arrives: (flags,
+    /// payload); `None` at EOF.
+    pub async fn until(&mut self, kind: u8, stream: u32) -> Option<(u8, Vec<u8>)> {
+        loop {
+            let (k, flags, id, payload) = self.next().await?;
+            if k == kind && id == stream {
+                return Some((flags, payload));
+            }
+        }
+    }
+
+    /// The next frame: (type, flags, stream, payload); `None` at EOF.
+    async fn next(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        let mut head = [0u8; 9];
+        self.0.read_exact(&mut head).await.ok()?;
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        self.0.read_exact(&mut payload).await.ok()?;
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        Some((head[3], head[4], id, payload))
+    }
+}
+
+/// The value of `metric` (no labels) on the server's `/metrics` now.
+pub async fn metric(addr: &str, metric: &str) -> Option<f64> {
+    let (_, text) = http(addr, "GET", "/metrics", &[], "").await;
+    text.lines()
+        .find(|l| l.starts_with(metric) && l[metric.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
 }
