@@ -327,6 +327,8 @@ fn confinement_record(isolation: Isolation, caps: Caps) -> SideEffectRecord {
 
 enum Event {
     Exited(std::io::Result<ExitStatus>),
+    /// The tool's wait status, reported before its namespaces are torn down.
+    Status(i32),
     Overflow,
 }
 
@@ -339,19 +341,36 @@ struct Finished {
 }
 
 /// Spawns and watches the child on plain threads (called from the blocking pool).
+///
+/// With a `status` pipe (namespaces), the call ends as soon as the tool's status comes
+/// through it; reaping the process in between (which waits for the namespaces'
+/// teardown) and killing what is left of the group go on in the background.
 fn supervise(
     mut cmd: Command,
     input: Vec<u8>,
     timeout: Duration,
     max_out: usize,
     max_err: usize,
+    status: Option<(std::io::PipeReader, std::io::PipeWriter)>,
 ) -> Result<Finished, SoulError> {
     let started = Instant::now();
-    let mut child: Child = cmd
-        .spawn()
-        .map_err(|e| unavailable(format!("cannot start the tool: {e}")))?;
+    let spawned = cmd.spawn();
+    let (status_reader, status_writer) = status.unzip();
+    // Only the child may hold the write end: EOF then means it is gone.
+    drop(status_writer);
+    let mut child: Child =
+        spawned.map_err(|e| unavailable(format!("cannot start the tool: {e}")))?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel::<Event>();
+    if let Some(mut r) = status_reader {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut raw = [0u8; 4];
+            if r.read_exact(&mut raw).is_ok() {
+                let _ = tx.send(Event::Status(i32::from_ne_bytes(raw)));
+            }
+        });
+    }
 
     let stdin = child.stdin.take();
     let writer = thread::spawn(move || {
@@ -406,6 +425,7 @@ fn supervise(
         };
         match rx.recv_timeout(wait) {
             Ok(Event::Exited(s)) => break s,
+            Ok(Event::Status(raw)) => break Ok(ExitStatus::from_raw(raw)),
             Ok(Event::Overflow) => {
                 overflow = true;
                 sys::kill_group(pid);
@@ -420,7 +440,10 @@ fn supervise(
             }
         }
     };
-    let _ = waiter.join();
+    // A reported status leaves the waiter to reap (and kill the group) by itself.
+    if waiter.is_finished() {
+        let _ = waiter.join();
+    }
     let _ = writer.join();
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
@@ -561,6 +584,12 @@ impl Executor for ProcessExecutor {
                 .map(|s| s.path().to_path_buf())
                 .unwrap_or_else(|| PathBuf::from("/nonexistent"));
             let cwd = scratch.as_ref().map(|s| s.path()).unwrap_or(Path::new("/"));
+            let status_pipe = match options.isolation {
+                Isolation::Namespaces => {
+                    Some(std::io::pipe().map_err(|e| unavailable(format!("status pipe: {e}")))?)
+                }
+                Isolation::LandlockOnly => None,
+            };
             let namespaces = match options.isolation {
                 Isolation::Namespaces => {
                     let outside = crate::namespace::outside_ids(options.run_as);
@@ -571,7 +600,11 @@ impl Executor for ProcessExecutor {
                             ))
                         })?;
                     }
-                    Some(NamespacePlan::build(&plan, cwd, outside)?)
+                    let ns = NamespacePlan::build(&plan, cwd, outside)?;
+                    Some(match &status_pipe {
+                        Some((_, w)) => ns.report_status_to(std::os::fd::AsRawFd::as_raw_fd(w)),
+                        None => ns,
+                    })
                 }
                 Isolation::LandlockOnly => None,
             };
@@ -596,7 +629,14 @@ impl Executor for ProcessExecutor {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .process_group(0);
-            let finished = supervise(cmd, input, timeout, max_out, options.max_stderr_bytes)?;
+            let finished = supervise(
+                cmd,
+                input,
+                timeout,
+                max_out,
+                options.max_stderr_bytes,
+                status_pipe,
+            )?;
             outcome(
                 finished,
                 timeout,

@@ -82,6 +82,9 @@ pub(crate) struct NamespacePlan {
     base_old_root: CString,
     ops: Vec<Op>,
     cwd: CString,
+    /// Where the tool's wait status is sent to the executor (the write end of a pipe
+    /// the executor made); `-1`: nowhere.
+    status_fd: libc::c_int,
 }
 
 fn unavailable(note: String) -> SoulError {
@@ -318,7 +321,15 @@ impl NamespacePlan {
             base: cstring(&base)?,
             ops: tree.ops,
             cwd: cstring(cwd)?,
+            status_fd: -1,
         })
+    }
+
+    /// Sends the tool's wait status to `fd` (a pipe's write end, inherited by the
+    /// child) as soon as the tool has ended.
+    pub(crate) fn report_status_to(mut self, fd: std::os::fd::RawFd) -> Self {
+        self.status_fd = fd;
+        self
     }
 
     /// Runs in the forked child before `exec`: system calls only. Returns in the tool's
@@ -337,8 +348,8 @@ impl NamespacePlan {
         let (report_read, report_write) = sys::pipe_cloexec()?;
         let pid = sys::fork()?;
         if pid > 0 {
-            sys::close_all_fds_except(report_read);
-            sys::relay_exit(report_read, pid);
+            sys::close_all_fds_except([report_read, self.status_fd]);
+            sys::relay_exit(report_read, self.status_fd, pid);
         }
         // PID 1 of the new namespace; it dies with the process in between.
         sys::die_with_parent()?;
@@ -407,7 +418,7 @@ impl NamespacePlan {
         // status); the tool is PID 2, so signals act on it as they would outside.
         let tool = sys::fork()?;
         if tool > 0 {
-            sys::close_all_fds_except(report_write);
+            sys::close_all_fds_except([report_write, report_write]);
             sys::reap_until(tool, report_write);
         }
         sys::die_with_parent()?;

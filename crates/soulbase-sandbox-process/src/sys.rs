@@ -144,20 +144,24 @@ pub(crate) fn pipe_cloexec() -> io::Result<(libc::c_int, libc::c_int)> {
     Ok((fds[0], fds[1]))
 }
 
-/// Closes every file descriptor but `keep`: a process that only waits holds nothing
-/// of the tool's (its pipes must see EOF when the tool ends, and `Command`'s error
-/// pipe when it `exec`s).
-pub(crate) fn close_all_fds_except(keep: libc::c_int) {
-    let keep = u32::try_from(keep).unwrap_or(0);
-    // SAFETY: close_range with integer arguments only.
-    let ranges_closed = unsafe {
-        (keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0)
-            && libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0
-    };
-    if !ranges_closed {
-        for fd in (0..4096).filter(|fd| *fd != keep as libc::c_int) {
-            // SAFETY: closing a descriptor that may not exist is harmless (EBADF).
-            unsafe { libc::close(fd) };
+/// Closes every file descriptor but those in `keep` (at most two, any order): a
+/// process that only waits holds nothing of the tool's (its pipes must see EOF when
+/// the tool ends, and `Command`'s error pipe when it `exec`s).
+pub(crate) fn close_all_fds_except(keep: [libc::c_int; 2]) {
+    let (a, b) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
+    // The ranges between the kept descriptors, as close_range takes them.
+    let ranges = [(0, a - 1), (a + 1, b - 1), (b + 1, libc::c_int::MAX)];
+    for (first, last) in ranges {
+        if first > last || last < 0 {
+            continue;
+        }
+        // SAFETY: close_range with integer arguments only.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+        if r != 0 {
+            for fd in first..=last.min(4095) {
+                // SAFETY: closing a descriptor that may not exist is harmless (EBADF).
+                unsafe { libc::close(fd) };
+            }
         }
     }
 }
@@ -223,10 +227,12 @@ pub(crate) fn reap_until(tool: libc::pid_t, report: libc::c_int) -> ! {
 }
 
 /// The process between the executor and the tool's namespace: reads the tool's
-/// wait status from `report`, reaps the namespace's init `init`, and ends as the tool
-/// ended (or as the init did, when no status came), so the executor sees the tool's
-/// own exit code or signal.
-pub(crate) fn relay_exit(report: libc::c_int, init: libc::pid_t) -> ! {
+/// wait status from `report` and passes it on to the executor at once on `forward`
+/// (the namespaces' teardown, paid when their init exits, is then not on the call's
+/// path), reaps the namespace's init `init`, and ends as the tool ended (or as the
+/// init did, when no status came), so the executor sees the tool's own exit code or
+/// signal either way.
+pub(crate) fn relay_exit(report: libc::c_int, forward: libc::c_int, init: libc::pid_t) -> ! {
     let mut status: libc::c_int = 0;
     let mut got = 0usize;
     while got < 4 {
@@ -245,6 +251,13 @@ pub(crate) fn relay_exit(report: libc::c_int, init: libc::pid_t) -> ! {
             got += n as usize;
         } else if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
             break;
+        }
+    }
+    if got == 4 {
+        // SAFETY: writing a local int to the executor's pipe, then closing it.
+        unsafe {
+            libc::write(forward, (&status as *const libc::c_int).cast(), 4);
+            libc::close(forward);
         }
     }
     let init_status = wait_status(init).map(|(_, s)| s);
