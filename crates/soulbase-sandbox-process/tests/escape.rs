@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{T, TOOL, call, fs, open_to_tools, proc_only, sandbox};
+use common::{T, TOOL_ENV, call, fs, open_to_tools, proc_only, sandbox, tool};
 use serde_json::{Value, json};
 use soulbase_errors::ErrorCode;
 use soulbase_sandbox::{Capability, FsAccess, LocalSandbox, Profile};
@@ -105,7 +105,7 @@ async fn escape_corpus(options: ProcessOptions) {
 
     // 2. The server's resource limit, priority, affinity; signals to it and to a
     // process of its own.
-    let mut victim = std::process::Command::new(TOOL)
+    let mut victim = std::process::Command::new(tool())
         .arg("--sleep")
         .spawn()
         .unwrap();
@@ -171,7 +171,7 @@ async fn escape_corpus(options: ProcessOptions) {
     let out = probe(&sb, &only_itself, json!({"op": "spawn", "count": 10000})).await;
     assert_eq!(out["spawned"], 0, "{out}");
     let spawner = Profile::new(vec![Capability::Proc {
-        commands: vec![TOOL.into(), "/bin/true".into()],
+        commands: vec![tool().into(), "/bin/true".into()],
     }]);
     let started = Instant::now();
     let out = probe(&sb, &spawner, json!({"op": "spawn", "count": 10000})).await;
@@ -231,15 +231,25 @@ const NOBODY: u32 = 65534;
 
 #[test]
 fn the_escape_corpus_fails_under_an_unprivileged_server() {
-    let exe = std::env::current_exe().unwrap();
     // SAFETY: geteuid has no arguments.
     #[allow(unsafe_code)]
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        // Already unprivileged: the corpus above ran as this uid.
+        // Already unprivileged: run the corpus as this uid.
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(escape_corpus(ProcessOptions::default()));
         return;
+    }
+    // Copies of this test binary and the fixture where `nobody` can reach them,
+    // whatever the permissions of the checkout.
+    let dir = tempfile::tempdir().unwrap();
+    open_to_tools(dir.path(), 0o755);
+    let exe = dir.path().join("escape-test");
+    let fixture = dir.path().join("fixture-tool");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::copy(tool(), &fixture).unwrap();
+    for p in [&exe, &fixture] {
+        open_to_tools(p, 0o755);
     }
     let out = std::process::Command::new(&exe)
         .args([
@@ -252,6 +262,7 @@ fn the_escape_corpus_fails_under_an_unprivileged_server() {
         .gid(NOBODY)
         .current_dir("/")
         .env("TMPDIR", "/tmp")
+        .env(TOOL_ENV, &fixture)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

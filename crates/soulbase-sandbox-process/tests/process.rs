@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{
-    T, TOOL, fs, marked_process_alive, ok, open_to_tools, proc_only, refused, run, sandbox,
+    T, fs, marked_process_alive, ok, open_to_tools, proc_only, refused, run, sandbox, tool,
 };
 use serde_json::json;
 use soulbase_errors::ErrorCode;
@@ -180,7 +180,7 @@ async fn a_timeout_kills_the_whole_process_group() {
     // Granting a second command allows the tool to start processes.
     let p = Profile::new(vec![
         Capability::Proc {
-            commands: vec![TOOL.into(), "/bin/true".into()],
+            commands: vec![tool().into(), "/bin/true".into()],
         },
         fs(dir.path(), &[FsAccess::Read, FsAccess::Write]),
     ]);

@@ -15,8 +15,19 @@ use soulbase_sandbox::{
 use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
 use soulbase_types::{CallId, TenantId, ToolId};
 
-/// The native fixture tool (`fixtures/process/fixture_tool.rs`).
-pub const TOOL: &str = env!("CARGO_BIN_EXE_soulbase-sandbox-fixture");
+/// The environment variable naming a copy of the fixture tool to use instead of the
+/// one Cargo built (the escape corpus re-run as `nobody` uses a copy it can reach).
+pub const TOOL_ENV: &str = "SOULBASE_FIXTURE_TOOL";
+
+/// The native fixture tool (`fixtures/process/fixture_tool.rs`), or the copy
+/// [`TOOL_ENV`] names.
+pub fn tool() -> &'static str {
+    static TOOL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOOL.get_or_init(|| {
+        std::env::var(TOOL_ENV)
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_soulbase-sandbox-fixture").to_owned())
+    })
+}
 /// A timeout no healthy call comes near.
 pub const T: Duration = Duration::from_secs(10);
 
@@ -31,7 +42,7 @@ pub fn sandbox(options: ProcessOptions) -> LocalSandbox {
 /// A profile granting the fixture itself and `extra`.
 pub fn proc_only(extra: Vec<Capability>) -> Profile {
     let mut caps = vec![Capability::Proc {
-        commands: vec![TOOL.into()],
+        commands: vec![tool().into()],
     }];
     caps.extend(extra);
     Profile::new(caps)
@@ -54,7 +65,7 @@ pub async fn call(
     max_out: Option<u64>,
 ) -> Result<ExecOutput, SoulError> {
     let provider = ProviderBinding::Process {
-        command: TOOL.into(),
+        command: tool().into(),
         args: vec![],
     };
     let call_id = CallId::generate();
