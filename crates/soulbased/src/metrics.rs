@@ -105,6 +105,14 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The size of a watched collection (0 until one is watched).
+fn watched_len<T>(slot: &Mutex<Option<Arc<T>>>, len: impl Fn(&T) -> usize) -> usize {
+    slot.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map_or(0, |t| len(t))
+}
+
 fn bump(map: &Mutex<BTreeMap<(Surface, ErrorCode), u64>>, key: (Surface, ErrorCode)) {
     let mut m = map.lock().unwrap_or_else(PoisonError::into_inner);
     *m.entry(key).or_default() += 1;
@@ -286,39 +294,27 @@ impl Metrics {
             "soulbase_registry_snapshot_version {}",
             self.registry_version.load(Ordering::Relaxed)
         );
-        let connections = self
-            .connections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map_or(0, |c| c.len());
-        let _ = writeln!(
-            out,
-            "# HELP soulbase_http_connections Connections the HTTP listener holds."
-        );
-        let _ = writeln!(out, "# TYPE soulbase_http_connections gauge");
-        let _ = writeln!(out, "soulbase_http_connections {connections}");
-        let grpc_connections = self
-            .grpc_connections
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map_or(0, |c| c.len());
-        let _ = writeln!(
-            out,
-            "# HELP soulbase_grpc_connections Connections the gRPC listener holds."
-        );
-        let _ = writeln!(out, "# TYPE soulbase_grpc_connections gauge");
-        let _ = writeln!(out, "soulbase_grpc_connections {grpc_connections}");
-        let sessions = self
-            .mcp_sessions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map_or(0, |s| s.len());
-        let _ = writeln!(out, "# HELP soulbase_mcp_sessions Live MCP sessions.");
-        let _ = writeln!(out, "# TYPE soulbase_mcp_sessions gauge");
-        let _ = writeln!(out, "soulbase_mcp_sessions {sessions}");
+        for (name, help, count) in [
+            (
+                "soulbase_http_connections",
+                "Connections the HTTP listener holds.",
+                watched_len(&self.connections, |c| c.len()),
+            ),
+            (
+                "soulbase_grpc_connections",
+                "Connections the gRPC listener holds.",
+                watched_len(&self.grpc_connections, |c| c.len()),
+            ),
+            (
+                "soulbase_mcp_sessions",
+                "Live MCP sessions.",
+                watched_len(&self.mcp_sessions, |s| s.len()),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {count}");
+        }
         out
     }
 }
