@@ -190,12 +190,22 @@ fn ancestors(path: &Path) -> Vec<PathBuf> {
 struct TreeBuilder {
     ops: Vec<Op>,
     made: BTreeSet<PathBuf>,
-    bound: Vec<PathBuf>,
+    /// Binds made so far, parents before children.
+    bound: Vec<(PathBuf, BindMode)>,
 }
 
 impl TreeBuilder {
     fn under_bind(&self, path: &Path) -> bool {
-        self.bound.iter().any(|b| path.starts_with(b))
+        self.bound.iter().any(|(b, _)| path.starts_with(b))
+    }
+
+    /// The mode `path` already has through the innermost bind covering it.
+    fn mode_at(&self, path: &Path) -> Option<BindMode> {
+        self.bound
+            .iter()
+            .filter(|(b, _)| path.starts_with(b))
+            .max_by_key(|(b, _)| b.components().count())
+            .map(|(_, m)| *m)
     }
 
     fn dirs_for(&mut self, path: &Path) -> Result<(), SoulError> {
@@ -208,7 +218,9 @@ impl TreeBuilder {
     }
 
     fn bind(&mut self, path: &Path, mode: BindMode) -> Result<(), SoulError> {
-        if self.bound.iter().any(|b| b == path) {
+        // Already there as wanted (inside a bind of the same kind): nothing to mount.
+        // Devices always get their own bind (their parent may be `nodev`).
+        if mode != BindMode::Device && self.mode_at(path) == Some(mode) {
             return Ok(());
         }
         if !self.under_bind(path) {
@@ -227,7 +239,7 @@ impl TreeBuilder {
             target: cstring(path)?,
             mode,
         });
-        self.bound.push(path.to_path_buf());
+        self.bound.push((path.to_path_buf(), mode));
         Ok(())
     }
 
@@ -480,5 +492,17 @@ mod tests {
             .filter(|op| matches!(op, Op::Bind { .. }))
             .count();
         assert_eq!(binds, 2);
+        // A read-only path inside a read-only bind needs no mount of its own.
+        let plan = Plan {
+            read: vec![top.clone(), top.join("a")],
+            ..Plan::default()
+        };
+        let ns = NamespacePlan::build(&plan, Path::new("/"), None).unwrap();
+        let binds = ns
+            .ops
+            .iter()
+            .filter(|op| matches!(op, Op::Bind { .. }))
+            .count();
+        assert_eq!(binds, 1);
     }
 }
