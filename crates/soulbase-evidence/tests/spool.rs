@@ -1052,26 +1052,34 @@ impl SmallVolume {
         self.dir.path()
     }
 
-    /// Fills what is left of the volume with a file of its own, until not one more
-    /// byte can be written (bounded by the volume's size); returns its length.
+    /// Fills what is left of the volume with files of its own (kept: a filler is
+    /// only ever extended), until not one more byte can be written; returns the
+    /// bytes written. Space freed meanwhile (the spool giving up a file) is taken
+    /// too: bounded rounds until a file of one byte cannot be written.
     fn fill(&self) -> u64 {
         use std::io::Write;
-        let mut f = std::fs::File::create(self.path().join("filler")).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path().join("filler"))
+            .unwrap();
         let mut written = 0u64;
-        for chunk in [64usize << 10, 4 << 10, 1] {
-            let bytes = vec![1u8; chunk];
-            while written < 1 << 30 {
-                match f.write(&bytes) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => written += n as u64,
+        for round in 0..20 {
+            for chunk in [64usize << 10, 4 << 10, 1] {
+                let bytes = vec![1u8; chunk];
+                while written < 1 << 30 {
+                    match f.write(&bytes) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => written += n as u64,
+                    }
                 }
             }
+            let probe = self.path().join(format!("one-byte-{round}"));
+            if std::fs::write(probe, b"x").is_err() {
+                return written;
+            }
         }
-        assert!(
-            std::fs::write(self.path().join("one-byte"), b"x").is_err(),
-            "the volume is full"
-        );
-        written
+        panic!("the volume never stayed full");
     }
 }
 
@@ -1093,18 +1101,34 @@ impl Drop for SmallVolume {
 fn a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken() {
     as_root(
         "a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken",
-        || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(full_volume_reclaimed());
-        },
+        || on_runtime(full_volume_reclaimed(true)),
     );
 }
 
-async fn full_volume_reclaimed() {
+/// The same with the checkpoint file gone (as for a spool opened on a disk
+/// already full, where it cannot be made): the drained segments are reclaimed all
+/// the same, and the file is made again once there is room.
+#[test]
+fn a_full_volume_is_reclaimed_even_without_a_checkpoint_file() {
+    as_root(
+        "a_full_volume_is_reclaimed_even_without_a_checkpoint_file",
+        || on_runtime(full_volume_reclaimed(false)),
+    );
+}
+
+/// Runs `f` to completion on a runtime like `#[tokio::test]`'s multi-thread one.
+fn on_runtime(f: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f);
+}
+
+/// See [`a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken`];
+/// `keep_checkpoint`: false removes the checkpoint file right after open.
+async fn full_volume_reclaimed(keep_checkpoint: bool) {
     let volume = SmallVolume::mount("4m");
     let spool = volume.path().join("spool");
     let mut opts = SpoolOptions::new(&spool);
@@ -1112,6 +1136,9 @@ async fn full_volume_reclaimed() {
     opts.drain.max_backoff = Duration::from_millis(250);
     let (sink, store) = open_with_store_down(opts).await;
     assert!(spool.join("checkpoint").exists(), "made at open");
+    if !keep_checkpoint {
+        std::fs::remove_file(spool.join("checkpoint")).unwrap();
+    }
 
     // Calls until the volume is full and a Begin is refused.
     let mut accepted = 0usize;
@@ -1182,6 +1209,10 @@ async fn full_volume_reclaimed() {
     sink.wait_drained(LIMIT).await.unwrap();
     let n = accepted + open.len() + 21;
     assert_eq!(count(&store.inner), (n, n, 0));
+    until("the checkpoint file is there again", || {
+        spool.join("checkpoint").exists()
+    })
+    .await;
     drop(sink);
     drop(volume);
 }
