@@ -155,15 +155,16 @@ fn next_batch(shared: &Shared, pos: Pos, max: usize) -> std::io::Result<(Vec<Enc
 }
 
 /// Retires segments wholly before `drained` that no open Begin pins (kept as
-/// spares for reuse, or deleted: see [`segment::retire`]).
-fn delete_drained(shared: &Shared, drained: Pos) {
+/// spares for reuse, or deleted: see [`segment::retire`]). Returns whether any
+/// was retired.
+fn delete_drained(shared: &Shared, drained: Pos) -> bool {
     if !shared.owns_dir() {
-        return;
+        return false;
     }
     let pin = shared.min_pin.load(Ordering::Acquire);
     let active = shared.active.load(Ordering::Acquire);
     let Ok(ids) = segment::list_segments(&shared.dir) else {
-        return;
+        return false;
     };
     let mut retired = false;
     let mut kept = Vec::new();
@@ -191,6 +192,7 @@ fn delete_drained(shared: &Shared, drained: Pos) {
     if retired && segment::sync_dir(&shared.dir).is_ok() {
         lock(&shared.spares).extend(kept);
     }
+    retired
 }
 
 /// Why a job is skipped: the sink was dropped and its writer is releasing `LOCK`
@@ -298,7 +300,7 @@ pub async fn run(
                     || persisted_at.elapsed() >= opts.checkpoint_every)
             {
                 finish(checkpoint.take()).await;
-                persist(&shared, pos).await;
+                persist(&shared, pos, &wake).await;
                 (persisted, persisted_at) = (pos, tokio::time::Instant::now());
                 continue;
             }
@@ -369,7 +371,8 @@ pub async fn run(
             // The previous checkpoint first (in order), then this one in the background.
             finish(checkpoint.take()).await;
             let s = shared.clone();
-            checkpoint = Some(tokio::spawn(async move { persist(&s, pos).await }));
+            let w = wake.clone();
+            checkpoint = Some(tokio::spawn(async move { persist(&s, pos, &w).await }));
             (persisted, persisted_at) = (pos, tokio::time::Instant::now());
         }
         if !backlog && !shared.stopping.load(Ordering::Acquire) {
@@ -479,8 +482,18 @@ async fn finish(checkpoint: Option<tokio::task::JoinHandle<()>>) {
     }
 }
 
-/// Persists the checkpoint, publishes it and deletes what is no longer needed.
-async fn persist(shared: &Arc<Shared>, pos: Pos) {
+/// Persists the checkpoint, deletes what is no longer needed and publishes the
+/// drained position.
+///
+/// Drained segments are retired whether or not the checkpoint could be written:
+/// their records are in the store, and a checkpoint that lags behind only makes a
+/// restart send again what the store skips. So a drain after a full disk frees
+/// space even if the checkpoint cannot be written (it is written in place and
+/// needs none, but the spool may have been opened on a full disk before the file
+/// existed). When that frees space while appends are failing, the writer checks
+/// for room before the position is published, so calls are taken again as soon
+/// as the space exists: the first call after reclamation is not refused.
+async fn persist(shared: &Arc<Shared>, pos: Pos, wake: &mpsc::WeakSender<Request>) {
     // Not this sink's directory (deleted, or another process's now): no file is
     // written there, but what is in the store is still published as drained.
     // Closing: the sink is gone, and the next start drains from the last checkpoint.
@@ -488,20 +501,47 @@ async fn persist(shared: &Arc<Shared>, pos: Pos) {
     if let Some(s) = held {
         let written = tokio::task::spawn_blocking(move || {
             let r = segment::write_checkpoint(&s.dir, pos);
-            if r.is_ok() {
-                delete_drained(&s, pos);
-            }
-            r
+            (r, delete_drained(&s, pos))
         })
         .await;
         match written {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "could not persist the spool checkpoint"),
+            Ok((r, retired)) => {
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "could not persist the spool checkpoint");
+                }
+                if retired && shared.broken.load(Ordering::Acquire) {
+                    room_freed(shared, wake).await;
+                }
+            }
             Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
         }
     }
     *lock(&shared.drained) = pos;
     shared.drained_notify.notify_waiters();
+}
+
+/// Space was freed while appends were failing: has the writer check for room at
+/// once (see [`Shared::room_freed`]) and waits for that round, which clears the
+/// refusal if there is room. Nothing is waited for once the sink is closing.
+async fn room_freed(shared: &Shared, wake: &mpsc::WeakSender<Request>) {
+    shared.room_freed.store(true, Ordering::Release);
+    let Some(writer) = wake.upgrade() else {
+        return;
+    };
+    let (ack, done) = tokio::sync::oneshot::channel();
+    let probe = Request {
+        bytes: Vec::new(),
+        kind: Kind::Flush,
+        ack: Some(ack),
+        submitted: false,
+    };
+    let sent = writer.send(probe).await;
+    // Not kept while waiting: the writer must see the channel close once the sink
+    // is dropped.
+    drop(writer);
+    if sent.is_ok() {
+        let _ = done.await;
+    }
 }
 
 /// Sleeps `d` unless the sink is stopping; true when it is.

@@ -20,6 +20,9 @@
 //! - **full spool** (over its cap, or the disk is full): new Begins are refused with
 //!   `EVIDENCE.UNAVAILABLE`, so the pipeline refuses the call before execution; the
 //!   End of every accepted Begin has room reserved and is never refused for space.
+//!   Nothing on the way back needs new space (the checkpoint file is made when the
+//!   spool is opened and rewritten in place), and calls are taken again as soon as
+//!   the drain has freed room.
 //! - a record the **store refuses** for good (a
 //!   [`store_refusal`](soulbase_observe::store_refusal), not an outage) is isolated
 //!   from its batch and kept in `quarantine.jsonl` in the spool directory, so it

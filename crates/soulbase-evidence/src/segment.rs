@@ -2,8 +2,9 @@
 //!
 //! Layout of a spool directory:
 //! - `seg-<20-digit id>.log` — append-only segments of frames, ids increasing;
-//! - `checkpoint` — `<segment> <offset> <crc32c>`, rewritten in place: everything
-//!   before it is in the store;
+//! - `checkpoint` — `<segment> <offset> <crc32c>`, made at its full length when
+//!   the spool is opened and rewritten in place (no new space): everything before
+//!   it is in the store;
 //! - `reserve` — zero-filled bytes released when the disk fills, so the End of an
 //!   accepted Begin can still be written;
 //! - `LOCK` — held (advisory lock) by the one process using the spool;
@@ -210,7 +211,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// it cannot be trusted (a torn write fails its checksum), so the drain starts
 /// again from the oldest segment: the store skips what it already has.
 pub fn read_checkpoint(dir: &Path) -> io::Result<Option<Pos>> {
-    let text = match fs::read_to_string(dir.join("checkpoint")) {
+    let text = match fs::read_to_string(dir.join(CHECKPOINT_FILE)) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.kind() == io::ErrorKind::InvalidData => String::new(),
@@ -247,35 +248,74 @@ fn checkpoint_crc(segment: &str, offset: &str) -> u32 {
     frame::checksum(format!("{segment} {offset}").as_bytes())
 }
 
-/// Replaces the checkpoint: one fixed-width line with a checksum, written over the
-/// last in place and made durable with `fdatasync`. Unlike a new file renamed into
-/// place, this changes no metadata, so it never makes the spool's own commits wait
-/// for a journal commit (measured: a rename-based checkpoint ten times a second
-/// delayed one spool commit in a hundred by ~1 ms). A write torn by a crash fails
-/// the checksum (see [`read_checkpoint`]). A file of another length (none yet, or
-/// the unchecksummed line of an earlier version) is replaced once by a new file
-/// renamed into place, so an in-place write never mixes with a line that has no
-/// checksum.
-pub fn write_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
+/// The drain checkpoint's file name in the spool directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint";
+
+/// The checkpoint line for `pos`: fixed width (51 bytes for every position), so
+/// each write covers the last one exactly.
+fn checkpoint_line(pos: Pos) -> String {
     let (segment, offset) = (
         format!("{:020}", pos.segment),
         format!("{:020}", pos.offset),
     );
     let crc = checkpoint_crc(&segment, &offset);
-    let line = format!("{segment} {offset} {crc:08x}\n");
-    let path = dir.join("checkpoint");
+    format!("{segment} {offset} {crc:08x}\n")
+}
+
+/// Makes sure the checkpoint file exists at its full, fixed length, so every
+/// later [`write_checkpoint`] rewrites it in place and needs no new space (a
+/// drain after a full disk must be able to checkpoint with 0 bytes free). Called
+/// when the spool is opened, with the position the drain resumes at: a file
+/// already of that length is left as it is; none yet, or the unchecksummed line of
+/// an earlier version, is replaced by a new file holding `pos`, renamed into place
+/// (temp file, fsync, rename, directory fsync; on failure the temp file is
+/// removed, so a full disk is not filled further).
+pub fn ensure_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
+    let line = checkpoint_line(pos);
+    if fs::metadata(dir.join(CHECKPOINT_FILE)).is_ok_and(|m| m.len() == line.len() as u64) {
+        return Ok(());
+    }
+    create_checkpoint(dir, &line)
+}
+
+/// Writes `line` as a new checkpoint file renamed into place; removes the temp
+/// file when that fails.
+fn create_checkpoint(dir: &Path, line: &str) -> io::Result<()> {
+    let tmp = dir.join("checkpoint.tmp");
+    let write = || {
+        let mut f = File::create(&tmp)?;
+        f.write_all(line.as_bytes())?;
+        f.sync_data()?;
+        fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
+        sync_dir(dir)
+    };
+    let written = write();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Replaces the checkpoint: one fixed-width line with a checksum, written over the
+/// last in place and made durable with `fdatasync`. Unlike a new file renamed into
+/// place, this changes no metadata, so it never makes the spool's own commits wait
+/// for a journal commit (measured: a rename-based checkpoint ten times a second
+/// delayed one spool commit in a hundred by ~1 ms), and it needs no new space: the
+/// file is made at its full length when the spool is opened
+/// ([`ensure_checkpoint`]). A write torn by a crash fails the checksum (see
+/// [`read_checkpoint`]). Only a file missing or of another length (the directory
+/// deleted under a running sink, or the spool opened on a full disk) is made again
+/// as [`ensure_checkpoint`] makes it.
+pub fn write_checkpoint(dir: &Path, pos: Pos) -> io::Result<()> {
+    let line = checkpoint_line(pos);
+    let path = dir.join(CHECKPOINT_FILE);
     if let Ok(f) = OpenOptions::new().write(true).open(&path)
         && f.metadata()?.len() == line.len() as u64
     {
         f.write_all_at(line.as_bytes(), 0)?;
         return f.sync_data();
     }
-    let tmp = dir.join("checkpoint.tmp");
-    let mut f = File::create(&tmp)?;
-    f.write_all(line.as_bytes())?;
-    f.sync_data()?;
-    fs::rename(&tmp, &path)?;
-    sync_dir(dir)
+    create_checkpoint(dir, &line)
 }
 
 /// The intact frames of one segment, and where the intact prefix ends.

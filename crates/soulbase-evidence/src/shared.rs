@@ -110,6 +110,11 @@ pub struct Shared {
     /// A probe (an empty round asking the writer whether there is room again after
     /// a failed append) is queued: refused Begins send at most one at a time.
     pub probe_queued: AtomicBool,
+    /// The drainer freed space (retired drained segments) while appends were
+    /// failing: the writer's next round checks for room at once instead of waiting
+    /// out the interval between checks, so the refusal clears as soon as the space
+    /// exists (see `drain::persist`).
+    pub room_freed: AtomicBool,
     /// Test fault: this many appends of records fail as if the disk were full.
     #[cfg(test)]
     pub fail_appends: std::sync::atomic::AtomicU32,

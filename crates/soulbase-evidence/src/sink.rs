@@ -199,6 +199,7 @@ impl DurableSink {
             holds: Mutex::new(Holds::default()),
             released: Condvar::new(),
             probe_queued: AtomicBool::new(false),
+            room_freed: AtomicBool::new(false),
             #[cfg(test)]
             fail_appends: std::sync::atomic::AtomicU32::new(0),
             #[cfg(test)]
@@ -332,7 +333,8 @@ impl Drop for Inner {
 /// its data and the file's length (zeros written ahead).
 type Prepared = (File, RecoveryReport, (File, u64, u64));
 
-/// Locks the directory, recovers it, recreates the reserve and opens the active
+/// Locks the directory, recovers it, creates the checkpoint file (see
+/// [`segment::ensure_checkpoint`]), recreates the reserve and opens the active
 /// segment, zero-filled ahead of its data.
 fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     let dir = &options.dir;
@@ -350,6 +352,13 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
         _ => io("opening LOCK", e),
     })?;
     let report = recovery::recover(dir)?;
+    // Made now, while nothing is queued: from here on every checkpoint is written
+    // in place and needs no new space, so a drain after a full disk can always
+    // checkpoint. On a disk already full, the drain retires drained segments
+    // anyway and makes the file with the first checkpoint after that.
+    if let Err(e) = segment::ensure_checkpoint(dir, report.resume_at) {
+        tracing::warn!(error = %e, "could not create the spool's checkpoint file yet");
+    }
     if let Err(e) = segment::ensure_reserve(dir, options.disk_reserve) {
         tracing::warn!(error = %e, "could not create the spool's disk reserve");
     }

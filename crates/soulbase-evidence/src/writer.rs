@@ -315,8 +315,10 @@ pub fn run(
             Ok(()) => {
                 active.len += buf.len() as u64;
                 // Before the acknowledgements: a flush returns with the check done.
+                // Space the drainer freed is checked at once (no stale refusals).
                 if shared.broken.load(Ordering::Acquire)
-                    && room_check_due(&mut room_checked)
+                    && (shared.room_freed.swap(false, Ordering::AcqRel)
+                        | room_check_due(&mut room_checked))
                     && room_again(&shared)
                 {
                     shared.broken.store(false, Ordering::Release);

@@ -537,6 +537,22 @@ async fn bad_options_name_the_field() {
     assert_eq!(err.field("field"), Some("evidence.spool_max_bytes"));
 }
 
+/// The ids of the segment files in `dir` (`seg-<id>.log`), ascending.
+fn segment_ids(dir: &std::path::Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("seg-")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// The segment files in `dir` (`seg-*.log`).
 fn segment_files(dir: &std::path::Path) -> usize {
     std::fs::read_dir(dir)
@@ -598,7 +614,12 @@ async fn a_spool_directory_deleted_while_in_use_is_restored_without_losing_a_rec
 
 /// Polls `done` until it holds, failing after [`LIMIT`].
 async fn until(what: &str, done: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(LIMIT, async {
+    until_within(LIMIT, what, done).await;
+}
+
+/// Polls `done` until it holds, failing after `limit`.
+async fn until_within(limit: Duration, what: &str, done: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(limit, async {
         while !done() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -915,4 +936,283 @@ async fn a_quarantine_longer_than_a_batch_keeps_exactly_the_refused_lines() {
     assert!(e.message().contains("nope"), "{e:?}");
     let e = quarantine::requeue(&missing, &store).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+}
+
+/// The checkpoint file of the spool in `dir`: its inode and its text.
+fn checkpoint_file(dir: &std::path::Path) -> (u64, String) {
+    let path = dir.join("checkpoint");
+    let inode = std::fs::metadata(&path)
+        .expect("the checkpoint file exists")
+        .ino();
+    (inode, std::fs::read_to_string(&path).unwrap())
+}
+
+/// The checkpoint file exists as soon as the spool is opened (before anything was
+/// drained), so no checkpoint ever needs a new file; every checkpoint after that
+/// rewrites the same file in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_file_is_made_at_open_and_rewritten_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let mut opts = SpoolOptions::new(dir.path());
+    opts.segment_bytes = 8 << 10;
+    let (sink, _) = DurableSink::open(opts.clone(), store.clone())
+        .await
+        .unwrap();
+    let (inode, at_open) = checkpoint_file(dir.path());
+    assert_eq!(at_open.len(), 51, "made at its full length: {at_open:?}");
+    record_calls(&sink, 200).await;
+    sink.wait_drained(LIMIT).await.unwrap();
+    // The drained position reaches the file with the next checkpoint (≤ 100 ms).
+    let drained = sink.stats().drained;
+    assert!(drained.segment > 1, "{drained:?}");
+    let line = format!("{:020} {:020} ", drained.segment, drained.offset);
+    until("the drained position is checkpointed", || {
+        checkpoint_file(dir.path()).1.starts_with(&line)
+    })
+    .await;
+    let (same, moved) = checkpoint_file(dir.path());
+    assert_eq!(same, inode, "rewritten in place, not replaced");
+    assert_eq!(moved.len(), 51, "{moved:?}");
+    assert!(!dir.path().join("checkpoint.tmp").exists());
+    drop(sink);
+    // Reopened, the same file is read and kept: no new file either.
+    let (sink, report) = reopen(opts, store.clone()).await;
+    assert_eq!(report.resume_at, drained, "{report:?}");
+    assert_eq!(checkpoint_file(dir.path()).0, inode);
+    drop(sink);
+}
+
+/// The effective user id of this process in its user namespace.
+fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uids = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .expect("a Uid line");
+    uids.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Set in the environment of a test re-run inside a user and mount namespace.
+const IN_NAMESPACE: &str = "SOULBASE_TEST_IN_NAMESPACE";
+
+/// Runs `body` as root, able to mount: here when this process is root (as in
+/// CI); otherwise this binary runs the test `name` again inside a new user and
+/// mount namespace where it is root (`unshare --user --map-root-user --mount`),
+/// and that run must pass — the test never skips.
+fn as_root(name: &str, body: impl FnOnce()) {
+    if euid() == 0 {
+        return body();
+    }
+    assert!(
+        std::env::var_os(IN_NAMESPACE).is_none(),
+        "not root even inside a user namespace"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount"])
+        .arg(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(IN_NAMESPACE, "1")
+        .output()
+        .expect("unshare runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(&format!("test {name} ... ok")),
+        "{name} in a user and mount namespace: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+/// A small tmpfs mounted on a temp dir: a volume that really fills up. Unmounted
+/// when dropped, also when the test fails (lazily: a sink's writer thread may still
+/// hold files open for a moment), then the temp dir is removed.
+struct SmallVolume {
+    dir: tempfile::TempDir,
+}
+
+impl SmallVolume {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it, e.g. `4m`).
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount runs");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self { dir }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Fills what is left of the volume with files of its own (kept: a filler is
+    /// only ever extended), until not one more byte can be written; returns the
+    /// bytes written. Space freed meanwhile (the spool giving up a file) is taken
+    /// too: bounded rounds until a file of one byte cannot be written.
+    fn fill(&self) -> u64 {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path().join("filler"))
+            .unwrap();
+        let mut written = 0u64;
+        for round in 0..20 {
+            for chunk in [64usize << 10, 4 << 10, 1] {
+                let bytes = vec![1u8; chunk];
+                while written < 1 << 30 {
+                    match f.write(&bytes) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => written += n as u64,
+                    }
+                }
+            }
+            let probe = self.path().join(format!("one-byte-{round}"));
+            if std::fs::write(probe, b"x").is_err() {
+                return written;
+            }
+        }
+        panic!("the volume never stayed full");
+    }
+}
+
+impl Drop for SmallVolume {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// A spool on a volume that fills up (no checkpoint file before the spool was
+/// opened, then not one byte free) while the store is down: calls are refused;
+/// once the store is back, the drained segments are reclaimed within 5 s although
+/// nothing new can be created on the volume, and the very first call after that
+/// is accepted (no stale refusal). Nothing accepted is lost.
+#[test]
+fn a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken() {
+    as_root(
+        "a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken",
+        || on_runtime(full_volume_reclaimed(true)),
+    );
+}
+
+/// The same with the checkpoint file gone (as for a spool opened on a disk
+/// already full, where it cannot be made): the drained segments are reclaimed all
+/// the same, and the file is made again once there is room.
+#[test]
+fn a_full_volume_is_reclaimed_even_without_a_checkpoint_file() {
+    as_root(
+        "a_full_volume_is_reclaimed_even_without_a_checkpoint_file",
+        || on_runtime(full_volume_reclaimed(false)),
+    );
+}
+
+/// Runs `f` to completion on a runtime like `#[tokio::test]`'s multi-thread one.
+fn on_runtime(f: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f);
+}
+
+/// See [`a_full_volume_is_reclaimed_once_the_store_is_back_and_the_next_call_is_taken`];
+/// `keep_checkpoint`: false removes the checkpoint file right after open.
+async fn full_volume_reclaimed(keep_checkpoint: bool) {
+    let volume = SmallVolume::mount("4m");
+    let spool = volume.path().join("spool");
+    let mut opts = SpoolOptions::new(&spool);
+    opts.segment_bytes = 256 << 10;
+    opts.drain.max_backoff = Duration::from_millis(250);
+    let (sink, store) = open_with_store_down(opts).await;
+    assert!(spool.join("checkpoint").exists(), "made at open");
+    if !keep_checkpoint {
+        std::fs::remove_file(spool.join("checkpoint")).unwrap();
+    }
+
+    // Calls until the volume is full and a Begin is refused.
+    let mut accepted = 0usize;
+    loop {
+        let b = begin();
+        if let Err(e) = sink.record(b.clone()).await {
+            assert_eq!(e.code(), ErrorCode::EvidenceUnavailable, "{e}");
+            break;
+        }
+        sink.record(end(&b)).await.unwrap();
+        accepted += 1;
+        assert!(accepted < 100_000, "the volume never filled");
+    }
+    // Every segment before the active one is drained once the store is back, and
+    // holds no open call: all of them are reclaimed then.
+    let active = *segment_ids(&spool).last().unwrap();
+    assert!(segment_ids(&spool).len() > 2, "drained segments to reclaim");
+    // Then not one byte left. Begins may still go into zeros written ahead in the
+    // active segment (their Ends come once there is room again), and a next
+    // segment the writer was zero-filling is given up, its space freed, when a
+    // round fails: the volume is filled again until the spool refuses calls with
+    // it full to the last byte.
+    let mut open = Vec::new();
+    let mut full = false;
+    for _ in 0..20 {
+        volume.fill();
+        loop {
+            let b = begin();
+            match sink.record(b.clone()).await {
+                Ok(()) => open.push(b),
+                Err(e) => {
+                    assert_eq!(e.code(), ErrorCode::EvidenceUnavailable, "{e}");
+                    break;
+                }
+            }
+            assert!(open.len() < 100_000, "the volume never filled");
+        }
+        volume.fill();
+        if sink.stats().broken {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the spool refuses calls on the full volume");
+
+    // The store is back: everything drains, the drained segments are freed, and
+    // the refusal is lifted with them.
+    store.down.store(false, Ordering::SeqCst);
+    until_within(
+        Duration::from_secs(5),
+        "the spool is drained and reclaimed",
+        || {
+            let s = sink.stats();
+            s.drained >= s.committed && segment_ids(&spool).iter().all(|&id| id >= active)
+        },
+    )
+    .await;
+    let first = begin();
+    sink.record(first.clone())
+        .await
+        .expect("the first call after reclamation is taken");
+    sink.record(end(&first)).await.unwrap();
+    assert!(!sink.stats().broken);
+    for b in &open {
+        sink.record(end(b)).await.unwrap();
+    }
+    record_calls(&sink, 20).await;
+    sink.wait_drained(LIMIT).await.unwrap();
+    let n = accepted + open.len() + 21;
+    assert_eq!(count(&store.inner), (n, n, 0));
+    until("the checkpoint file is there again", || {
+        spool.join("checkpoint").exists()
+    })
+    .await;
+    drop(sink);
+    drop(volume);
 }
