@@ -117,7 +117,9 @@ fn init_tracing(
     provider
 }
 
-async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), String> {
+/// Serves until stopped; `Ok(false)` when the shutdown did not drain (calls were
+/// cancelled at the end of the grace period).
+async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<bool, String> {
     let (app, flush) = App::build(loader.clone()).await.map_err(|e| {
         let a = e.audit();
         format!(
@@ -134,11 +136,13 @@ async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), Str
             tenant,
             actor,
             skill,
-        }) => soulbased::stdio::serve_mcp(app, flush, &tenant, &actor, skill).await,
+        }) => soulbased::stdio::serve_mcp(app, flush, &tenant, &actor, skill)
+            .await
+            .map(|()| true),
         Some(Command::Serve) | None => {
             soulbased::server::run(app, flush, soulbased::server::shutdown_signal())
                 .await
-                .map(|_| ())
+                .map(|report| report.drained)
                 .map_err(|e| {
                     let a = e.audit();
                     format!(
@@ -190,7 +194,8 @@ fn main() -> ExitCode {
         tracing::warn!(error = %e, "flushing OpenTelemetry spans failed");
     }
     match served {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(soulbased::server::EXIT_NOT_DRAINED),
         Err(e) => {
             eprintln!("soulbased: {e}");
             ExitCode::FAILURE
