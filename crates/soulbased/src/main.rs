@@ -1,5 +1,10 @@
 //! The `soulbased` binary: `soulbased [serve]` runs the server; `soulbased mcp`
 //! serves MCP over stdio for one tenant/actor. See the library docs.
+//!
+//! Exit status: 0 after a clean stop; 1 when start-up or serving fails; 2 for a
+//! bad command line; 3 ([`soulbased::server::EXIT_NOT_DRAINED`]) when a stop's
+//! grace period expired with calls still running (they were cancelled, each with a
+//! `cancelled` End).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -157,8 +157,8 @@ pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> h
 /// `soulbased: ready`).
 ///
 /// When the grace period expires first, the calls still running are cancelled
-/// ([`soulbase_tools::Invoker::abandon_running`]): each records a `cancelled` End
-/// and answers `PROVIDER.UNAVAILABLE`; they get [`ABANDON_WAIT`] to do so before
+/// ([`soulbase_tools::pipeline::Invoker::abandon_running`]): each records a `cancelled` End
+/// and answers `PROVIDER.UNAVAILABLE`; they get 3 s to do so before
 /// the remaining connections are closed and the spool is drained into the store.
 /// The report then says `drained: false` with the number of calls abandoned
 /// (`soulbased: stopped (drained: false, abandoned: N, …)` on stdout), and the
