@@ -88,6 +88,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         manifest("demo.fail.error", json!({})),
         manifest("demo.fail.panic", json!({})),
         manifest("demo.slow.sleep", json!({"limits": {"timeout_ms": 50}})),
+        manifest("demo.slow.hold", json!({"limits": {"timeout_ms": 60000}})),
         manifest("demo.bad.output", json!({})),
         manifest("demo.quota.tick", json!({})),
         manifest("demo.serial.one", json!({"concurrency": "serial"})),
@@ -191,6 +192,13 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         "demo.slow.sleep",
         handler_fn(|_| async {
             tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(json!({}))
+        }),
+    );
+    builtin.register(
+        "demo.slow.hold",
+        handler_fn(|_| async {
+            std::future::pending::<()>().await;
             Ok(json!({}))
         }),
     );
@@ -726,6 +734,48 @@ async fn a_cancelled_call_still_gets_its_end() {
         tokio::task::yield_now().await;
     }
     assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+}
+
+/// A stopping server abandons its running calls: each stops, answers
+/// `PROVIDER.UNAVAILABLE` and records a `cancelled` End with that code before
+/// `all_ended` resolves; afterwards a call is refused before its Begin.
+#[tokio::test]
+async fn abandoned_calls_record_a_cancelled_end_and_new_calls_are_refused() {
+    let h = harness();
+    let mut tasks = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let call = h.call("demo.slow.hold", json!({"text": "x"}));
+        ids.push(call.call_id.clone());
+        let inv = h.invoker.clone();
+        tasks.push(tokio::spawn(async move { inv.invoke(call).await }));
+    }
+    while ids.iter().any(|c| h.evidence(c).0.is_empty()) {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.invoker.open_calls(), 3);
+    assert_eq!(h.invoker.abandon_running(), 3);
+    h.invoker.all_ended().await;
+    assert_eq!(h.invoker.open_calls(), 0);
+    for cid in &ids {
+        assert_eq!(h.end_status(cid), EndStatus::Cancelled);
+        let (_, ends, _) = h.evidence(cid);
+        match &ends[0] {
+            EvidenceEvent::End(e) => assert_eq!(e.error_code, Some(ErrorCode::ProviderUnavailable)),
+            _ => unreachable!(),
+        }
+    }
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, CallStatus::Error, "{r:?}");
+        assert_eq!(r.error_code, Some(ErrorCode::ProviderUnavailable), "{r:?}");
+        assert!(r.evidence_ref.is_some(), "{r:?}");
+    }
+    let late = h.call("demo.echo.say", json!({"text": "hi"}));
+    let cid = late.call_id.clone();
+    let r = h.invoker.invoke(late).await;
+    assert_eq!(r.error_code, Some(ErrorCode::ProviderUnavailable), "{r:?}");
+    h.assert_denied_only(&cid);
 }
 
 #[tokio::test]

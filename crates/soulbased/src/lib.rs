@@ -28,7 +28,10 @@
 //!   hot-reloaded (file watch and `POST /api/reload`).
 //! - Graceful shutdown on SIGTERM / SIGINT: readiness drops, listeners stop
 //!   accepting, in-flight calls get `server.shutdown_grace_ms` to finish, then the
-//!   registry is saved and the evidence spool drained into the store.
+//!   registry is saved and the evidence spool drained into the store. Calls still
+//!   running when the grace expires are cancelled, each with a `cancelled` End
+//!   recorded before the spool is drained, and the binary exits with
+//!   [`server::EXIT_NOT_DRAINED`] (3) instead of 0.
 //! - Persistence ([`evidence`]): evidence through the durable spool into SQLite
 //!   (default, under `data_dir`) or Postgres, idempotency records and registry state
 //!   in the same database; `GET /api/evidence/{call_id}` reads a call back.

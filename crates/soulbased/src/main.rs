@@ -1,5 +1,10 @@
 //! The `soulbased` binary: `soulbased [serve]` runs the server; `soulbased mcp`
 //! serves MCP over stdio for one tenant/actor. See the library docs.
+//!
+//! Exit status: 0 after a clean stop; 1 when start-up or serving fails; 2 for a
+//! bad command line; 3 ([`soulbased::server::EXIT_NOT_DRAINED`]) when a stop's
+//! grace period expired with calls still running (they were cancelled, each with a
+//! `cancelled` End).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -117,7 +122,9 @@ fn init_tracing(
     provider
 }
 
-async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), String> {
+/// Serves until stopped; `Ok(false)` when the shutdown did not drain (calls were
+/// cancelled at the end of the grace period).
+async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<bool, String> {
     let (app, flush) = App::build(loader.clone()).await.map_err(|e| {
         let a = e.audit();
         format!(
@@ -134,11 +141,13 @@ async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<(), Str
             tenant,
             actor,
             skill,
-        }) => soulbased::stdio::serve_mcp(app, flush, &tenant, &actor, skill).await,
+        }) => soulbased::stdio::serve_mcp(app, flush, &tenant, &actor, skill)
+            .await
+            .map(|()| true),
         Some(Command::Serve) | None => {
             soulbased::server::run(app, flush, soulbased::server::shutdown_signal())
                 .await
-                .map(|_| ())
+                .map(|report| report.drained)
                 .map_err(|e| {
                     let a = e.audit();
                     format!(
@@ -190,7 +199,8 @@ fn main() -> ExitCode {
         tracing::warn!(error = %e, "flushing OpenTelemetry spans failed");
     }
     match served {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(soulbased::server::EXIT_NOT_DRAINED),
         Err(e) => {
             eprintln!("soulbased: {e}");
             ExitCode::FAILURE

@@ -23,11 +23,27 @@ use crate::evidence::EvidenceFlush;
 use crate::http_api;
 use crate::listener::{Connections, Limits, Protocol};
 
+/// The exit status of `soulbased` when its shutdown did not drain: the grace
+/// period (`server.shutdown_grace_ms`) expired with calls or connections still
+/// open. The calls still running were cancelled, each with a `cancelled` End
+/// recorded before the evidence was flushed (see [`run`]).
+pub const EXIT_NOT_DRAINED: u8 = 3;
+
+/// How long, once the grace period has expired, the calls cut off get to record
+/// their `cancelled` End (a spool write) and their connections to close.
+const ABANDON_WAIT: Duration = Duration::from_secs(3);
+
 /// What happened during shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownReport {
     /// Whether every listener drained within the grace period.
     pub drained: bool,
+    /// Calls still running when the grace period expired: cancelled, each with a
+    /// `cancelled` End.
+    pub abandoned: u64,
+    /// Calls whose End could not be recorded before exit even so (their Begins
+    /// are closed `aborted` when the spool is recovered on the next start).
+    pub unended: u64,
     /// How long draining took.
     pub drain_ms: u64,
     /// Evidence records this process wrote to the store.
@@ -139,6 +155,14 @@ pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> h
 /// `server.shutdown_grace_ms` and flushes evidence. Prints the bound addresses on
 /// stdout (`soulbased: grpc listening on ADDR`, `… http listening on ADDR`,
 /// `soulbased: ready`).
+///
+/// When the grace period expires first, the calls still running are cancelled
+/// ([`soulbase_tools::pipeline::Invoker::abandon_running`]): each records a `cancelled` End
+/// and answers `PROVIDER.UNAVAILABLE`; they get 3 s to do so before
+/// the remaining connections are closed and the spool is drained into the store.
+/// The report then says `drained: false` with the number of calls abandoned
+/// (`soulbased: stopped (drained: false, abandoned: N, …)` on stdout), and the
+/// binary exits with [`EXIT_NOT_DRAINED`].
 pub async fn run(
     app: Arc<App>,
     flush: EvidenceFlush,
@@ -292,7 +316,7 @@ pub async fn run(
     let grace = Duration::from_millis(cfg.shutdown_grace_ms);
     let grpc_abort = grpc.abort_handle();
     let http_abort = http.abort_handle();
-    let drained = tokio::time::timeout(grace, async {
+    let listeners = async {
         let (g, h) = tokio::join!(grpc, http);
         if let Err(e) = g {
             tracing::warn!(error = %e, "gRPC server ended with an error");
@@ -300,24 +324,54 @@ pub async fn run(
         if let Err(e) = h {
             tracing::warn!(error = %e, "HTTP server ended with an error");
         }
-    })
-    .await
-    .is_ok();
+    };
+    tokio::pin!(listeners);
+    let drained = tokio::time::timeout(grace, &mut listeners).await.is_ok();
+    let drain_ms = began.elapsed().as_millis() as u64;
+    let (mut abandoned, mut unended) = (0, 0);
     if !drained {
+        // Cut the calls off: each records its `cancelled` End and answers its
+        // caller, then the connections can close.
+        abandoned = app.invoker.abandon_running() as u64;
         tracing::warn!(
             grace_ms = cfg.shutdown_grace_ms,
-            "grace period expired: closing remaining connections"
+            abandoned,
+            "grace period expired: cancelling the calls still running"
         );
-        grpc_abort.abort();
-        http_abort.abort();
+        if tokio::time::timeout(ABANDON_WAIT, app.invoker.all_ended())
+            .await
+            .is_err()
+        {
+            unended = app.invoker.open_calls() as u64;
+            tracing::error!(
+                unended,
+                "cancelled calls did not record their End in time; the next start on this data_dir closes them as aborted"
+            );
+        }
+        if tokio::time::timeout(ABANDON_WAIT, &mut listeners)
+            .await
+            .is_err()
+        {
+            tracing::warn!("closing the remaining connections");
+            grpc_abort.abort();
+            http_abort.abort();
+        }
     }
-    let drain_ms = began.elapsed().as_millis() as u64;
     let evidence_written = flush.flush(grace.max(Duration::from_secs(1))).await;
+    if !drained {
+        tracing::warn!(
+            abandoned,
+            exit_code = EXIT_NOT_DRAINED,
+            "shutdown did not drain: calls were cancelled at the end of the grace period"
+        );
+    }
     println!(
-        "soulbased: stopped (drained: {drained}, drain_ms: {drain_ms}, evidence_written: {evidence_written})"
+        "soulbased: stopped (drained: {drained}, abandoned: {abandoned}, unended: {unended}, drain_ms: {drain_ms}, evidence_written: {evidence_written})"
     );
     Ok(ShutdownReport {
         drained,
+        abandoned,
+        unended,
         drain_ms,
         evidence_written,
     })

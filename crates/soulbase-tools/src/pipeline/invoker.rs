@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use super::concurrency::ConcurrencyLimiter;
 use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
+use super::inflight::{InFlight, OpenCall};
 use super::obligations::apply_obligations;
 use super::stage::{self, stage_span};
 use super::{CallResult, PreflightReport, ToolCall};
@@ -59,6 +60,7 @@ struct Seams {
     idempotency: Arc<dyn IdempotencyStore>,
     config_hash: ArcSwap<String>,
     limiter: ConcurrencyLimiter,
+    inflight: InFlight,
 }
 
 /// Runs tool calls through the governed path. Cheap to clone; share one per process.
@@ -97,6 +99,7 @@ impl InvokerBuilder {
                 idempotency,
                 config_hash: ArcSwap::from_pointee(String::new()),
                 limiter: ConcurrencyLimiter::default(),
+                inflight: InFlight::default(),
             },
         }
     }
@@ -132,10 +135,11 @@ struct Header {
     trace: Option<TraceContext>,
 }
 
-/// Makes sure a call that began gets an End even if its future is dropped.
+/// Makes sure a call that began gets an End even if its future is dropped. Holds
+/// the call's [`OpenCall`] until that End is recorded.
 struct EndGuard {
     sink: Arc<dyn EvidenceSink>,
-    header: Option<(Header, CallId, EnvelopeId, Instant)>,
+    header: Option<(Header, CallId, EnvelopeId, Instant, OpenCall)>,
 }
 
 impl EndGuard {
@@ -146,7 +150,7 @@ impl EndGuard {
 
 impl Drop for EndGuard {
     fn drop(&mut self) {
-        let Some((header, call_id, begin_id, started)) = self.header.take() else {
+        let Some((header, call_id, begin_id, started, open)) = self.header.take() else {
             return;
         };
         let end = EvidenceEnd {
@@ -170,6 +174,7 @@ impl Drop for EndGuard {
                     if let Err(e) = sink.record(record).await {
                         tracing::error!(error = ?e, "could not record the End of a cancelled call");
                     }
+                    drop(open);
                 });
             }
             Err(_) => tracing::error!(
@@ -177,6 +182,25 @@ impl Drop for EndGuard {
             ),
         }
     }
+}
+
+/// The error of a call refused because the process is abandoning its calls.
+fn shutting_down() -> SoulError {
+    SoulError::new(
+        ErrorCode::ProviderUnavailable,
+        "the server is shutting down; the call was not executed",
+    )
+    .with_field("reason", "shutdown")
+}
+
+/// The error of a call cut off by [`Invoker::abandon_running`]: its End is
+/// `cancelled` with this code.
+fn cut_off() -> SoulError {
+    SoulError::new(
+        ErrorCode::ProviderUnavailable,
+        "the server shut down before the call finished; it was cancelled",
+    )
+    .with_field("reason", "shutdown")
 }
 
 fn micros(d: Duration) -> u64 {
@@ -227,6 +251,26 @@ impl Invoker {
             }
         }
         out
+    }
+
+    /// Cuts off every call still running (a server whose shutdown grace expired):
+    /// each stops executing and records a `cancelled` End (error code
+    /// `PROVIDER.UNAVAILABLE`, its answer to the caller), and from now on no call
+    /// writes a Begin (they are refused). Returns how many calls had a Begin without
+    /// an End at that moment. Await [`all_ended`](Self::all_ended) for their Ends.
+    pub fn abandon_running(&self) -> usize {
+        self.seams.inflight.abandon()
+    }
+
+    /// How many calls have a Begin without their End recorded.
+    pub fn open_calls(&self) -> usize {
+        self.seams.inflight.count()
+    }
+
+    /// Resolves when every call that wrote a Begin has its End recorded (in the
+    /// evidence sink: durable in the spool, not necessarily in the store yet).
+    pub async fn all_ended(&self) {
+        self.seams.inflight.closed().await;
     }
 
     /// Replaces the recorded configuration hash (after a config reload).
@@ -521,6 +565,9 @@ impl Invoker {
                 }),
             );
             let begin_id = begin.id.clone();
+            // Counted from here until its End is recorded; refused once the process
+            // abandons its calls.
+            let open = s.inflight.open().ok_or_else(shutting_down)?;
             let not_recorded = |e: SoulError| {
                 SoulError::new(
                     ErrorCode::EvidenceUnavailable,
@@ -538,9 +585,9 @@ impl Invoker {
                 stage::run(stage_span!("evidence.begin"), record).await?;
                 None
             };
-            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable))
+            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable, open))
         };
-        let (profile, permit, begin_id, begin_durable) = match before_exec.await {
+        let (profile, permit, begin_id, begin_durable, open) = match before_exec.await {
             Ok(v) => v,
             Err(e) => {
                 let refund = s.quota.refund(reservation);
@@ -557,7 +604,7 @@ impl Invoker {
             &profile,
             args,
             cleared.bytes_in,
-            (begin_id, begin_durable),
+            (begin_id, begin_durable, open),
             reservation,
             permit,
         )
@@ -573,7 +620,7 @@ impl Invoker {
         profile: &Profile,
         args: Value,
         bytes_in: u64,
-        (begin_id, begin_durable): (EnvelopeId, Option<Durable>),
+        (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
         reservation: Reservation,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<CallResult, SoulError> {
@@ -587,6 +634,7 @@ impl Invoker {
                 call.call_id.clone(),
                 begin_id.clone(),
                 started,
+                open,
             )),
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
@@ -613,8 +661,16 @@ impl Invoker {
                 Ok(Ok(r)) => r,
             }
         };
-        let outcome: Result<ExecOutput, SoulError> =
-            stage::run(stage_span!("execute"), execute).await;
+        // Abandoned by a stopping server: the run is dropped and the End says
+        // `cancelled`.
+        let mut abandoned = false;
+        let outcome: Result<ExecOutput, SoulError> = tokio::select! {
+            r = stage::run(stage_span!("execute"), execute) => r,
+            () = s.inflight.abandoned() => {
+                abandoned = true;
+                Err(cut_off())
+            }
+        };
         drop(permit);
         let duration_us = micros(started.elapsed());
 
@@ -635,6 +691,7 @@ impl Invoker {
             .map(|(digest, len)| (out, digest, len))
         });
         let (status, code) = match &checked {
+            Err(e) if abandoned => (EndStatus::Cancelled, Some(e.code())),
             Ok(_) => (EndStatus::Ok, None),
             Err(e) if e.code() == ErrorCode::ProviderTimeout => {
                 (EndStatus::Timeout, Some(e.code()))

@@ -51,6 +51,7 @@
 mod call;
 mod concurrency;
 mod idempotency;
+mod inflight;
 mod invoker;
 mod obligations;
 mod router;
