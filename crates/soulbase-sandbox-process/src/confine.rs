@@ -57,6 +57,10 @@ pub(crate) struct Confinement {
     landlock: Option<RulesetCreated>,
     seccomp: Vec<BpfProgram>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    /// A pipe to read one byte from, fully confined and with every other descriptor
+    /// but stdio closed, before `exec` (a spare launch, see [`crate::warm`]);
+    /// end-of-file fails the launch instead.
+    go: Option<libc::c_int>,
 }
 
 fn unavailable(note: String) -> SoulError {
@@ -122,7 +126,15 @@ impl Confinement {
             landlock: Some(ruleset),
             seccomp: seccomp_programs(plan)?,
             rlimits: plan.rlimits.clone(),
+            go: None,
         })
+    }
+
+    /// Makes the child wait, with everything applied, for one byte on `fd` (a pipe's
+    /// read end it inherits) before it `exec`s.
+    pub(crate) fn wait_for_go(mut self, fd: libc::c_int) -> Self {
+        self.go = Some(fd);
+        self
     }
 
     /// Applies everything to the calling process. Runs in the forked child, before
@@ -147,6 +159,14 @@ impl Confinement {
         }
         for prog in &self.seccomp {
             seccompiler::apply_filter(prog).map_err(io::Error::other)?;
+        }
+        if let Some(fd) = self.go {
+            // A spare may wait long: it must not keep other calls' pipes open (their
+            // readers would never see end-of-file). This also closes the pipe the
+            // spawn reports through, so the spawn returns now; after the go byte an
+            // `exec` failure shows as exit status 1.
+            sys::close_fds_except_stdio_and(fd);
+            sys::wait_for_byte(fd)?;
         }
         Ok(())
     }

@@ -19,6 +19,7 @@ use soulbase_sandbox::{
 use crate::confine::{Confinement, Plan, interpreter};
 use crate::namespace::NamespacePlan;
 use crate::sys;
+use crate::warm::{Reply, Spare, Spares};
 
 /// How native tools are isolated from the host (`sandbox.process_isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,6 +143,8 @@ impl ProcessOptions {
 #[derive(Debug, Clone)]
 pub struct ProcessExecutor {
     options: Arc<ProcessOptions>,
+    /// Launches built ahead for the next call of a tool (see [`crate::warm`]).
+    spares: Arc<Spares>,
     /// Why native tools are refused (namespaces were asked for and cannot be made).
     refusal: Option<Arc<str>>,
 }
@@ -186,6 +189,7 @@ impl ProcessExecutor {
         };
         Self {
             options: Arc::new(options),
+            spares: Arc::default(),
             refusal,
         }
     }
@@ -196,6 +200,26 @@ impl ProcessExecutor {
         match &self.refusal {
             Some(note) => Err(unavailable(note.to_string())),
             None => Ok(()),
+        }
+    }
+
+    /// How many spare launches wait for a next call (each a confined child blocked
+    /// before `exec`; see `docs/sandbox.md`).
+    pub fn spares_waiting(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// Starts a spare launch for `key` unless one is waiting. Failing to make one
+    /// only means the next call launches afresh.
+    fn start_spare(&self, binary: &Path, key: &LaunchKey) {
+        if self.spares.has(key) {
+            return;
+        }
+        let spare = Launch::new(self.options.clone(), binary.to_path_buf(), key.clone())
+            .and_then(Launch::into_spare);
+        match spare {
+            Ok(spare) => self.spares.put(spare),
+            Err(e) => tracing::debug!(error = %e, "no spare launch"),
         }
     }
 
@@ -227,7 +251,7 @@ fn resolve_command(options: &ProcessOptions, command: &str) -> Result<PathBuf, S
 }
 
 /// The memory and process caps of one call, and how they are applied.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Caps {
     memory_bytes: u64,
     processes: u64,
@@ -325,6 +349,231 @@ fn confinement_record(isolation: Isolation, caps: Caps) -> SideEffectRecord {
     }
 }
 
+/// Everything a launch depends on besides the call's input: calls with equal keys get
+/// the same confinement, so a spare made for one serves the other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LaunchKey {
+    command: String,
+    args: Vec<String>,
+    profile: Profile,
+    caps: Caps,
+    timeout: Duration,
+}
+
+#[cfg(test)]
+impl LaunchKey {
+    /// A key for running `command` with no grants.
+    pub(crate) fn for_test(command: &str) -> Self {
+        Self {
+            command: command.into(),
+            args: Vec::new(),
+            profile: Profile::new(Vec::new()),
+            caps: Caps {
+                memory_bytes: 1 << 20,
+                processes: 1,
+            },
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What only the call itself brings.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    /// The JSON arguments, written to the tool's stdin.
+    input: Vec<u8>,
+    /// The stdout cap.
+    max_out: usize,
+}
+
+#[cfg(test)]
+impl Job {
+    /// An empty job.
+    pub(crate) fn for_test() -> Self {
+        Self {
+            input: b"{}".to_vec(),
+            max_out: 1024,
+        }
+    }
+}
+
+/// The pipe the tool's wait status comes up (namespaces).
+type StatusPipe = (std::io::PipeReader, std::io::PipeWriter);
+
+/// One launch of a tool: its key, resolved binary and scratch directory.
+struct Launch {
+    options: Arc<ProcessOptions>,
+    binary: PathBuf,
+    key: LaunchKey,
+    scratch: Option<Scratch>,
+}
+
+impl Launch {
+    /// A launch for `key`, with a fresh scratch directory when `tmp` is granted.
+    fn new(
+        options: Arc<ProcessOptions>,
+        binary: PathBuf,
+        key: LaunchKey,
+    ) -> Result<Self, SoulError> {
+        let scratch = match key.profile.tmp_bytes() {
+            Some(max) => Some(Scratch::create(&options.scratch_parent, max)?),
+            None => None,
+        };
+        Ok(Self {
+            options,
+            binary,
+            key,
+            scratch,
+        })
+    }
+
+    /// Plans the confinement and builds the command; with `go`, the child waits for
+    /// a byte on that pipe, fully confined, before it `exec`s.
+    fn command(
+        &self,
+        go: Option<std::os::fd::RawFd>,
+    ) -> Result<(Command, Option<StatusPipe>), SoulError> {
+        let (options, scratch) = (&self.options, self.scratch.as_ref());
+        let plan = plan(
+            options,
+            &self.binary,
+            &self.key.profile,
+            scratch,
+            self.key.timeout,
+            &self.key.command,
+            self.key.caps,
+        );
+        let home = scratch
+            .map(|s| s.path().to_path_buf())
+            .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+        let cwd = scratch.map(|s| s.path()).unwrap_or(Path::new("/"));
+        let status_pipe = match options.isolation {
+            Isolation::Namespaces => {
+                Some(std::io::pipe().map_err(|e| unavailable(format!("status pipe: {e}")))?)
+            }
+            Isolation::LandlockOnly => None,
+        };
+        let namespaces = match options.isolation {
+            Isolation::Namespaces => {
+                let outside = crate::namespace::outside_ids(options.run_as);
+                if let (Some((uid, gid)), Some(s)) = (outside, scratch) {
+                    std::os::unix::fs::chown(s.path(), Some(uid), Some(gid)).map_err(|e| {
+                        unavailable(format!(
+                            "cannot give the scratch directory to the tool user: {e}"
+                        ))
+                    })?;
+                }
+                let ns = NamespacePlan::build(&plan, cwd, outside)?;
+                Some(match &status_pipe {
+                    Some((_, w)) => ns.report_status_to(std::os::fd::AsRawFd::as_raw_fd(w)),
+                    None => ns,
+                })
+            }
+            Isolation::LandlockOnly => None,
+        };
+        let mut confinement = Confinement::build(&plan, namespaces)?;
+        if let Some(fd) = go {
+            confinement = confinement.wait_for_go(fd);
+        }
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(&self.key.args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8")
+            .env("HOME", &home)
+            .current_dir(cwd);
+        if let Some(s) = scratch {
+            cmd.env("TMPDIR", s.path());
+        }
+        // SAFETY (pre_exec): the closure runs in the forked child before exec
+        // and only makes system calls (see `Confinement::apply`).
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(move || confinement.apply());
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        Ok((cmd, status_pipe))
+    }
+
+    /// Watches a spawned child through `job` and makes the call's outcome of it; the
+    /// scratch directory is gone when it returns.
+    fn finish(
+        self,
+        spawned: std::io::Result<Child>,
+        status: Option<StatusPipe>,
+        job: Job,
+    ) -> Result<ExecOutput, SoulError> {
+        let finished = supervise(
+            spawned,
+            job.input,
+            self.key.timeout,
+            job.max_out,
+            self.options.max_stderr_bytes,
+            status,
+        )?;
+        outcome(
+            finished,
+            self.key.timeout,
+            job.max_out,
+            self.scratch.as_ref(),
+            &self.key.command,
+            confinement_record(self.options.isolation, self.key.caps),
+            self.key.caps,
+        )
+    }
+
+    /// Launches afresh and runs `job` (blocking).
+    fn run(self, job: Job) -> Result<ExecOutput, SoulError> {
+        let (mut cmd, status) = self.command(None)?;
+        let spawned = cmd.spawn();
+        self.finish(spawned, status, job)
+    }
+
+    /// Builds this launch as a spare: the child is made and confined, then waits for
+    /// [`Spare::start`]. Runs on a thread of its own, which then watches the call (the
+    /// child dies with the thread that forked it).
+    fn into_spare(self) -> Result<Spare, SoulError> {
+        let (go_reader, go) =
+            std::io::pipe().map_err(|e| unavailable(format!("spare pipe: {e}")))?;
+        let (jobs, waiting) = mpsc::channel::<(Job, Reply)>();
+        let key = self.key.clone();
+        thread::Builder::new()
+            .name("soulbase-spare".into())
+            .spawn(move || {
+                let built = self.command(Some(std::os::fd::AsRawFd::as_raw_fd(&go_reader)));
+                let Ok((mut cmd, status)) = built else {
+                    // No child: the spare's pipe and queue close unused.
+                    return;
+                };
+                // Returns once the child is confined and waiting (it closes the pipe
+                // the spawn waits on); a failure before that is the spawn's error.
+                let spawned = cmd.spawn();
+                drop(go_reader);
+                match waiting.recv() {
+                    Ok((job, reply)) => {
+                        let _ = reply.send(self.finish(spawned, status, job));
+                    }
+                    Err(_) => {
+                        if let Ok(mut child) = spawned {
+                            sys::kill_group(child.id());
+                            let _ = child.wait();
+                        }
+                    }
+                }
+            })
+            .map_err(|e| unavailable(format!("spare thread: {e}")))?;
+        Ok(Spare {
+            key,
+            go,
+            jobs,
+            born: Instant::now(),
+        })
+    }
+}
+
 enum Event {
     Exited(std::io::Result<ExitStatus>),
     /// The tool's wait status, reported before its namespaces are torn down.
@@ -346,15 +595,14 @@ struct Finished {
 /// through it; reaping the process in between (which waits for the namespaces'
 /// teardown) and killing what is left of the group go on in the background.
 fn supervise(
-    mut cmd: Command,
+    spawned: std::io::Result<Child>,
     input: Vec<u8>,
     timeout: Duration,
     max_out: usize,
     max_err: usize,
-    status: Option<(std::io::PipeReader, std::io::PipeWriter)>,
+    status: Option<StatusPipe>,
 ) -> Result<Finished, SoulError> {
     let started = Instant::now();
-    let spawned = cmd.spawn();
     let (status_reader, status_writer) = status.unzip();
     // Only the child may hold the write end: EOF then means it is gone.
     drop(status_writer);
@@ -541,113 +789,49 @@ impl Executor for ProcessExecutor {
         req.profile.check(&Operation::Exec { command }, None)?;
         self.availability()?;
         let binary = self.resolve(command)?;
-        let scratch = match req.profile.tmp_bytes() {
-            Some(max) => Some(Scratch::create(&self.options.scratch_parent, max)?),
-            None => None,
-        };
         let timeout = if req.timeout.is_zero() {
             Duration::from_secs(30)
         } else {
             req.timeout
         };
-        let input = serde_json::to_vec(&req.args).map_err(SoulError::internal)?;
-        let max_out = req
-            .max_bytes_out
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-            .unwrap_or(self.options.max_output_bytes);
-        let caps = Caps {
-            memory_bytes: req
-                .max_memory_bytes
-                .unwrap_or(self.options.max_memory_bytes),
-            processes: req
-                .max_processes
-                .map(u64::from)
-                .unwrap_or(self.options.max_processes),
+        let job = Job {
+            input: serde_json::to_vec(&req.args).map_err(SoulError::internal)?,
+            max_out: req
+                .max_bytes_out
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .unwrap_or(self.options.max_output_bytes),
         };
-        let options = self.options.clone();
-        let profile = req.profile.clone();
-        let (command, args) = (command.clone(), args.clone());
+        let key = LaunchKey {
+            command: command.clone(),
+            args: args.clone(),
+            profile: req.profile.clone(),
+            caps: Caps {
+                memory_bytes: req
+                    .max_memory_bytes
+                    .unwrap_or(self.options.max_memory_bytes),
+                processes: req
+                    .max_processes
+                    .map(u64::from)
+                    .unwrap_or(self.options.max_processes),
+            },
+            timeout,
+        };
+        // A spare launch for this key runs the tool at once; the next call's spare is
+        // started as this one runs.
+        let started = self.spares.take(&key).map(|s| s.start(&job));
+        self.start_spare(&binary, &key);
+        if let Some(Ok(outcome)) = started {
+            return outcome.await.unwrap_or_else(|_| {
+                Err(unavailable(
+                    "the tool's watcher ended without an outcome".into(),
+                ))
+            });
+        }
+        let launch = Launch::new(self.options.clone(), binary, key)?;
         // Planning reads the binary (to find its loader) and opens every granted path:
         // file-system work, so it runs on the blocking pool with the child's wait.
-        tokio::task::spawn_blocking(move || {
-            let plan = plan(
-                &options,
-                &binary,
-                &profile,
-                scratch.as_ref(),
-                timeout,
-                &command,
-                caps,
-            );
-            let home = scratch
-                .as_ref()
-                .map(|s| s.path().to_path_buf())
-                .unwrap_or_else(|| PathBuf::from("/nonexistent"));
-            let cwd = scratch.as_ref().map(|s| s.path()).unwrap_or(Path::new("/"));
-            let status_pipe = match options.isolation {
-                Isolation::Namespaces => {
-                    Some(std::io::pipe().map_err(|e| unavailable(format!("status pipe: {e}")))?)
-                }
-                Isolation::LandlockOnly => None,
-            };
-            let namespaces = match options.isolation {
-                Isolation::Namespaces => {
-                    let outside = crate::namespace::outside_ids(options.run_as);
-                    if let (Some((uid, gid)), Some(s)) = (outside, &scratch) {
-                        std::os::unix::fs::chown(s.path(), Some(uid), Some(gid)).map_err(|e| {
-                            unavailable(format!(
-                                "cannot give the scratch directory to the tool user: {e}"
-                            ))
-                        })?;
-                    }
-                    let ns = NamespacePlan::build(&plan, cwd, outside)?;
-                    Some(match &status_pipe {
-                        Some((_, w)) => ns.report_status_to(std::os::fd::AsRawFd::as_raw_fd(w)),
-                        None => ns,
-                    })
-                }
-                Isolation::LandlockOnly => None,
-            };
-            let mut confinement = Confinement::build(&plan, namespaces)?;
-            let mut cmd = Command::new(&binary);
-            cmd.args(&args)
-                .env_clear()
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env("LANG", "C.UTF-8")
-                .env("HOME", &home)
-                .current_dir(cwd);
-            if let Some(s) = &scratch {
-                cmd.env("TMPDIR", s.path());
-            }
-            // SAFETY (pre_exec): the closure runs in the forked child before exec
-            // and only makes system calls (see `Confinement::apply`).
-            #[allow(unsafe_code)]
-            unsafe {
-                cmd.pre_exec(move || confinement.apply());
-            }
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
-            let finished = supervise(
-                cmd,
-                input,
-                timeout,
-                max_out,
-                options.max_stderr_bytes,
-                status_pipe,
-            )?;
-            outcome(
-                finished,
-                timeout,
-                max_out,
-                scratch.as_ref(),
-                &command,
-                confinement_record(options.isolation, caps),
-                caps,
-            )
-        })
-        .await
-        .map_err(SoulError::internal)?
+        tokio::task::spawn_blocking(move || launch.run(job))
+            .await
+            .map_err(SoulError::internal)?
     }
 }

@@ -40,6 +40,10 @@
 //! - with a **wall-clock timeout** that kills the whole group (`PROVIDER.TIMEOUT`),
 //!   and an **output cap** that kills it too (`TOOL.EXECUTION_FAILED`).
 //!
+//! After each call a **spare launch** for the same command, profile and limits is
+//! built ahead and waits, confined, before `exec`; the next such call only writes its
+//! input (see the `warm` module and `docs/sandbox.md`).
+//!
 //! All waiting happens on tokio's blocking pool and plain threads, never on async
 //! workers. The threat model, per isolation mode, is in `docs/sandbox.md`.
 
@@ -47,5 +51,6 @@ mod confine;
 mod executor;
 mod namespace;
 mod sys;
+mod warm;
 
 pub use executor::{Isolation, ProcessExecutor, ProcessOptions};

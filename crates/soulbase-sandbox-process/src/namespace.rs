@@ -11,14 +11,15 @@
 //!    id: the tool is uid/gid [`SANDBOX_ID`] inside, that uid/gid outside;
 //! 2. forks: the new process is PID 1 of the new PID namespace (nothing outside it
 //!    can be seen or signalled from inside); the process in between closes every
-//!    descriptor but a status pipe, and ends the way the tool ended, so the
-//!    executor's process group and exit status work as without namespaces;
+//!    descriptor but the pipe the init reports on, and ends the way the tool ended,
+//!    so the executor's process group and exit status work as without namespaces;
 //! 3. mounts a tmpfs, `pivot_root`s into it with the old root at `/oldroot`, binds in
 //!    the plan's paths from there (read-only, read-write or as a device), recreates
 //!    the symlinks on the way to them (`/lib` → `usr/lib`), mounts a `/proc` of the new
 //!    PID namespace, detaches the old root and remounts `/` read-only;
 //! 4. forks the tool (PID 2) and stays as the namespace's init: it reaps, sends the
-//!    tool's wait status up the pipe and exits, which ends anything the tool left.
+//!    tool's wait status straight to the executor (and to the process in between)
+//!    and exits, which ends anything the tool left.
 //!
 //! What is not bound does not exist for the tool: no UNIX socket of a local service, no
 //! `/etc`, no other tool's scratch directory.
@@ -360,8 +361,8 @@ impl NamespacePlan {
         let (report_read, report_write) = sys::pipe_cloexec()?;
         let pid = sys::fork()?;
         if pid > 0 {
-            sys::close_all_fds_except([report_read, self.status_fd]);
-            sys::relay_exit(report_read, self.status_fd, pid);
+            sys::close_all_fds_except([report_read, report_read]);
+            sys::relay_exit(report_read, pid);
         }
         // PID 1 of the new namespace; it dies with the process in between.
         sys::die_with_parent()?;
@@ -430,8 +431,8 @@ impl NamespacePlan {
         // status); the tool is PID 2, so signals act on it as they would outside.
         let tool = sys::fork()?;
         if tool > 0 {
-            sys::close_all_fds_except([report_write, report_write]);
-            sys::reap_until(tool, report_write);
+            sys::close_all_fds_except([self.status_fd, report_write]);
+            sys::reap_until(tool, [self.status_fd, report_write]);
         }
         sys::die_with_parent()?;
         Ok(())

@@ -166,6 +166,23 @@ pub(crate) fn close_all_fds_except(keep: [libc::c_int; 2]) {
     }
 }
 
+/// Closes every descriptor but stdin, stdout, stderr and `keep`.
+pub(crate) fn close_fds_except_stdio_and(keep: libc::c_int) {
+    for (first, last) in [(3, keep - 1), (keep + 1, libc::c_int::MAX)] {
+        if first > last {
+            continue;
+        }
+        // SAFETY: close_range with integer arguments only.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+        if r != 0 {
+            for fd in first..=last.min(4095) {
+                // SAFETY: closing a descriptor that may not exist is harmless (EBADF).
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+}
+
 /// `waitpid(pid)` until it reports, retrying on `EINTR`; `None` on another error.
 fn wait_status(pid: libc::pid_t) -> Option<(libc::pid_t, libc::c_int)> {
     let mut status: libc::c_int = 0;
@@ -207,15 +224,18 @@ fn end_like(status: libc::c_int) -> ! {
 }
 
 /// The init of the tool's PID namespace: reaps every process until `tool` ends,
-/// sends the tool's wait status on `report`, and exits (which ends whatever the tool
-/// left running in the namespace).
-pub(crate) fn reap_until(tool: libc::pid_t, report: libc::c_int) -> ! {
+/// sends the tool's wait status on each of `reports` (the executor's pipe first, so
+/// the call ends without waiting for another process to wake), and exits (which ends
+/// whatever the tool left running in the namespace).
+pub(crate) fn reap_until(tool: libc::pid_t, reports: [libc::c_int; 2]) -> ! {
     loop {
         match wait_status(-1) {
             Some((pid, status)) if pid == tool => {
-                // SAFETY: writing a local int to our pipe, then _exit.
+                // SAFETY: writing a local int to our pipes, then _exit.
                 unsafe {
-                    libc::write(report, (&status as *const libc::c_int).cast(), 4);
+                    for fd in reports.into_iter().filter(|fd| *fd >= 0) {
+                        libc::write(fd, (&status as *const libc::c_int).cast(), 4);
+                    }
                     libc::_exit(0);
                 }
             }
@@ -227,12 +247,12 @@ pub(crate) fn reap_until(tool: libc::pid_t, report: libc::c_int) -> ! {
 }
 
 /// The process between the executor and the tool's namespace: reads the tool's
-/// wait status from `report` and passes it on to the executor at once on `forward`
-/// (the namespaces' teardown, paid when their init exits, is then not on the call's
-/// path), reaps the namespace's init `init`, and ends as the tool ended (or as the
-/// init did, when no status came), so the executor sees the tool's own exit code or
-/// signal either way.
-pub(crate) fn relay_exit(report: libc::c_int, forward: libc::c_int, init: libc::pid_t) -> ! {
+/// wait status from `report` (the init sends it to the executor too, so the
+/// namespaces' teardown, paid when their init exits, is not on the call's path),
+/// reaps the namespace's init `init`, and ends as the tool ended (or as the init did,
+/// when no status came), so the executor sees the tool's own exit code or signal
+/// whichever way it learns it.
+pub(crate) fn relay_exit(report: libc::c_int, init: libc::pid_t) -> ! {
     let mut status: libc::c_int = 0;
     let mut got = 0usize;
     while got < 4 {
@@ -253,19 +273,32 @@ pub(crate) fn relay_exit(report: libc::c_int, forward: libc::c_int, init: libc::
             break;
         }
     }
-    if got == 4 {
-        // SAFETY: writing a local int to the executor's pipe, then closing it.
-        unsafe {
-            libc::write(forward, (&status as *const libc::c_int).cast(), 4);
-            libc::close(forward);
-        }
-    }
     let init_status = wait_status(init).map(|(_, s)| s);
     match (got, init_status) {
         (4, _) => end_like(status),
         (_, Some(s)) => end_like(s),
         // SAFETY: _exit with an integer argument only.
         _ => unsafe { libc::_exit(127) },
+    }
+}
+
+/// Blocks until one byte arrives on `fd`, retrying on `EINTR`; end-of-file (the
+/// writer is gone) or another error is an error.
+pub(crate) fn wait_for_byte(fd: libc::c_int) -> io::Result<()> {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reading one byte into a local.
+        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+        if n == 1 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
