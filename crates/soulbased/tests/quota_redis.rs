@@ -152,7 +152,7 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
     let closed = Server::start_in(&skills_config("acme", down, "closed"), with_rated_skill);
     let (status, v) = echo(&closed, "acme").await;
     assert_ne!(status, 200, "{v}");
-    assert_eq!(v["error_code"], "QUOTA.RATE_LIMITED", "{v}");
+    assert_eq!(v["error_code"], "QUOTA.UNAVAILABLE", "{v}");
     assert!(
         v["error"]["retry_after_ms"]
             .as_u64()
@@ -162,7 +162,7 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
     let (status, v) = skill_call(&closed, "acme").await;
     assert_ne!(status, 200, "{v}");
     assert_eq!(
-        v["error_code"], "QUOTA.RATE_LIMITED",
+        v["error_code"], "QUOTA.UNAVAILABLE",
         "the skill's limit too: {v}"
     );
 
