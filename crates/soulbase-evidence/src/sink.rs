@@ -108,6 +108,49 @@ impl SpoolOptions {
     }
 }
 
+/// Most a derived cap ([`default_max_bytes`]) allows: the former fixed default.
+const DERIVED_CAP_MAX: u64 = 1 << 30;
+/// Least a derived cap allows (the configuration's minimum).
+const DERIVED_CAP_MIN: u64 = 1 << 20;
+/// Largest segment (the default size, which [`SpoolOptions::max_bytes`] only shrinks).
+const SEGMENT_MAX: u64 = 16 << 20;
+
+/// The cap for a spool in `dir` when none is configured: what the volume holding
+/// it has free, plus what the spool's files already take (a spool filled by an
+/// outage may use its own space), less the disk reserve (`disk_reserve`) and the
+/// segments the disk holds beyond the records the cap counts — about four (the
+/// zeros ahead of the active one, the next one prepared, two spares), each at most
+/// 16 MiB and at most an eighth of the cap — and at most 1 GiB (at least 1 MiB).
+/// So on a volume smaller than the cap would be, the cap refuses calls before the
+/// disk fills. `dir` need not exist yet (its nearest existing ancestor is measured).
+pub fn default_max_bytes(dir: &std::path::Path, disk_reserve: u64) -> std::io::Result<u64> {
+    let existing = dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(std::path::Path::new("/"));
+    let vfs = rustix::fs::statvfs(existing).map_err(std::io::Error::from)?;
+    let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+    let own: u64 = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    let budget = free.saturating_add(own).saturating_sub(disk_reserve);
+    // Four segments beyond the cap: 16 MiB each once the cap reaches 128 MiB,
+    // else an eighth of it each (cap × 1.5 on the disk).
+    let cap = if budget >= 8 * SEGMENT_MAX + 4 * SEGMENT_MAX {
+        budget - 4 * SEGMENT_MAX
+    } else {
+        budget / 3 * 2
+    };
+    Ok(cap.clamp(DERIVED_CAP_MIN, DERIVED_CAP_MAX))
+}
+
 /// A snapshot of the spool's state, for health checks and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpoolStats {

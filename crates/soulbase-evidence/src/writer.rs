@@ -366,7 +366,7 @@ pub fn run(
                 if shared.broken.load(Ordering::Acquire)
                     && (shared.room_freed.swap(false, Ordering::AcqRel)
                         | room_check_due(&mut room_checked))
-                    && room_again(&shared)
+                    && room_again(&shared, segment_bytes)
                 {
                     shared.broken.store(false, Ordering::Release);
                     tracing::warn!("the evidence spool can be written again; accepting calls");
@@ -517,26 +517,26 @@ fn room_check_due(last: &mut Option<Instant>) -> bool {
 }
 
 /// After a failed append, whether calls may be accepted again: a round has just
-/// succeeded and [`ROOM_PROBE`] bytes can be written (a round of Ends or an empty
-/// probe proves nothing about room). The disk reserve, if it was given up for the
-/// Ends of accepted calls, is made again when there is room for it (here, or at a
-/// later rollover).
-fn room_again(shared: &Shared) -> bool {
+/// succeeded (a round of Ends or an empty probe proves nothing about room), the
+/// disk reserve is there (made again if it was given up for the Ends of accepted
+/// calls) and, besides it, [`ROOM_PROBE`] bytes and a whole prepared segment
+/// (`segment_bytes` and the zeros ahead of it) can be written: the spool can
+/// then go on to its next segment, so calls taken again are not refused again at
+/// once while a drain is still freeing space.
+fn room_again(shared: &Shared, segment_bytes: u64) -> bool {
     #[cfg(test)]
     if shared.fail_reserve.load(Ordering::Acquire) {
         return false;
     }
-    if !shared.owns_dir() || segment::room_for(&shared.dir, ROOM_PROBE).is_err() {
+    if !shared.owns_dir() {
         return false;
     }
     // Begins are taken only with the reserve there for their Ends.
-    match shared.make_reserve() {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "the spool's disk reserve cannot be made again yet");
-            false
-        }
+    if let Err(e) = shared.make_reserve() {
+        tracing::warn!(error = %e, "the spool's disk reserve cannot be made again yet");
+        return false;
     }
+    segment::room_for(&shared.dir, ROOM_PROBE + prepared_len(segment_bytes)).is_ok()
 }
 
 /// Makes the disk reserve if it is missing; when it cannot be made, the spool

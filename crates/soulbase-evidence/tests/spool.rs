@@ -1108,3 +1108,64 @@ async fn full_volume_reclaimed(keep_checkpoint: bool) {
     drop(sink);
     drop(volume);
 }
+
+/// With no cap configured, the cap derives from the spool volume's free space
+/// (plus what the spool already holds), less the disk reserve and the segments
+/// held beyond the records: on a small volume the cap, not a full disk, refuses
+/// calls first; the space others take on the volume lowers it.
+#[test]
+fn the_default_cap_derives_from_the_volumes_free_space() {
+    as_root(
+        "the_default_cap_derives_from_the_volumes_free_space",
+        || {
+            on_runtime(async {
+                let volume = SmallVolume::mount("16m");
+                let spool = volume.path().join("spool");
+                let reserve = SpoolOptions::new(&spool).disk_reserve;
+                let empty = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                // 16 MiB less the reserve, a third of it for the segments beyond.
+                let expected = ((16u64 << 20) - reserve) / 3 * 2;
+                assert!(
+                    empty <= expected && empty + (64 << 10) >= expected,
+                    "{empty} for about {expected}"
+                );
+                // Others' files lower it.
+                std::fs::write(volume.path().join("other"), vec![1u8; 4 << 20]).unwrap();
+                let less = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                assert!(less + (2 << 20) < empty, "{less} < {empty}");
+
+                // A spool with that cap fills up with calls refused by the cap, before
+                // the disk is full: its own files count towards the cap next time.
+                let opts = SpoolOptions::new(&spool).max_bytes(less);
+                let (sink, store) = open_with_store_down(opts).await;
+                let mut accepted = 0usize;
+                loop {
+                    let b = begin();
+                    match sink.record(b.clone()).await {
+                        Ok(()) => sink.record(end(&b)).await.unwrap(),
+                        Err(e) => {
+                            assert_eq!(
+                                e.field("spool_max_bytes"),
+                                Some(less.to_string().as_str()),
+                                "{e}"
+                            );
+                            break;
+                        }
+                    }
+                    accepted += 1;
+                    assert!(accepted < 100_000);
+                }
+                assert!(!sink.stats().broken, "the disk never filled");
+                let again = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                assert!(
+                    again + (1 << 20) >= less,
+                    "the spool's own files count: {again} vs {less}"
+                );
+                store.down.store(false, Ordering::SeqCst);
+                sink.wait_drained(LIMIT).await.unwrap();
+                assert_eq!(count(&store.inner).0, accepted);
+                drop(sink);
+            })
+        },
+    );
+}
