@@ -276,7 +276,11 @@ pub struct EvidenceConfig {
     /// Sync (default) or async durability.
     pub durability: DurabilityMode,
     /// The spool's cap; past it new calls are refused with `EVIDENCE.UNAVAILABLE`.
-    pub spool_max_bytes: u64,
+    /// Unset (the default): derived at start-up from the free space of the volume
+    /// holding the spool (plus what the spool already holds), less its disk reserve
+    /// and the segments written ahead, at most 1 GiB — so the cap, not a full disk,
+    /// is what refuses calls.
+    pub spool_max_bytes: Option<u64>,
     /// Apply migrations at start-up.
     pub migrate_on_start: bool,
     /// How long evidence is kept.
@@ -289,7 +293,7 @@ impl Default for EvidenceConfig {
             backend: EvidenceBackend::Sqlite,
             url: None,
             durability: DurabilityMode::Sync,
-            spool_max_bytes: 1 << 30,
+            spool_max_bytes: None,
             migrate_on_start: true,
             retention_days: 30,
         }
@@ -709,7 +713,7 @@ impl Config {
                 );
             }
         }
-        if self.evidence.spool_max_bytes < 1 << 20 {
+        if self.evidence.spool_max_bytes.is_some_and(|b| b < 1 << 20) {
             push(
                 "evidence.spool_max_bytes".into(),
                 "must be at least 1 MiB".into(),

@@ -94,6 +94,10 @@ codes! {
     QuotaBudgetExceeded = "QUOTA.BUDGET_EXCEEDED", 429, ResourceExhausted, AfterDelay, "budget exceeded";
     /// A rate limit is hit.
     QuotaRateLimited = "QUOTA.RATE_LIMITED", 429, ResourceExhausted, AfterDelay, "rate limited";
+    /// The quota backend (Redis) cannot be reached, and quota fails closed: the call
+    /// is refused before execution because its limits cannot be checked — not
+    /// because a limit was hit.
+    QuotaUnavailable = "QUOTA.UNAVAILABLE", 503, Unavailable, Backoff, "quota backend unavailable; call refused";
     /// The planned operation is outside the call's capability profile.
     SandboxCapabilityBlocked = "SANDBOX.CAPABILITY_BLOCKED", 403, PermissionDenied, Never, "operation outside the granted capabilities";
     /// The tool ran and failed, or produced output that violates its contract.
@@ -215,6 +219,7 @@ mod tests {
         ("PROVIDER.TIMEOUT", 504),
         ("UNKNOWN.INTERNAL", 500),
         ("EVIDENCE.UNAVAILABLE", 503),
+        ("QUOTA.UNAVAILABLE", 503),
     ];
 
     #[test]

@@ -35,7 +35,9 @@ pub struct DrainOptions {
     pub parallel: usize,
     /// First retry delay after a store failure (doubles up to `max_backoff`).
     pub min_backoff: Duration,
-    /// Longest retry delay.
+    /// Longest retry delay (250 ms by default: once the store is back, the spool
+    /// drains, its space is reclaimed and calls refused for a full disk are
+    /// taken again within a second).
     pub max_backoff: Duration,
     /// Shortest interval between checkpoint writes (a write in place and an
     /// `fdatasync` each, on the disk the spool fsyncs to), except on reaching a new
@@ -62,7 +64,7 @@ impl Default for DrainOptions {
             batch: 4_000,
             parallel: 2,
             min_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_millis(250),
             checkpoint_every: Duration::from_millis(100),
             linger: Duration::from_millis(20),
             min_slice: 500,

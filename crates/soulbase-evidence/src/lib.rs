@@ -49,4 +49,4 @@ mod writer;
 pub use drain::DrainOptions;
 pub use recovery::{RecoveryReport, aborted_end};
 pub use segment::Pos;
-pub use sink::{Durability, DurableSink, SpoolOptions, SpoolStats};
+pub use sink::{Durability, DurableSink, SpoolOptions, SpoolStats, default_max_bytes};

@@ -80,8 +80,14 @@ pub struct Shared {
     /// locks a recreated directory): the directory is this sink's while its `LOCK`
     /// is that file.
     pub lock_id: Mutex<(u64, u64)>,
-    /// Bytes of the disk reserve file, recreated with a deleted directory.
+    /// Bytes of the disk reserve file, recreated with a deleted directory. It also
+    /// bounds the calls open at once: a Begin is admitted only while the reserve
+    /// covers the End of every open call (`end_reserve` each), so that when the
+    /// disk fills, releasing it always makes room for all of their Ends.
     pub disk_reserve: u64,
+    /// The disk reserve file is there at its full size (see [`Shared::make_reserve`]):
+    /// Begins are admitted only then.
+    pub reserve_held: AtomicBool,
     /// The last store error, cleared by a successful batch.
     pub store_error: Mutex<Option<String>>,
     /// Records written to the store by this process.
@@ -220,6 +226,17 @@ impl Shared {
                         "the evidence spool cannot be written (disk full or IO error); call refused",
                     ));
                 }
+                if !self.reserve_held.load(Ordering::Acquire) {
+                    return Err(unavailable(
+                        "the evidence spool has no disk reserve for the End of this call; call refused",
+                    ));
+                }
+                if a.reserved + self.end_reserve > self.disk_reserve {
+                    return Err(unavailable(
+                        "more calls are running than the spool's disk reserve covers the Ends of; call refused",
+                    )
+                    .with_field("open_calls", a.open.len().to_string()));
+                }
                 if a.disk + a.reserved + len + self.end_reserve > self.max_bytes {
                     return Err(unavailable("the evidence spool is full; call refused")
                         .with_field("spool_max_bytes", self.max_bytes.to_string()));
@@ -235,6 +252,13 @@ impl Shared {
                 }
             }
             Kind::Other => {
+                // Not while appends fail: what room there is (the released disk
+                // reserve) is for the Ends of accepted calls.
+                if self.broken.load(Ordering::Acquire) {
+                    return Err(unavailable(
+                        "the evidence spool cannot be written (disk full or IO error)",
+                    ));
+                }
                 if a.disk + a.reserved + len > self.max_bytes {
                     return Err(unavailable("the evidence spool is full"));
                 }
@@ -243,6 +267,22 @@ impl Shared {
             Kind::Flush => {}
         }
         Ok(())
+    }
+
+    /// Creates (or re-creates) the disk reserve file (see `segment::ensure_reserve`)
+    /// and records whether it is there: Begins are admitted only while it is.
+    pub fn make_reserve(&self) -> std::io::Result<()> {
+        let made = crate::segment::ensure_reserve(&self.dir, self.disk_reserve);
+        self.reserve_held.store(made.is_ok(), Ordering::Release);
+        made
+    }
+
+    /// Frees the disk reserve (the disk is full: its room goes to the Ends of
+    /// accepted calls); no Begin is admitted until it is made again. Returns
+    /// whether there was one.
+    pub fn release_reserve(&self) -> bool {
+        self.reserve_held.store(false, Ordering::Release);
+        crate::segment::release_reserve(&self.dir)
     }
 
     /// Undoes [`Shared::admit`] for a record that was never written.

@@ -45,7 +45,10 @@ pub struct SpoolOptions {
     /// Room held back per open Begin for its End.
     pub end_reserve: u64,
     /// Bytes of disk kept in a reserve file, released when the disk fills up so that
-    /// the Ends of accepted calls can still be written.
+    /// the Ends of accepted calls can still be written. A Begin is admitted only
+    /// while the file is there and covers the End of every open call
+    /// (`end_reserve` each): at most `disk_reserve / end_reserve` calls are open at
+    /// once (512 with the defaults).
     pub disk_reserve: u64,
     /// Requests queued for the writer before callers wait.
     pub queue: usize,
@@ -89,6 +92,12 @@ impl SpoolOptions {
         if self.max_bytes < 4 * self.end_reserve.max(1) {
             return bad("evidence.spool_max_bytes", "the spool cap is too small");
         }
+        if self.disk_reserve < self.end_reserve.max(1) {
+            return bad(
+                "disk_reserve",
+                "the disk reserve must hold the End of at least one call",
+            );
+        }
         if self.segment_bytes == 0 {
             return bad("segment_bytes", "must be positive");
         }
@@ -97,6 +106,49 @@ impl SpoolOptions {
         }
         Ok(())
     }
+}
+
+/// Most a derived cap ([`default_max_bytes`]) allows: the former fixed default.
+const DERIVED_CAP_MAX: u64 = 1 << 30;
+/// Least a derived cap allows (the configuration's minimum).
+const DERIVED_CAP_MIN: u64 = 1 << 20;
+/// Largest segment (the default size, which [`SpoolOptions::max_bytes`] only shrinks).
+const SEGMENT_MAX: u64 = 16 << 20;
+
+/// The cap for a spool in `dir` when none is configured: what the volume holding
+/// it has free, plus what the spool's files already take (a spool filled by an
+/// outage may use its own space), less the disk reserve (`disk_reserve`) and the
+/// segments the disk holds beyond the records the cap counts — about four (the
+/// zeros ahead of the active one, the next one prepared, two spares), each at most
+/// 16 MiB and at most an eighth of the cap — and at most 1 GiB (at least 1 MiB).
+/// So on a volume smaller than the cap would be, the cap refuses calls before the
+/// disk fills. `dir` need not exist yet (its nearest existing ancestor is measured).
+pub fn default_max_bytes(dir: &std::path::Path, disk_reserve: u64) -> std::io::Result<u64> {
+    let existing = dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(std::path::Path::new("/"));
+    let vfs = rustix::fs::statvfs(existing).map_err(std::io::Error::from)?;
+    let free = vfs.f_bavail.saturating_mul(vfs.f_frsize);
+    let own: u64 = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    let budget = free.saturating_add(own).saturating_sub(disk_reserve);
+    // Four segments beyond the cap: 16 MiB each once the cap reaches 128 MiB,
+    // else an eighth of it each (cap × 1.5 on the disk).
+    let cap = if budget >= 8 * SEGMENT_MAX + 4 * SEGMENT_MAX {
+        budget - 4 * SEGMENT_MAX
+    } else {
+        budget / 3 * 2
+    };
+    Ok(cap.clamp(DERIVED_CAP_MIN, DERIVED_CAP_MAX))
 }
 
 /// A snapshot of the spool's state, for health checks and tests.
@@ -160,7 +212,7 @@ impl DurableSink {
         let opened = tokio::task::spawn_blocking(move || prepare(&opts))
             .await
             .map_err(SoulError::internal)??;
-        let (lock_file, report, active_file) = opened;
+        let (lock_file, report, active_file, reserve_made) = opened;
         let lock_id = lock_file
             .metadata()
             .map(|m| segment::identity(&m))
@@ -184,10 +236,14 @@ impl DurableSink {
             drained_notify: Notify::new(),
             active: AtomicU64::new(report.active_segment),
             min_pin: AtomicU64::new(u64::MAX),
-            broken: AtomicBool::new(false),
+            // Without its disk reserve (a disk already full at open) the spool
+            // takes no Begin: it is in the failed-append state, whose probes make
+            // the reserve as soon as there is room (see `writer::room_again`).
+            broken: AtomicBool::new(!reserve_made),
             fenced: AtomicBool::new(false),
             lock_id: Mutex::new(lock_id),
             disk_reserve: options.disk_reserve,
+            reserve_held: AtomicBool::new(reserve_made),
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
             records_quarantined: AtomicU64::new(0),
@@ -329,9 +385,10 @@ impl Drop for Inner {
     }
 }
 
-/// The lock, the recovery report, and the active segment: its file, the length of
-/// its data and the file's length (zeros written ahead).
-type Prepared = (File, RecoveryReport, (File, u64, u64));
+/// The lock, the recovery report, the active segment (its file, the length of its
+/// data and the file's length, zeros written ahead), and whether the disk reserve
+/// is there.
+type Prepared = (File, RecoveryReport, (File, u64, u64), bool);
 
 /// Locks the directory, recovers it, creates the checkpoint file (see
 /// [`segment::ensure_checkpoint`]), recreates the reserve and opens the active
@@ -359,9 +416,11 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     if let Err(e) = segment::ensure_checkpoint(dir, report.resume_at) {
         tracing::warn!(error = %e, "could not create the spool's checkpoint file yet");
     }
-    if let Err(e) = segment::ensure_reserve(dir, options.disk_reserve) {
-        tracing::warn!(error = %e, "could not create the spool's disk reserve");
-    }
+    let reserve_made = segment::ensure_reserve(dir, options.disk_reserve)
+        .inspect_err(|e| {
+            tracing::warn!(error = %e, "could not create the spool's disk reserve; calls are refused until it can be")
+        })
+        .is_ok();
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -372,7 +431,7 @@ fn prepare(options: &SpoolOptions) -> Result<Prepared, SoulError> {
     let len = file.metadata().map_err(|e| io("stat", e))?.len();
     segment::sync_dir(dir).map_err(|e| io("syncing the directory", e))?;
     let allocated = writer::zero_fill_active(&file, len, options.segment_bytes);
-    Ok((lock_file, report, (file, len, allocated)))
+    Ok((lock_file, report, (file, len, allocated), reserve_made))
 }
 
 #[async_trait]
@@ -540,6 +599,82 @@ mod tests {
         }
         // And the Begin that was taken when the sink came back (its call left open).
         assert_eq!(ids.len(), 5, "nothing refused reached the store");
+    }
+
+    /// An End that cannot be written even with the reserve given up is answered
+    /// as pending (`EVIDENCE.UNAVAILABLE`, `end: pending`), never as recorded; it is
+    /// kept in memory and lands on its own, with no other traffic, once appends
+    /// work again. Meanwhile Begins and denials are refused (the room is for Ends).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_end_that_cannot_be_written_is_answered_pending_and_lands_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+            .await
+            .unwrap();
+        let shared = sink.inner.shared.clone();
+        let (b1, e1) = call();
+        sink.record(b1.clone()).await.unwrap();
+        // The round, the End alone, and the End after the reserve is given up.
+        shared.fail_appends.store(3, Ordering::Release);
+        shared.fail_reserve.store(true, Ordering::Release);
+        let pending = sink.record(e1.clone()).await.unwrap_err();
+        assert_eq!(pending.code(), ErrorCode::EvidenceUnavailable);
+        assert_eq!(pending.field("end"), Some("pending"), "{pending:?}");
+        assert!(sink.stats().broken);
+        assert!(!shared.reserve_held.load(Ordering::Acquire));
+        let refused = sink.record(call().0).await.unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+        let mut denial = call().0;
+        denial.payload = EvidenceEvent::Denied(soulbase_observe::Denial {
+            call_id: soulbase_types::CallId::generate(),
+            tool: "demo.x.y".into(),
+            code: ErrorCode::QuotaRateLimited,
+        });
+        let refused = sink.record(denial).await.unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+
+        // Appends work again: the End lands on its own (the writer tries it again).
+        let landed = tokio::time::timeout(Duration::from_secs(20), async {
+            while !store.records().iter().any(|r| r.id == e1.id) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(landed.is_ok(), "the pending End reached the store");
+        assert!(store.records().iter().any(|r| r.id == b1.id));
+        // And calls are taken again once the reserve can be made.
+        shared.fail_reserve.store(false, Ordering::Release);
+        let back = tokio::time::timeout(Duration::from_secs(20), async {
+            while sink.record(call().0).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(back.is_ok());
+        assert!(shared.reserve_held.load(Ordering::Acquire));
+    }
+
+    /// A Begin is admitted only while the disk reserve covers the End of every
+    /// open call: past `disk_reserve / end_reserve` open calls, Begins are refused
+    /// until an End comes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn begins_are_refused_past_the_calls_the_disk_reserve_covers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = SpoolOptions::new(dir.path());
+        opts.disk_reserve = 2 * opts.end_reserve;
+        let (sink, _) = DurableSink::open(opts, Arc::new(MemoryStore::new()))
+            .await
+            .unwrap();
+        let (b1, e1) = call();
+        sink.record(b1).await.unwrap();
+        sink.record(call().0).await.unwrap();
+        let refused = sink.record(call().0).await.unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::EvidenceUnavailable);
+        assert_eq!(refused.field("open_calls"), Some("2"));
+        sink.record(e1).await.unwrap();
+        sink.record(call().0).await.unwrap();
+        assert_eq!(sink.stats().open_calls, 2);
     }
 
     /// A Begin accepted by `submit` is written in order with what follows it: if

@@ -252,8 +252,17 @@ impl Active {
         let end = self.len + bytes.len() as u64;
         if end > self.allocated {
             let target = end + self.chunk;
-            segment::write_zeros_at(&self.file, end.max(self.allocated), target, || Ok(()))?;
-            self.allocated = target;
+            match segment::write_zeros_at(&self.file, end.max(self.allocated), target, || Ok(())) {
+                Ok(()) => self.allocated = target,
+                // No room for the zeros ahead (a full disk): they only save later
+                // rounds a file extension, so the bytes are written without them —
+                // the room released for the Ends of accepted calls is smaller
+                // than a chunk.
+                Err(_) => {
+                    self.file.set_len(self.allocated.max(self.len))?;
+                    self.allocated = end;
+                }
+            }
         }
         self.file.write_all_at(bytes, self.len)?;
         self.file.sync_data()
@@ -290,13 +299,51 @@ pub fn run(
     let mut batch: Vec<Request> = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut room_checked: Option<Instant> = None;
-    while let Some(first) = rx.blocking_recv() {
-        batch.push(first);
+    // Ends that could not be written (the disk full even without the reserve):
+    // their callers were told, and they are retried, first in every round and on
+    // their own every `retry_every`, until they land (or, once the sink is
+    // dropped, for `PENDING_KEPT_AFTER_CLOSE`).
+    let mut pending: Vec<Request> = Vec::new();
+    let mut retry_every = PENDING_RETRY_MIN;
+    let mut closed_at: Option<Instant> = None;
+    loop {
+        let first = if pending.is_empty() {
+            match rx.blocking_recv() {
+                Some(r) => Some(r),
+                None => break,
+            }
+        } else if let Some(at) = closed_at {
+            if at.elapsed() >= PENDING_KEPT_AFTER_CLOSE {
+                tracing::error!(
+                    ends = pending.len(),
+                    "the sink closed with Ends that could not be written; recovery will close their calls as aborted"
+                );
+                break;
+            }
+            std::thread::sleep(retry_every);
+            None
+        } else {
+            match recv_within(&mut rx, retry_every) {
+                Ok(r) => r,
+                Err(()) => {
+                    closed_at = Some(Instant::now());
+                    None
+                }
+            }
+        };
+        // Queued before anything else in this round.
+        batch.append(&mut pending);
+        if let Some(first) = first {
+            batch.push(first);
+        }
+        if batch.is_empty() {
+            continue;
+        }
         #[cfg(test)]
         while shared.hold_rounds.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
-        while batch.len() < MAX_ROUND {
+        while batch.len() < MAX_ROUND && closed_at.is_none() {
             match rx.try_recv() {
                 Ok(r) => batch.push(r),
                 Err(_) => break,
@@ -319,7 +366,7 @@ pub fn run(
                 if shared.broken.load(Ordering::Acquire)
                     && (shared.room_freed.swap(false, Ordering::AcqRel)
                         | room_check_due(&mut room_checked))
-                    && room_again(&shared)
+                    && room_again(&shared, segment_bytes)
                 {
                     shared.broken.store(false, Ordering::Release);
                     tracing::warn!("the evidence spool can be written again; accepting calls");
@@ -333,12 +380,18 @@ pub fn run(
                     &mut pins,
                     &mut refused,
                     &mut batch,
+                    &mut pending,
                     &mut active,
                     &mut dir_lock,
                     e,
                 )
             }
         }
+        retry_every = if pending.is_empty() {
+            PENDING_RETRY_MIN
+        } else {
+            (retry_every * 2).min(PENDING_RETRY_MAX)
+        };
         if active.len >= segment_bytes / 2 && !shared.broken.load(Ordering::Acquire) {
             prepared.start(&shared, prepared_bytes);
         }
@@ -372,7 +425,7 @@ pub fn run(
                         ..next
                     };
                     // A reserve given up on a full disk and not made again since.
-                    let _ = segment::ensure_reserve(&shared.dir, shared.disk_reserve);
+                    keep_reserve(&shared);
                     shared.active.store(active.id, Ordering::Release);
                     *lock(&shared.committed) = Pos {
                         segment: active.id,
@@ -390,6 +443,30 @@ pub fn run(
     prepared.abandon();
     shared.close_and_wait();
     drop(dir_lock);
+}
+
+/// First wait between two tries of Ends that could not be written; doubled after
+/// each failed try up to [`PENDING_RETRY_MAX`].
+const PENDING_RETRY_MIN: Duration = Duration::from_millis(10);
+/// Longest wait between two tries of Ends that could not be written.
+const PENDING_RETRY_MAX: Duration = Duration::from_millis(500);
+/// How long Ends that could not be written are still tried once the sink is
+/// dropped (its `LOCK` is held meanwhile); after that, recovery at the next start
+/// closes their calls as aborted — calls whose callers were told their End was
+/// pending, never that they succeeded.
+const PENDING_KEPT_AFTER_CLOSE: Duration = Duration::from_secs(5);
+
+/// The next request, if one comes within `within`; `Err` once every sender is gone.
+fn recv_within(rx: &mut mpsc::Receiver<Request>, within: Duration) -> Result<Option<Request>, ()> {
+    let until = Instant::now() + within;
+    loop {
+        match rx.try_recv() {
+            Ok(r) => return Ok(Some(r)),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Err(()),
+            Err(mpsc::error::TryRecvError::Empty) if Instant::now() >= until => return Ok(None),
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
 }
 
 /// Appends a round's bytes and makes them durable under the segment's name (see
@@ -440,22 +517,36 @@ fn room_check_due(last: &mut Option<Instant>) -> bool {
 }
 
 /// After a failed append, whether calls may be accepted again: a round has just
-/// succeeded and [`ROOM_PROBE`] bytes can be written (a round of Ends or an empty
-/// probe proves nothing about room). The disk reserve, if it was given up for the
-/// Ends of accepted calls, is made again when there is room for it (here, or at a
-/// later rollover).
-fn room_again(shared: &Shared) -> bool {
+/// succeeded (a round of Ends or an empty probe proves nothing about room), the
+/// disk reserve is there (made again if it was given up for the Ends of accepted
+/// calls) and, besides it, [`ROOM_PROBE`] bytes and a whole prepared segment
+/// (`segment_bytes` and the zeros ahead of it) can be written: the spool can
+/// then go on to its next segment, so calls taken again are not refused again at
+/// once while a drain is still freeing space.
+fn room_again(shared: &Shared, segment_bytes: u64) -> bool {
     #[cfg(test)]
     if shared.fail_reserve.load(Ordering::Acquire) {
         return false;
     }
-    if !shared.owns_dir() || segment::room_for(&shared.dir, ROOM_PROBE).is_err() {
+    if !shared.owns_dir() {
         return false;
     }
-    if let Err(e) = segment::ensure_reserve(&shared.dir, shared.disk_reserve) {
+    // Begins are taken only with the reserve there for their Ends.
+    if let Err(e) = shared.make_reserve() {
         tracing::warn!(error = %e, "the spool's disk reserve cannot be made again yet");
+        return false;
     }
-    true
+    segment::room_for(&shared.dir, ROOM_PROBE + prepared_len(segment_bytes)).is_ok()
+}
+
+/// Makes the disk reserve if it is missing; when it cannot be made, the spool
+/// goes to the failed-append state (Begins refused, each refusal probing for room)
+/// until [`room_again`] can make it.
+fn keep_reserve(shared: &Shared) {
+    if let Err(e) = shared.make_reserve() {
+        tracing::warn!(error = %e, "the spool's disk reserve cannot be made; refusing calls until it can");
+        shared.broken.store(true, Ordering::Release);
+    }
 }
 
 /// Whether `file` has lost its last name.
@@ -537,8 +628,8 @@ fn restore_if_unlinked(
         active.file = file;
         active.allocated = data_len;
     }
-    if recreated && let Err(e) = segment::ensure_reserve(dir, shared.disk_reserve) {
-        tracing::warn!(error = %e, "could not recreate the spool's disk reserve");
+    if recreated {
+        keep_reserve(shared);
     }
     segment::sync_dir(dir)
 }
@@ -608,12 +699,16 @@ fn refuse_orphan_ends(
 
 /// An append failed (typically the disk is full). Ends must still land: free the
 /// reserve and try them alone. Everything else in the round is refused and its
-/// accounting undone.
+/// accounting undone. Ends that still cannot be written are answered as pending
+/// (`EVIDENCE.UNAVAILABLE`, field `end: pending`: the caller must not report
+/// success) and kept in `pending`, to be tried again until they land.
+#[allow(clippy::too_many_arguments)]
 fn recover_from_failed_append(
     shared: &Shared,
     pins: &mut HashMap<EnvelopeId, u64>,
     refused: &mut HashMap<EnvelopeId, Instant>,
     batch: &mut Vec<Request>,
+    pending: &mut Vec<Request>,
     active: &mut Active,
     dir_lock: &mut File,
     error: io::Error,
@@ -651,7 +746,7 @@ fn recover_from_failed_append(
     let mut result = append_round(shared, active, dir_lock, &bytes);
     if result.is_err()
         && !shared.fenced.load(Ordering::Acquire)
-        && (segment::release_reserve(&shared.dir) | segment::remove_spares(&shared.dir))
+        && (shared.release_reserve() | segment::remove_spares(&shared.dir))
     {
         tracing::warn!("released the spool reserve and spares to write the Ends of accepted calls");
         let _ = active.trim();
@@ -664,14 +759,29 @@ fn recover_from_failed_append(
         }
         Err(e) => {
             let _ = active.trim();
-            if ends.iter().any(|r| matches!(r.kind, Kind::End(_))) {
-                tracing::error!(error = %e, "could not write the End of an accepted call; recovery will close it as aborted");
+            let count = ends
+                .iter()
+                .filter(|r| matches!(r.kind, Kind::End(_)))
+                .count();
+            if count > 0 {
+                tracing::error!(error = %e, ends = count, "could not write the End of an accepted call yet; it is kept and tried again");
             }
-            for r in ends {
-                shared.unadmit(&Kind::Other, r.bytes.len() as u64);
-                if let Some(ack) = r.ack {
-                    let _ = ack.send(Err(unavailable("the evidence spool cannot be written")
-                        .with_note(e.to_string())));
+            for mut r in ends {
+                let is_end = matches!(r.kind, Kind::End(_));
+                if let Some(ack) = r.ack.take() {
+                    let answer = if is_end {
+                        unavailable(
+                            "the End of this call could not be made durable yet (disk full or IO error); it is kept in memory and written as soon as there is room",
+                        )
+                        .with_field("end", "pending")
+                    } else {
+                        unavailable("the evidence spool cannot be written")
+                    };
+                    let _ = ack.send(Err(answer.with_note(e.to_string())));
+                }
+                // Still admitted: its bytes are written once there is room.
+                if is_end {
+                    pending.push(r);
                 }
             }
         }

@@ -14,6 +14,7 @@ use soulbase_observe::{
     CallEvidence, CallPage, EndStatus, EvidenceEvent, EvidenceQuery, EvidenceRecord, EvidenceSink,
     EvidenceStore, MemoryStore, store_refusal,
 };
+use soulbase_testkit::volume::{SmallVolume, as_root};
 use soulbase_types::{CallId, EnvelopeId, TenantId, UnixMillis};
 
 /// A store in front of a [`MemoryStore`] that can be switched down, and that can
@@ -983,115 +984,6 @@ async fn the_checkpoint_file_is_made_at_open_and_rewritten_in_place() {
     drop(sink);
 }
 
-/// The effective user id of this process in its user namespace.
-fn euid() -> u32 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let uids = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .expect("a Uid line");
-    uids.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// Set in the environment of a test re-run inside a user and mount namespace.
-const IN_NAMESPACE: &str = "SOULBASE_TEST_IN_NAMESPACE";
-
-/// Runs `body` as root, able to mount: here when this process is root (as in
-/// CI); otherwise this binary runs the test `name` again inside a new user and
-/// mount namespace where it is root (`unshare --user --map-root-user --mount`),
-/// and that run must pass — the test never skips.
-fn as_root(name: &str, body: impl FnOnce()) {
-    if euid() == 0 {
-        return body();
-    }
-    assert!(
-        std::env::var_os(IN_NAMESPACE).is_none(),
-        "not root even inside a user namespace"
-    );
-    let out = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount"])
-        .arg(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(IN_NAMESPACE, "1")
-        .output()
-        .expect("unshare runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains(&format!("test {name} ... ok")),
-        "{name} in a user and mount namespace: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-}
-
-/// A small tmpfs mounted on a temp dir: a volume that really fills up. Unmounted
-/// when dropped, also when the test fails (lazily: a sink's writer thread may still
-/// hold files open for a moment), then the temp dir is removed.
-struct SmallVolume {
-    dir: tempfile::TempDir,
-}
-
-impl SmallVolume {
-    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it, e.g. `4m`).
-    fn mount(size: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .expect("mount runs");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self { dir }
-    }
-
-    fn path(&self) -> &std::path::Path {
-        self.dir.path()
-    }
-
-    /// Fills what is left of the volume with files of its own (kept: a filler is
-    /// only ever extended), until not one more byte can be written; returns the
-    /// bytes written. Space freed meanwhile (the spool giving up a file) is taken
-    /// too: bounded rounds until a file of one byte cannot be written.
-    fn fill(&self) -> u64 {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path().join("filler"))
-            .unwrap();
-        let mut written = 0u64;
-        for round in 0..20 {
-            for chunk in [64usize << 10, 4 << 10, 1] {
-                let bytes = vec![1u8; chunk];
-                while written < 1 << 30 {
-                    match f.write(&bytes) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => written += n as u64,
-                    }
-                }
-            }
-            let probe = self.path().join(format!("one-byte-{round}"));
-            if std::fs::write(probe, b"x").is_err() {
-                return written;
-            }
-        }
-        panic!("the volume never stayed full");
-    }
-}
-
-impl Drop for SmallVolume {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("--lazy")
-            .arg(self.dir.path())
-            .status();
-    }
-}
-
 /// A spool on a volume that fills up (no checkpoint file before the spool was
 /// opened, then not one byte free) while the store is down: calls are refused;
 /// once the store is back, the drained segments are reclaimed within 5 s although
@@ -1215,4 +1107,65 @@ async fn full_volume_reclaimed(keep_checkpoint: bool) {
     .await;
     drop(sink);
     drop(volume);
+}
+
+/// With no cap configured, the cap derives from the spool volume's free space
+/// (plus what the spool already holds), less the disk reserve and the segments
+/// held beyond the records: on a small volume the cap, not a full disk, refuses
+/// calls first; the space others take on the volume lowers it.
+#[test]
+fn the_default_cap_derives_from_the_volumes_free_space() {
+    as_root(
+        "the_default_cap_derives_from_the_volumes_free_space",
+        || {
+            on_runtime(async {
+                let volume = SmallVolume::mount("16m");
+                let spool = volume.path().join("spool");
+                let reserve = SpoolOptions::new(&spool).disk_reserve;
+                let empty = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                // 16 MiB less the reserve, a third of it for the segments beyond.
+                let expected = ((16u64 << 20) - reserve) / 3 * 2;
+                assert!(
+                    empty <= expected && empty + (64 << 10) >= expected,
+                    "{empty} for about {expected}"
+                );
+                // Others' files lower it.
+                std::fs::write(volume.path().join("other"), vec![1u8; 4 << 20]).unwrap();
+                let less = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                assert!(less + (2 << 20) < empty, "{less} < {empty}");
+
+                // A spool with that cap fills up with calls refused by the cap, before
+                // the disk is full: its own files count towards the cap next time.
+                let opts = SpoolOptions::new(&spool).max_bytes(less);
+                let (sink, store) = open_with_store_down(opts).await;
+                let mut accepted = 0usize;
+                loop {
+                    let b = begin();
+                    match sink.record(b.clone()).await {
+                        Ok(()) => sink.record(end(&b)).await.unwrap(),
+                        Err(e) => {
+                            assert_eq!(
+                                e.field("spool_max_bytes"),
+                                Some(less.to_string().as_str()),
+                                "{e}"
+                            );
+                            break;
+                        }
+                    }
+                    accepted += 1;
+                    assert!(accepted < 100_000);
+                }
+                assert!(!sink.stats().broken, "the disk never filled");
+                let again = soulbase_evidence::default_max_bytes(&spool, reserve).unwrap();
+                assert!(
+                    again + (1 << 20) >= less,
+                    "the spool's own files count: {again} vs {less}"
+                );
+                store.down.store(false, Ordering::SeqCst);
+                sink.wait_drained(LIMIT).await.unwrap();
+                assert_eq!(count(&store.inner).0, accepted);
+                drop(sink);
+            })
+        },
+    );
 }

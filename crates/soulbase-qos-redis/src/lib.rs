@@ -8,7 +8,8 @@
 //!
 //! When Redis cannot be reached (or does not answer within the operation timeout) the
 //! configured [`FailMode`] decides: `closed` (the default) refuses the call with
-//! `QUOTA.RATE_LIMITED` and a retry hint; `open` lets it through and logs a warning.
+//! `QUOTA.UNAVAILABLE` (not `QUOTA.RATE_LIMITED`: no limit was hit) and a retry
+//! hint; `open` lets it through and logs a warning.
 //! After two such failures in a row, Redis is held to be down for the retry hint
 //! (at least the timeout): decisions meanwhile go to the fail mode at once rather
 //! than each waiting out the timeout, and after it one decision tries Redis again,
@@ -275,7 +276,7 @@ impl RedisQuota {
         match self.options.fail_mode {
             FailMode::Closed => Outcome::Refused(
                 SoulError::new(
-                    ErrorCode::QuotaRateLimited,
+                    ErrorCode::QuotaUnavailable,
                     "the quota backend is unavailable; retry later",
                 )
                 .with_field("backend", "redis")

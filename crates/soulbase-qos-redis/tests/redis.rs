@@ -299,7 +299,7 @@ async fn redis_down_fails_closed_by_default_open_when_configured_and_recovers() 
 
     server.stop().await;
     let err = reserve(&closed, "t", "a", "a.b.c").await.unwrap_err();
-    assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+    assert_eq!(err.code(), ErrorCode::QuotaUnavailable);
     assert_eq!(err.retry_after_ms(), Some(1_000));
     assert_eq!(err.field("backend"), Some("redis"));
     let tenant = TenantId::new("t").unwrap();
@@ -312,7 +312,7 @@ async fn redis_down_fails_closed_by_default_open_when_configured_and_recovers() 
     };
     assert_eq!(
         closed.check(req).await.unwrap_err().code(),
-        ErrorCode::QuotaRateLimited
+        ErrorCode::QuotaUnavailable
     );
     let allowed = reserve(&open, "t", "a", "a.b.c").await.unwrap();
     assert!(allowed.keys.is_empty(), "fail-open charges nothing");
@@ -327,7 +327,7 @@ async fn redis_down_fails_closed_by_default_open_when_configured_and_recovers() 
                 break;
             }
             Err(e) => {
-                assert_eq!(e.code(), ErrorCode::QuotaRateLimited);
+                assert_eq!(e.code(), ErrorCode::QuotaUnavailable);
                 assert!(Instant::now() < deadline, "did not recover: {e:?}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -350,7 +350,7 @@ async fn unreachable_from_the_start_is_refused_and_bad_urls_are_config_errors() 
     .unwrap();
     assert_eq!(
         reserve(&q, "t", "a", "a.b.c").await.unwrap_err().code(),
-        ErrorCode::QuotaRateLimited
+        ErrorCode::QuotaUnavailable
     );
     let err = RedisQuota::new(options("http://nope", "x"), QuotaPlan::new(&[], &[]))
         .err()
@@ -407,7 +407,7 @@ async fn a_redis_found_down_is_not_waited_for_again_until_the_retry_hint_by_any_
     // hold Redis down), one on each backend: they share what they learn.
     for q in [&tools, &skills] {
         let err = reserve(q, "t", "a", "a.b.c").await.unwrap_err();
-        assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+        assert_eq!(err.code(), ErrorCode::QuotaUnavailable);
         assert!(!causes(&err).contains("marked down"), "{err:?}");
     }
     // Then neither tries Redis until the hint has passed, and each refusal says
@@ -415,7 +415,7 @@ async fn a_redis_found_down_is_not_waited_for_again_until_the_retry_hint_by_any_
     let mut left = 600_000;
     for q in [&skills, &tools, &skills] {
         let err = reserve(q, "t", "a", "a.b.c").await.unwrap_err();
-        assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+        assert_eq!(err.code(), ErrorCode::QuotaUnavailable);
         let hint = err.retry_after_ms().unwrap();
         assert!((590_000..=left).contains(&hint), "{hint} ms left of 600 s");
         left = hint;

@@ -398,16 +398,13 @@ fn resolve_run(set: &SkillSet, skill: &str, tool: Option<&str>) -> Result<ToolId
     Ok(t.id().clone())
 }
 
-/// A refused call's result (no evidence reference: nothing executed).
+/// A refused call's result: `denied` whatever the reason, like every call
+/// refused before execution (no evidence reference: nothing executed).
 fn denied(call_id: &CallId, err: &SoulError) -> CallResult {
     let public = err.public();
-    let status = match err.code() {
-        ErrorCode::ToolNotFound => CallStatus::Error,
-        _ => CallStatus::Denied,
-    };
     CallResult {
         call_id: call_id.clone(),
-        status,
+        status: CallStatus::Denied,
         error_code: Some(err.code()),
         error: Some(PublicError {
             correlation_id: public

@@ -26,5 +26,5 @@ mod registry;
 pub use db::{Db, db_error};
 pub use evidence::{SqlEvidenceStore, status_name};
 pub use idempotency::SqlIdempotency;
-pub use open::{Persistence, database_url, spool_dir, spool_options};
+pub use open::{DISK_RESERVE, Persistence, database_url, spool_dir, spool_options};
 pub use registry::RegistryStore;

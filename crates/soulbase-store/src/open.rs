@@ -50,15 +50,40 @@ pub fn spool_dir(config: &Config) -> std::path::PathBuf {
     config.data_dir.join("spool")
 }
 
-/// Spool options for `config`: [`spool_dir`], its durability and cap.
+/// The spool's disk reserve in a server: room for the Ends of 2048 running calls
+/// (2 KiB each), above what the listeners let in at once over HTTP/1 (1024
+/// connections by default). A call past that many running ones is refused
+/// (`EVIDENCE.UNAVAILABLE`), so that every running call can always write its End.
+pub const DISK_RESERVE: u64 = 4 << 20;
+
+/// Spool options for `config`: [`spool_dir`], its durability, [`DISK_RESERVE`] and cap — when
+/// `evidence.spool_max_bytes` is unset, derived from the free space of the
+/// spool's volume ([`soulbase_evidence::default_max_bytes`]; 1 GiB if the volume
+/// cannot be measured).
 pub fn spool_options(config: &Config) -> SpoolOptions {
     let durability = match config.evidence.durability {
         DurabilityMode::Sync => Durability::Sync,
         DurabilityMode::Async => Durability::Async,
     };
-    SpoolOptions::new(spool_dir(config))
-        .durability(durability)
-        .max_bytes(config.evidence.spool_max_bytes)
+    let mut options = SpoolOptions::new(spool_dir(config)).durability(durability);
+    options.disk_reserve = DISK_RESERVE;
+    let max_bytes = match config.evidence.spool_max_bytes {
+        Some(bytes) => bytes,
+        None => match soulbase_evidence::default_max_bytes(&options.dir, options.disk_reserve) {
+            Ok(bytes) => {
+                tracing::info!(
+                    spool_max_bytes = bytes,
+                    "evidence.spool_max_bytes derived from the spool volume's free space"
+                );
+                bytes
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not measure the spool's volume; evidence.spool_max_bytes is 1 GiB");
+                1 << 30
+            }
+        },
+    };
+    options.max_bytes(max_bytes)
 }
 
 impl Persistence {

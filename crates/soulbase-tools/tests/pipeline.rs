@@ -368,7 +368,8 @@ async fn ok_call_returns_output_with_begin_and_end() {
     );
 }
 
-/// Table-driven: every refusal path maps to its stable code and leaves only a denial.
+/// Table-driven: every refusal path maps to its stable code, answers `denied`
+/// whatever the reason (the tool did not run) and leaves only a denial.
 #[tokio::test]
 async fn every_refusal_maps_to_its_code_without_begin_or_end() {
     let h = harness();
@@ -381,13 +382,13 @@ async fn every_refusal_maps_to_its_code_without_begin_or_end() {
             "unknown tool",
             h.call("demo.nope.none", json!({"text": "x"})),
             ErrorCode::ToolNotFound,
-            CallStatus::Error,
+            CallStatus::Denied,
         ),
         (
             "another tenant's tool",
             ToolCall::new(other, id("other.priv.tool"), json!({"text": "x"})),
             ErrorCode::ToolNotFound,
-            CallStatus::Error,
+            CallStatus::Denied,
         ),
         (
             "paused",
@@ -411,7 +412,7 @@ async fn every_refusal_maps_to_its_code_without_begin_or_end() {
             "bad arguments",
             h.call("demo.echo.say", json!({"text": 7})),
             ErrorCode::SchemaValidationFailed,
-            CallStatus::Error,
+            CallStatus::Denied,
         ),
         (
             "policy deny",
@@ -429,7 +430,7 @@ async fn every_refusal_maps_to_its_code_without_begin_or_end() {
             "keyed without key",
             h.call("demo.calc.add", json!({"text": "x"})),
             ErrorCode::SchemaValidationFailed,
-            CallStatus::Error,
+            CallStatus::Denied,
         ),
     ];
     for (name, call, code, status) in cases {
@@ -912,6 +913,9 @@ async fn available_specs_leave_out_what_policy_denies() {
 struct GatedSink {
     memory: MemorySink,
     lose_begins: Arc<std::sync::atomic::AtomicBool>,
+    /// Ends are not made durable (a full disk): answered as pending, as the
+    /// durable sink does.
+    lose_ends: Arc<std::sync::atomic::AtomicBool>,
     submitted: Arc<std::sync::Mutex<Vec<soulbase_types::EnvelopeId>>>,
     ended: Arc<tokio::sync::Notify>,
 }
@@ -931,6 +935,10 @@ fn ended(memory: &MemorySink, begin: &soulbase_types::EnvelopeId) -> bool {
 #[async_trait::async_trait]
 impl EvidenceSink for GatedSink {
     async fn record(&self, record: EvidenceRecord) -> Result<(), SoulError> {
+        if matches!(record.payload, EvidenceEvent::End(_)) && self.lose_ends.load(Ordering::SeqCst)
+        {
+            return Err(lost().with_field("end", "pending"));
+        }
         if let EvidenceEvent::End(e) = &record.payload
             && self.submitted.lock().unwrap().contains(&e.begin_id)
             && self.lose_begins.load(Ordering::SeqCst)
@@ -1043,4 +1051,40 @@ async fn a_call_whose_begin_did_not_land_is_refused_and_its_result_withheld() {
             .await;
         assert_eq!(r.status, CallStatus::Ok, "{r:?}");
     }
+}
+
+/// The answer never runs ahead of the evidence: a call that ran but whose End
+/// could not be made durable is answered `error` / `EVIDENCE.UNAVAILABLE`, saying
+/// the tool ran (`executed: true`) and its End is pending, with its Begin as the
+/// evidence reference and its result withheld — never `ok`.
+#[tokio::test]
+async fn a_call_whose_end_is_not_durable_is_never_answered_ok() {
+    let gate = Arc::new(GatedSink::default());
+    let h = harness_with(Some(gate.clone()));
+    gate.lose_ends.store(true, Ordering::SeqCst);
+    let call = h.call("demo.net.fetch", json!({"text": "x"}));
+    let cid = call.call_id.clone();
+    let r = h.invoker.invoke(call).await;
+    assert_eq!(r.status, CallStatus::Error, "{r:?}");
+    assert_eq!(r.error_code, Some(ErrorCode::EvidenceUnavailable), "{r:?}");
+    assert_eq!(r.output, None, "the result is withheld");
+    let err = r.error().unwrap();
+    assert_eq!(err.field("executed"), Some("true"), "{r:?}");
+    assert_eq!(err.field("end"), Some("pending"), "{r:?}");
+    let (begins, ends, _) = h.evidence(&cid);
+    assert_eq!((begins.len(), ends.len()), (1, 0));
+    let begin_id = h
+        .sink
+        .records()
+        .into_iter()
+        .find(|rec| matches!(&rec.payload, EvidenceEvent::Begin(b) if b.call_id == cid))
+        .map(|rec| rec.id);
+    assert_eq!(r.evidence_ref, begin_id);
+
+    gate.lose_ends.store(false, Ordering::SeqCst);
+    let r = h
+        .invoker
+        .invoke(h.call("demo.net.fetch", json!({"text": "x"})))
+        .await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
 }

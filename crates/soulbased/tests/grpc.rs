@@ -195,13 +195,14 @@ async fn denials_carry_stable_codes_in_status_details() {
         .unwrap_err();
     assert_eq!(st.code(), tonic::Code::InvalidArgument);
     assert_eq!(code_of(&st), "SCHEMA.VALIDATION_FAILED");
+    // Refused before execution: `denied`, whatever the reason.
     assert_eq!(
         st.metadata()
             .get("x-soulbase-outcome")
             .unwrap()
             .to_str()
             .unwrap(),
-        "error"
+        "denied"
     );
 
     // Malformed request fields name the field.

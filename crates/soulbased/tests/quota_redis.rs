@@ -151,8 +151,12 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
     let down = "redis://127.0.0.1:1";
     let closed = Server::start_in(&skills_config("acme", down, "closed"), with_rated_skill);
     let (status, v) = echo(&closed, "acme").await;
-    assert_ne!(status, 200, "{v}");
-    assert_eq!(v["error_code"], "QUOTA.RATE_LIMITED", "{v}");
+    // Not a rate limit (429): the backend is unavailable (503), and the call was
+    // refused before execution.
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error_code"], "QUOTA.UNAVAILABLE", "{v}");
+    assert_eq!(v["status"], "denied", "{v}");
+    assert_eq!(v["error"]["fields"]["backend"], "redis", "{v}");
     assert!(
         v["error"]["retry_after_ms"]
             .as_u64()
@@ -162,7 +166,7 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
     let (status, v) = skill_call(&closed, "acme").await;
     assert_ne!(status, 200, "{v}");
     assert_eq!(
-        v["error_code"], "QUOTA.RATE_LIMITED",
+        v["error_code"], "QUOTA.UNAVAILABLE",
         "the skill's limit too: {v}"
     );
 

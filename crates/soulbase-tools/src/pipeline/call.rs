@@ -84,15 +84,21 @@ impl ToolCall {
 pub enum CallStatus {
     /// Executed and returned a conforming output.
     Ok,
-    /// Refused by governance before execution (authorization, consent, quota, sandbox guard).
+    /// Refused before execution, for any reason (unknown tool, bad input,
+    /// authorization, consent, quota or its backend, sandbox guard, evidence that
+    /// cannot be recorded): the tool did not run, and the call's evidence is a
+    /// denial only, no Begin (`evidence_ref` is empty).
     Denied,
-    /// Anything else: bad input, unknown tool, execution failure, timeout.
+    /// The tool ran (its Begin is `evidence_ref`) and the call failed: execution
+    /// failure, timeout, cancellation, an output that does not conform — or its End
+    /// is not durable yet (`EVIDENCE.UNAVAILABLE` with `executed: true`).
     Error,
 }
 
-/// Whether `code` means "governance said no" rather than "something failed": the
-/// pipeline's classification of a call as `Denied`, shared by the gRPC client (for
-/// failures without an outcome trailer) and the metrics.
+/// Whether `code` means "governance said no" rather than "something failed", for
+/// the surfaces that see a refusal's code without a pipeline result: the gRPC
+/// client (failures without an outcome trailer) and the metrics. The pipeline's
+/// own results are `Denied` exactly when the tool did not run (see [`CallStatus`]).
 pub fn is_denial(code: ErrorCode) -> bool {
     matches!(
         code,
@@ -105,6 +111,7 @@ pub fn is_denial(code: ErrorCode) -> bool {
             | ErrorCode::ToolDisabled
             | ErrorCode::QuotaBudgetExceeded
             | ErrorCode::QuotaRateLimited
+            | ErrorCode::QuotaUnavailable
             | ErrorCode::SandboxCapabilityBlocked
     )
 }
@@ -146,6 +153,8 @@ impl CallResult {
         }
     }
 
+    /// A call that failed: `Error` when it ran (its Begin is `evidence_ref`),
+    /// `Denied` when it was refused before execution (no Begin), whatever the code.
     pub(crate) fn failed(
         call_id: CallId,
         err: &SoulError,
@@ -154,10 +163,10 @@ impl CallResult {
         let public = err.public();
         Self {
             call_id: call_id.clone(),
-            status: if is_denial(err.code()) {
-                CallStatus::Denied
-            } else {
+            status: if evidence_ref.is_some() {
                 CallStatus::Error
+            } else {
+                CallStatus::Denied
             },
             error_code: Some(err.code()),
             error: Some(PublicError {

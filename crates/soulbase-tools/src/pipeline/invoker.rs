@@ -740,13 +740,29 @@ impl Invoker {
             )
             .with_note(e.audit().causes.join("; ")));
         }
-        if let Err(e) = recorded {
-            // The durable sinks spool rather than fail; if one fails anyway, say so loudly.
-            tracing::error!(error = ?e, call_id = %call.call_id, "could not record the End of a call");
-        }
         let settle = s.quota.settle(reservation, usage);
         if let Err(e) = settle.instrument(stage_span!("quota.settle")).await {
             tracing::warn!(error = ?e, "quota settle failed");
+        }
+        // The tool ran but its End is not durable (a full disk): the answer never
+        // runs ahead of the evidence. The caller learns that the tool ran and its
+        // End is pending (the durable sink keeps it and writes it once there is
+        // room), never `ok`; the result is withheld.
+        if let Err(e) = recorded {
+            tracing::error!(error = ?e, call_id = %call.call_id, "the End of a call that ran is not durable; its result is withheld");
+            let end = e.field("end").unwrap_or("not_recorded").to_owned();
+            let err = SoulError::new(
+                ErrorCode::EvidenceUnavailable,
+                "the tool ran, but its evidence could not be made durable yet; its result is withheld",
+            )
+            .with_field("executed", "true")
+            .with_field("end", end)
+            .with_note(e.audit().causes.join("; "));
+            return Ok(CallResult::failed(
+                call.call_id.clone(),
+                &err,
+                Some(begin_id),
+            ));
         }
         match checked {
             Ok((out, _, _)) => {
