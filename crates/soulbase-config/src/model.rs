@@ -957,6 +957,12 @@ pub struct SandboxConfig {
     /// cannot create them, native tools are refused) or `landlock-only` (Landlock,
     /// seccomp and rlimits without namespaces, for hosts that forbid user namespaces).
     pub process_isolation: String,
+    /// How many spare launches of native tools may wait at once (0 ..= 64; 0 turns
+    /// them off): after each call the same launch — command, grants, limits — is
+    /// built ahead and waits, confined, before `exec`, so the next such call skips
+    /// the sandbox's construction. Each waiting spare holds a few processes and a
+    /// thread (see `docs/sandbox.md`).
+    pub process_spares: u32,
     /// WASM instances one tenant may have running at once (at least 1), so one
     /// tenant cannot take the whole instance pool (64); a call over it is refused
     /// with `QUOTA.RATE_LIMITED`. Defaults to half the pool (32); 64 or more leaves
@@ -976,6 +982,7 @@ impl Default for SandboxConfig {
             http_max_redirects: 0,
             scratch_dir: None,
             process_isolation: "namespaces".into(),
+            process_spares: 8,
             wasm_max_instances_per_tenant: 32,
         }
     }
@@ -1008,6 +1015,9 @@ impl Config {
                 "sandbox.process_isolation".into(),
                 "must be namespaces or landlock-only".into(),
             );
+        }
+        if sb.process_spares > 64 {
+            push("sandbox.process_spares".into(), "must be at most 64".into());
         }
         if sb.wasm_max_instances_per_tenant == 0 {
             push(

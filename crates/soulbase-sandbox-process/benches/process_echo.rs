@@ -1,8 +1,10 @@
 //! Process echo tool end to end — spawn, JSON in, JSON out, reap — under each
 //! isolation mode, interleaved (rounds of 50 calls alternating between the modes, so
-//! both see the same machine): `namespaces` (the default: user/PID/mount/network
-//! namespaces, a fresh mount tree, Landlock, seccomp, rlimits) against `landlock-only`
-//! (Landlock, seccomp, rlimits). Target: namespaces p50 ≤ 3 ms.
+//! all see the same machine): `namespaces` (the default: user/PID/mount/network
+//! namespaces, a fresh mount tree, Landlock, seccomp, rlimits) with spare launches
+//! (the default: each call finds its sandbox built ahead), the same launching every
+//! call afresh (`sandbox.process_spares: 0`), and `landlock-only` (Landlock, seccomp,
+//! rlimits) with spares. Target: namespaces p50 ≤ 3 ms.
 //!
 //! `cargo xtask bench -p soulbase-sandbox-process --bench process_echo`
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -32,11 +34,17 @@ fn main() {
         command: TOOL.into(),
         args: vec![],
     };
-    let modes = [Isolation::Namespaces, Isolation::LandlockOnly].map(|isolation| {
+    let modes = [
+        (Isolation::Namespaces, 8),
+        (Isolation::Namespaces, 0),
+        (Isolation::LandlockOnly, 8),
+    ]
+    .map(|(isolation, spares)| {
         let sb = LocalSandbox::new(BuiltinExecutor::new()).with_executor(
             ProviderKind::Process,
             Arc::new(ProcessExecutor::new(ProcessOptions {
                 isolation,
+                spares,
                 ..ProcessOptions::default()
             })),
         );
@@ -51,7 +59,7 @@ fn main() {
         ToolId::new("bench.proc.echo").unwrap(),
     );
     let args = json!({"op": "echo", "text": "hello"});
-    let mut samples: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut samples: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     rt.block_on(async {
         // The first round of each mode warms up and is not counted.
         for round in 0..=ROUNDS {
@@ -81,12 +89,17 @@ fn main() {
             }
         }
     });
-    let [ns, ll] = samples;
+    let [ns, fresh, ll] = samples;
     let ns = soulbase_testkit::report("process echo (namespaces)", ns);
+    let fresh = soulbase_testkit::report("process echo (namespaces, no spares)", fresh);
     let ll = soulbase_testkit::report("process echo (landlock-only)", ll);
-    println!(
-        "namespaces / landlock-only: p50 x{:.2}, p99 x{:.2}",
-        ns.p50.as_secs_f64() / ll.p50.as_secs_f64(),
-        ns.p99.as_secs_f64() / ll.p99.as_secs_f64()
-    );
+    let ratio = |a: &soulbase_testkit::Percentiles, b: &soulbase_testkit::Percentiles| {
+        format!(
+            "p50 x{:.2}, p99 x{:.2}",
+            a.p50.as_secs_f64() / b.p50.as_secs_f64(),
+            a.p99.as_secs_f64() / b.p99.as_secs_f64()
+        )
+    };
+    println!("namespaces / landlock-only: {}", ratio(&ns, &ll));
+    println!("namespaces / no spares: {}", ratio(&ns, &fresh));
 }

@@ -88,6 +88,9 @@ pub struct ProcessOptions {
     /// directories are given to this user; granted paths must be accessible to it.
     /// Default 65534:65534 (`nobody`).
     pub run_as: (u32, u32),
+    /// How many spare launches may wait at once (`sandbox.process_spares`, default
+    /// 8); 0 launches every call afresh (see [`crate::warm`]).
+    pub spares: usize,
 }
 
 impl Default for ProcessOptions {
@@ -120,6 +123,7 @@ impl Default for ProcessOptions {
             max_memory_bytes: 512 << 20,
             isolation: Isolation::Namespaces,
             run_as: (65534, 65534),
+            spares: 8,
         }
     }
 }
@@ -134,6 +138,7 @@ impl ProcessOptions {
             o.scratch_parent = dir.clone();
         }
         o.isolation = Isolation::parse(&config.process_isolation).unwrap_or_default();
+        o.spares = usize::try_from(config.process_spares).unwrap_or(0);
         o
     }
 }
@@ -188,8 +193,8 @@ impl ProcessExecutor {
             }
         };
         Self {
+            spares: Arc::new(Spares::new(options.spares)),
             options: Arc::new(options),
-            spares: Arc::default(),
             refusal,
         }
     }
@@ -212,7 +217,7 @@ impl ProcessExecutor {
     /// Starts a spare launch for `key` unless one is waiting. Failing to make one
     /// only means the next call launches afresh.
     fn start_spare(&self, binary: &Path, key: &LaunchKey) {
-        if self.spares.has(key) {
+        if self.options.spares == 0 || self.spares.has(key) {
             return;
         }
         let spare = Launch::new(self.options.clone(), binary.to_path_buf(), key.clone())

@@ -10,8 +10,8 @@
 //! What a spare holds is exactly what a fresh launch would build for that key (same
 //! plan, same scratch size, a fresh scratch directory), so taking one changes no
 //! guarantee. A spare is used at most once, never after [`MAX_AGE`] (a grant's path
-//! may have changed on disk since it was bound), and at most [`MAX_SPARES`] wait at a
-//! time (the oldest is dropped). Dropping a spare closes its pipe: the child reads
+//! may have changed on disk since it was bound), and at most
+//! [`crate::ProcessOptions::spares`] wait at a time (the oldest is dropped). Dropping a spare closes its pipe: the child reads
 //! end-of-file and exits without running anything, and its scratch directory is
 //! removed.
 
@@ -23,9 +23,6 @@ use soulbase_errors::SoulError;
 use soulbase_sandbox::ExecOutput;
 
 use crate::executor::{Job, LaunchKey};
-
-/// How many spares may wait at once, over all keys.
-pub(crate) const MAX_SPARES: usize = 8;
 
 /// How long a spare may wait before it is thrown away unused.
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(10);
@@ -65,12 +62,21 @@ impl Spare {
 }
 
 /// The spares waiting, oldest first.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Spares {
     waiting: Mutex<Vec<Spare>>,
+    max: usize,
 }
 
 impl Spares {
+    /// Room for `max` spares.
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            waiting: Mutex::new(Vec::new()),
+            max,
+        }
+    }
+
     /// Takes the spare for `key`, if one is waiting and young enough; drops the ones
     /// past [`MAX_AGE`].
     pub(crate) fn take(&self, key: &LaunchKey) -> Option<Spare> {
@@ -80,11 +86,11 @@ impl Spares {
         Some(waiting.remove(at))
     }
 
-    /// Adds a spare, dropping the oldest beyond [`MAX_SPARES`].
+    /// Adds a spare, dropping the oldest beyond the maximum.
     pub(crate) fn put(&self, spare: Spare) {
         if let Ok(mut waiting) = self.waiting.lock() {
             waiting.push(spare);
-            while waiting.len() > MAX_SPARES {
+            while waiting.len() > self.max {
                 waiting.remove(0);
             }
         }
@@ -121,7 +127,7 @@ mod tests {
 
     #[test]
     fn a_spare_is_taken_once_by_its_own_key() {
-        let spares = Spares::default();
+        let spares = Spares::new(8);
         spares.put(spare("/bin/a", Instant::now()));
         assert!(spares.take(&LaunchKey::for_test("/bin/b")).is_none());
         assert!(spares.has(&LaunchKey::for_test("/bin/a")));
@@ -131,7 +137,8 @@ mod tests {
 
     #[test]
     fn the_oldest_spares_go_first_and_stale_ones_are_never_used() {
-        let spares = Spares::default();
+        const MAX_SPARES: usize = 3;
+        let spares = Spares::new(MAX_SPARES);
         for i in 0..=MAX_SPARES {
             spares.put(spare(&format!("/bin/{i}"), Instant::now()));
         }

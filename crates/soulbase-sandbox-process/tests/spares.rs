@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{T, call, proc_only, tool};
+use common::{T, call, proc_only};
 use serde_json::{Value, json};
 use soulbase_sandbox::{BuiltinExecutor, Capability, LocalSandbox, ProviderKind};
 use soulbase_sandbox_process::{Isolation, ProcessExecutor, ProcessOptions};
@@ -165,6 +165,8 @@ async fn dropping_the_executor_ends_its_spares_and_removes_their_scratch() {
     assert_eq!(exec.spares_waiting(), 1);
     drop(sb);
     drop(exec);
+    // The spare's thread removes the scratch directory only after killing and reaping
+    // its child, so an empty parent also means no spare process is left.
     let deadline = Instant::now() + Duration::from_secs(10);
     while entries() > 0 {
         assert!(
@@ -173,6 +175,25 @@ async fn dropping_the_executor_ends_its_spares_and_removes_their_scratch() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Nothing of the fixture is running, warm or not.
-    assert!(!common::marked_process_alive(tool()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_spares_every_call_launches_afresh() {
+    let scratch = tempfile::tempdir().unwrap();
+    let config = soulbase_config::SandboxConfig {
+        process_spares: 0,
+        scratch_dir: Some(scratch.path().to_path_buf()),
+        ..Default::default()
+    };
+    let options = ProcessOptions::from_config(&config);
+    assert_eq!(options.spares, 0);
+    let exec = Arc::new(ProcessExecutor::new(options));
+    let sb = sandbox_of(&exec);
+    let p = proc_only(vec![Capability::Tmp { max_bytes: 1 << 20 }]);
+    for _ in 0..3 {
+        call(&sb, &p, json!({"op": "echo"}), T, None).await.unwrap();
+        assert_eq!(exec.spares_waiting(), 0);
+        // No spare's scratch directory waits either.
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
 }
