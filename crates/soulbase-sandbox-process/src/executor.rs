@@ -17,7 +17,7 @@ use soulbase_sandbox::{
 };
 
 use crate::confine::{Confinement, Plan, interpreter};
-use crate::namespace::NamespacePlan;
+use crate::namespace::{NamespacePlan, SharedNet};
 use crate::sys;
 use crate::warm::{Reply, Spare, Spares};
 
@@ -150,6 +150,8 @@ pub struct ProcessExecutor {
     options: Arc<ProcessOptions>,
     /// Launches built ahead for the next call of a tool (see [`crate::warm`]).
     spares: Arc<Spares>,
+    /// The network namespace tools without `net` share (namespaces only).
+    shared_net: Option<Arc<SharedNet>>,
     /// Why native tools are refused (namespaces were asked for and cannot be made).
     refusal: Option<Arc<str>>,
 }
@@ -192,9 +194,16 @@ impl ProcessExecutor {
                 }
             }
         };
+        let shared_net = match (options.isolation, &refusal) {
+            (Isolation::Namespaces, None) => {
+                SharedNet::create(crate::namespace::outside_ids(options.run_as)).map(Arc::new)
+            }
+            _ => None,
+        };
         Self {
             spares: Arc::new(Spares::new(options.spares)),
             options: Arc::new(options),
+            shared_net,
             refusal,
         }
     }
@@ -220,8 +229,13 @@ impl ProcessExecutor {
         if self.options.spares == 0 || self.spares.has(key) {
             return;
         }
-        let spare = Launch::new(self.options.clone(), binary.to_path_buf(), key.clone())
-            .and_then(Launch::into_spare);
+        let spare = Launch::new(
+            self.options.clone(),
+            self.shared_net.clone(),
+            binary.to_path_buf(),
+            key.clone(),
+        )
+        .and_then(Launch::into_spare);
         match spare {
             Ok(spare) => self.spares.put(spare),
             Err(e) => tracing::debug!(error = %e, "no spare launch"),
@@ -408,6 +422,7 @@ type StatusPipe = (std::io::PipeReader, std::io::PipeWriter);
 /// One launch of a tool: its key, resolved binary and scratch directory.
 struct Launch {
     options: Arc<ProcessOptions>,
+    shared_net: Option<Arc<SharedNet>>,
     binary: PathBuf,
     key: LaunchKey,
     scratch: Option<Scratch>,
@@ -417,6 +432,7 @@ impl Launch {
     /// A launch for `key`, with a fresh scratch directory when `tmp` is granted.
     fn new(
         options: Arc<ProcessOptions>,
+        shared_net: Option<Arc<SharedNet>>,
         binary: PathBuf,
         key: LaunchKey,
     ) -> Result<Self, SoulError> {
@@ -426,6 +442,7 @@ impl Launch {
         };
         Ok(Self {
             options,
+            shared_net,
             binary,
             key,
             scratch,
@@ -468,7 +485,7 @@ impl Launch {
                         ))
                     })?;
                 }
-                let ns = NamespacePlan::build(&plan, cwd, outside)?;
+                let ns = NamespacePlan::build(&plan, cwd, outside, self.shared_net.as_deref())?;
                 Some(match &status_pipe {
                     Some((_, w)) => ns.report_status_to(std::os::fd::AsRawFd::as_raw_fd(w)),
                     None => ns,
@@ -832,7 +849,7 @@ impl Executor for ProcessExecutor {
                 ))
             });
         }
-        let launch = Launch::new(self.options.clone(), binary, key)?;
+        let launch = Launch::new(self.options.clone(), self.shared_net.clone(), binary, key)?;
         // Planning reads the binary (to find its loader) and opens every granted path:
         // file-system work, so it runs on the blocking pool with the child's wait.
         tokio::task::spawn_blocking(move || launch.run(job))

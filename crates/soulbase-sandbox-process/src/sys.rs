@@ -101,6 +101,90 @@ pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::unshare(flags) })
 }
 
+/// `setns(fd, nstype)`: joins the namespace `fd` refers to.
+pub(crate) fn setns(fd: libc::c_int, nstype: libc::c_int) -> io::Result<()> {
+    // SAFETY: setns with integer arguments only.
+    check(unsafe { libc::setns(fd, nstype) })
+}
+
+/// The Landlock ABI version this kernel supports (0 without Landlock).
+pub(crate) fn landlock_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the version query takes a null attribute pointer and size 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    r.max(0)
+}
+
+/// Makes a user namespace and an empty network namespace owned by it, and returns
+/// descriptors that keep both alive (`(user, net)`): a forked child — as `run_as`
+/// when given — unshares them, maps `uid_map` / `gid_map`, and waits while the parent
+/// opens its namespace files; then it exits.
+pub(crate) fn hold_user_and_net(
+    run_as: Option<(u32, u32)>,
+    uid_map: &std::ffi::CStr,
+    gid_map: &std::ffi::CStr,
+) -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), String> {
+    use std::os::fd::AsRawFd;
+    let (mut ready, ready_w) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (hold_r, hold) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (rfd, hfd) = (ready_w.as_raw_fd(), hold_r.as_raw_fd());
+    let pid = fork().map_err(|e| format!("fork: {e}"))?;
+    if pid == 0 {
+        // Only the report's write end and the hold's read end stay open here: the
+        // hold ends when every write end is closed, the parent's included.
+        close_all_fds_except([rfd, hfd]);
+        let made = (|| -> io::Result<()> {
+            if let Some((uid, gid)) = run_as {
+                become_user(uid, gid)?;
+            }
+            unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET)?;
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", uid_map.to_bytes())?;
+            write_file(c"/proc/self/gid_map", gid_map.to_bytes())?;
+            Ok(())
+        })();
+        let report: i32 = match made {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+        };
+        let mut byte = 0u8;
+        // SAFETY: system calls on our pipes with locals, then _exit.
+        unsafe {
+            libc::write(rfd, (&report as *const i32).cast(), 4);
+            libc::read(hfd, (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((ready_w, hold_r));
+    let mut report = [0u8; 4];
+    let got = std::io::Read::read_exact(&mut ready, &mut report);
+    let opened = match (got, i32::from_ne_bytes(report)) {
+        (Err(e), _) => Err(format!("the namespace holder ended without a report: {e}")),
+        (Ok(()), 0) => {
+            let open = |kind: &str| {
+                std::fs::File::open(format!("/proc/{pid}/ns/{kind}"))
+                    .map(std::os::fd::OwnedFd::from)
+                    .map_err(|e| format!("opening the holder's {kind} namespace: {e}"))
+            };
+            open("user").and_then(|user| Ok((user, open("net")?)))
+        }
+        (Ok(()), errno) => Err(format!(
+            "making the namespaces: {}",
+            io::Error::from_raw_os_error(errno)
+        )),
+    };
+    drop(hold);
+    let _ = wait_status(pid);
+    opened
+}
+
 /// Writes `data` to the file `path` (opened write-only, not created): the
 /// `/proc/self/{uid_map,gid_map,setgroups}` files. No allocation.
 pub(crate) fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {

@@ -61,6 +61,24 @@ fn succeeded(v: &Value) -> bool {
     v["ok"] == true
 }
 
+/// Waits (at most 10 s) until a running tool has written `name` in its scratch
+/// directory under `parent`, and returns that file's path.
+async fn scratch_file(parent: &Path, name: &str) -> std::path::PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = std::fs::read_dir(parent)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path().join(name))
+            .find(|p| p.exists());
+        if let Some(p) = found {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "no tool wrote {name}");
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Runs the whole corpus against `options` and asserts every attempt failed.
 async fn escape_corpus(options: ProcessOptions) {
     let scratch_parent = tempfile::tempdir().unwrap();
@@ -102,6 +120,57 @@ async fn escape_corpus(options: ProcessOptions) {
     let granted = proc_only(vec![fs(sockets.path(), &[FsAccess::Read, FsAccess::Write])]);
     let out = probe(&sb, &granted, json!({"op": "unix", "path": ours})).await;
     assert!(succeeded(&out), "a granted socket: {out}");
+
+    // Abstract UNIX sockets: the host's (another network namespace, and outside the
+    // tool's Landlock scope) and another tool's (tools without `net` share one
+    // network namespace; each call is a Landlock domain of its own).
+    let abstract_listener = |name: &str| {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    let host_name = format!("soulbase-escape-host-{me}");
+    let _host_socket = abstract_listener(&host_name);
+    let out = probe(
+        &sb,
+        &only_itself,
+        json!({"op": "unix", "path": format!("@{host_name}")}),
+    )
+    .await;
+    assert!(
+        !succeeded(&out),
+        "reached the host's abstract socket: {out}"
+    );
+    let tool_name = format!("soulbase-escape-tool-{me}");
+    let listening = {
+        let (sb, with_tmp, name) = (sb.clone(), with_tmp.clone(), tool_name.clone());
+        tokio::spawn(async move {
+            call(
+                &sb,
+                &with_tmp,
+                json!({"op": "listen_abstract", "name": name, "then_sleep_ms": 2000}),
+                T,
+                None,
+            )
+            .await
+        })
+    };
+    let ready = scratch_file(scratch_parent.path(), "ready").await;
+    let out = probe(
+        &sb,
+        &only_itself,
+        json!({"op": "unix", "path": format!("@{tool_name}")}),
+    )
+    .await;
+    assert!(
+        !succeeded(&out),
+        "reached another tool's abstract socket: {out}"
+    );
+    assert_eq!(
+        listening.await.unwrap().unwrap().output,
+        json!({"listened": true})
+    );
+    assert!(!ready.exists());
 
     // 2. The server's resource limit, priority, affinity; signals to it and to a
     // process of its own.
@@ -195,19 +264,7 @@ async fn escape_corpus(options: ProcessOptions) {
             .await
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let secret = loop {
-        let found = std::fs::read_dir(scratch_parent.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path().join("secret.txt"))
-            .find(|p| p.exists());
-        if let Some(p) = found {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "the writer never wrote");
-        tokio::task::yield_now().await;
-    };
+    let secret = scratch_file(scratch_parent.path(), "secret.txt").await;
     let out = probe(&sb, &with_tmp, json!({"op": "read", "path": secret})).await;
     assert!(
         out.get("read").is_none(),
