@@ -22,6 +22,7 @@ use soulbase_types::{
 use tracing::Instrument;
 
 use super::concurrency::ConcurrencyLimiter;
+use super::fault::{FaultHook, FaultPoint};
 use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
 use super::inflight::{InFlight, OpenCall};
 use super::obligations::apply_obligations;
@@ -61,6 +62,7 @@ struct Seams {
     config_hash: ArcSwap<String>,
     limiter: ConcurrencyLimiter,
     inflight: InFlight,
+    fault: Option<FaultHook>,
 }
 
 /// Runs tool calls through the governed path. Cheap to clone; share one per process.
@@ -100,6 +102,7 @@ impl InvokerBuilder {
                 config_hash: ArcSwap::from_pointee(String::new()),
                 limiter: ConcurrencyLimiter::default(),
                 inflight: InFlight::default(),
+                fault: None,
             },
         }
     }
@@ -107,6 +110,12 @@ impl InvokerBuilder {
     /// The hash of the configuration in force, recorded in every Begin.
     pub fn config_hash(self, hash: impl Into<String>) -> Self {
         self.seams.config_hash.store(Arc::new(hash.into()));
+        self
+    }
+
+    /// A hook called at every [`FaultPoint`] of a keyed call (crash drills only).
+    pub fn fault_hook(mut self, hook: FaultHook) -> Self {
+        self.seams.fault = Some(hook);
         self
     }
 
@@ -124,6 +133,12 @@ struct Cleared {
     bytes_in: u64,
     args_digest: String,
     policy_hash: String,
+}
+
+/// A keyed call's key and arguments digest, carried to its End.
+struct Keyed<'a> {
+    key: &'a IdempotencyKey,
+    args_digest: &'a str,
 }
 
 /// Who a call's evidence belongs to: copied into every envelope the call produces.
@@ -276,6 +291,13 @@ impl Invoker {
     /// Replaces the recorded configuration hash (after a config reload).
     pub fn set_config_hash(&self, hash: impl Into<String>) {
         self.seams.config_hash.store(Arc::new(hash.into()));
+    }
+
+    /// Calls the fault hook, if any, at `point` of a keyed call.
+    fn fault(&self, point: FaultPoint) {
+        if let Some(hook) = &self.seams.fault {
+            hook(point);
+        }
     }
 
     fn header(call: &ToolCall) -> Header {
@@ -474,7 +496,7 @@ impl Invoker {
                 .idempotency
                 .claim(key, &cleared.args_digest, wait);
             match stage::run(stage_span!("idempotency"), claim).await {
-                Ok(Claim::Owner) => {}
+                Ok(Claim::Owner) => self.fault(FaultPoint::Claimed),
                 Ok(Claim::Completed(stored)) => {
                     return CallResult {
                         call_id: call.call_id.clone(),
@@ -486,28 +508,18 @@ impl Invoker {
             }
         }
         let args_digest = cleared.args_digest.clone();
-        let result = self.execute_cleared(&header, &call, cleared, args).await;
-        if let Some(key) = &key {
-            let span = stage_span!("idempotency.store");
-            let stored = match &result {
-                // Refused (before execution, or after a run that changed nothing whose
-                // Begin did not land): nothing happened, the key may be used again.
-                Err(_) => self.seams.idempotency.release(key).instrument(span).await,
-                Ok(result) => {
-                    self.seams
-                        .idempotency
-                        .complete(
-                            key,
-                            StoredOutcome {
-                                args_digest,
-                                result: result.clone(),
-                            },
-                        )
-                        .instrument(span)
-                        .await
-                }
-            };
-            if let Err(e) = stored {
+        let keyed = key.as_ref().map(|key| Keyed {
+            key,
+            args_digest: &args_digest,
+        });
+        let result = self
+            .execute_cleared(&header, &call, cleared, args, keyed)
+            .await;
+        // An executed keyed call stored its outcome with its End; one refused
+        // (before execution) gives the key up: nothing happened, it may be used again.
+        if let (Some(key), Err(_)) = (&key, &result) {
+            let release = self.seams.idempotency.release(key);
+            if let Err(e) = release.instrument(stage_span!("idempotency.store")).await {
                 tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
             }
         }
@@ -527,6 +539,7 @@ impl Invoker {
         call: &ToolCall,
         cleared: Cleared,
         args: Value,
+        keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {
         let s = &self.seams;
         let tool = cleared.resolved.tool.clone();
@@ -597,6 +610,9 @@ impl Invoker {
                 return Err(e);
             }
         };
+        if keyed.is_some() {
+            self.fault(FaultPoint::Begun);
+        }
         self.run_and_end(
             header,
             call,
@@ -607,6 +623,7 @@ impl Invoker {
             (begin_id, begin_durable, open),
             reservation,
             permit,
+            keyed,
         )
         .await
     }
@@ -623,6 +640,7 @@ impl Invoker {
         (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
         reservation: Reservation,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {
         let s = &self.seams;
         let manifest = &tool.manifest;
@@ -640,6 +658,13 @@ impl Invoker {
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
         let req = Self::exec_request(call, tool, profile, args);
         let execute = async {
+            // A keyed call's key is marked begun first: never run if it is no
+            // longer this call's, never handed to another caller once it may run.
+            if let Some(k) = &keyed {
+                let begin = s.idempotency.begin(k.key, &call.call_id, &begin_id);
+                begin.instrument(stage_span!("idempotency.begin")).await?;
+                self.fault(FaultPoint::Running);
+            }
             let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
             match tokio::time::timeout(timeout, run).await {
                 Err(_) => Err(SoulError::new(
@@ -672,6 +697,9 @@ impl Invoker {
             }
         };
         drop(permit);
+        if keyed.is_some() {
+            self.fault(FaultPoint::Executed);
+        }
         let duration_us = micros(started.elapsed());
 
         // Output checks belong to the outcome the End records.
@@ -717,12 +745,43 @@ impl Invoker {
             usage,
             duration_us,
         };
+        let end = stamp(header, EvidenceEvent::End(end));
+        // The result, before the End is recorded: a keyed call stores it with its
+        // End in one step (the idempotency store), then records the End.
+        let result = match checked {
+            Ok((out, _, _)) => {
+                let mut output = out.output;
+                if !manifest.obligations.is_empty() {
+                    stage_span!("obligations")
+                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
+                }
+                CallResult::ok(call.call_id.clone(), output, Some(begin_id))
+            }
+            Err(e) => {
+                tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
+                CallResult::failed(call.call_id.clone(), &e, Some(begin_id))
+            }
+        };
+        if let Some(k) = &keyed {
+            let outcome = StoredOutcome {
+                args_digest: k.args_digest.to_owned(),
+                result: result.clone(),
+            };
+            let complete = s.idempotency.complete(k.key, outcome, Some(&end));
+            if let Err(e) = complete.instrument(stage_span!("idempotency.store")).await {
+                tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
+            }
+            self.fault(FaultPoint::Completed);
+        }
         let recorded = s
             .evidence
-            .record(stamp(header, EvidenceEvent::End(end)))
+            .record(end)
             .instrument(stage_span!("evidence.end"))
             .await;
         guard.disarm();
+        if keyed.is_some() {
+            self.fault(FaultPoint::Ended);
+        }
         // A Begin written while the call ran that did not land: the call changed
         // nothing and its evidence is not there, so it counts as refused (its End
         // was refused with it) and its result is withheld. (No span of its own: the
@@ -748,20 +807,7 @@ impl Invoker {
         if let Err(e) = settle.instrument(stage_span!("quota.settle")).await {
             tracing::warn!(error = ?e, "quota settle failed");
         }
-        match checked {
-            Ok((out, _, _)) => {
-                let mut output = out.output;
-                if !manifest.obligations.is_empty() {
-                    stage_span!("obligations")
-                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
-                }
-                Ok(CallResult::ok(call.call_id.clone(), output, Some(begin_id)))
-            }
-            Err(e) => {
-                tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
-                Ok(CallResult::failed(call.call_id.clone(), &e, Some(begin_id)))
-            }
-        }
+        Ok(result)
     }
 
     /// A call refused before execution: a denial event, no Begin/End.
