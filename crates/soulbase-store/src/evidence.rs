@@ -12,6 +12,8 @@ use soulbase_observe::{
 use soulbase_types::{CallId, TenantId, UnixMillis};
 use sqlx::QueryBuilder;
 
+use soulbase_evidence::aborted_end;
+
 use crate::db::{Db, db_error};
 
 /// Milliseconds per day (the Postgres partition width).
@@ -200,19 +202,32 @@ async fn insert_skipping_stored(pool: &sqlx::PgPool, rows: Vec<Row>) -> Result<(
     Ok(())
 }
 
+/// Makes the Postgres partition holding `at_ms` (in a statement of its own: two
+/// transactions creating the same partition would collide, and one of them fails
+/// with "already exists" — then the partition is there, so a second try succeeds).
+pub(crate) async fn ensure_partition(pool: &sqlx::PgPool, at_ms: i64) -> Result<(), SoulError> {
+    let day_ms = at_ms.div_euclid(DAY_MS) * DAY_MS;
+    let ensure = || {
+        sqlx::query("SELECT soulbase_evidence_ensure_partition($1)")
+            .bind(day_ms)
+            .execute(pool)
+    };
+    if ensure().await.is_err() {
+        ensure()
+            .await
+            .map_err(|e| db_error("creating an evidence partition", e))?;
+    }
+    Ok(())
+}
+
 /// Writes `record` inside the caller's transaction (the idempotency store's, which
-/// stores a keyed call's End with its outcome), skipping it when already stored;
-/// makes its day's partition first (Postgres).
+/// stores a keyed call's End with its outcome), skipping it when already stored.
+/// On Postgres its day's partition must exist ([`ensure_partition`]).
 pub(crate) async fn insert_in(conn: DbConn<'_>, record: &EvidenceRecord) -> Result<(), SoulError> {
     let encoded = EncodedRecord::encode(record)?;
     let r = row(&encoded)?;
     let written = match conn {
         DbConn::Postgres(c) => {
-            sqlx::query("SELECT soulbase_evidence_ensure_partition($1)")
-                .bind(r.at_ms.div_euclid(DAY_MS) * DAY_MS)
-                .execute(&mut *c)
-                .await
-                .map_err(|e| db_error("creating an evidence partition", e))?;
             sqlx::query(
                 "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
@@ -250,6 +265,63 @@ pub(crate) async fn insert_in(conn: DbConn<'_>, record: &EvidenceRecord) -> Resu
         }
     };
     written.map_err(|e| db_error("writing evidence", e))
+}
+
+/// Closes the stored Begin `begin_id` of `call_id` with an `aborted` End (as the
+/// spool's recovery would), inside the caller's transaction, unless the call has
+/// an End already or its Begin is not stored here; returns the End written. The
+/// End recovery writes later for the same Begin is then left out by the store.
+/// On Postgres the partition of the present day must exist.
+pub(crate) async fn close_begin_in(
+    conn: DbConn<'_>,
+    call_id: &str,
+    begin_id: &str,
+) -> Result<Option<EvidenceRecord>, SoulError> {
+    let failed = |e| db_error("closing an interrupted call's Begin", e);
+    match conn {
+        DbConn::Postgres(c) => {
+            let text: Option<(String,)> = sqlx::query_as(
+                "SELECT b.record FROM evidence b WHERE b.call_id = $1 AND b.id = $2 AND b.kind = 'begin' \
+                 AND NOT EXISTS (SELECT 1 FROM evidence e WHERE e.call_id = $1 AND e.kind = 'end')",
+            )
+                .bind(call_id)
+                .bind(begin_id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(failed)?;
+            let Some(end) = text
+                .map(|(t,)| decode(&t))
+                .transpose()?
+                .as_ref()
+                .and_then(aborted_end)
+            else {
+                return Ok(None);
+            };
+            insert_in(DbConn::Postgres(c), &end).await?;
+            Ok(Some(end))
+        }
+        DbConn::Sqlite(c) => {
+            let text: Option<(String,)> = sqlx::query_as(
+                "SELECT b.record FROM evidence b WHERE b.call_id = ?1 AND b.id = ?2 AND b.kind = 'begin' \
+                 AND NOT EXISTS (SELECT 1 FROM evidence e WHERE e.call_id = ?1 AND e.kind = 'end')",
+            )
+                .bind(call_id)
+                .bind(begin_id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(failed)?;
+            let Some(end) = text
+                .map(|(t,)| decode(&t))
+                .transpose()?
+                .as_ref()
+                .and_then(aborted_end)
+            else {
+                return Ok(None);
+            };
+            insert_in(DbConn::Sqlite(c), &end).await?;
+            Ok(Some(end))
+        }
+    }
 }
 
 /// A connection of either backend, inside a transaction.
@@ -371,7 +443,9 @@ impl EvidenceStore for SqlEvidenceStore {
             kept = records
                 .iter()
                 .filter(|r| {
-                    r.head().is_ok_and(|h| {
+                    // A record whose head cannot be read is kept: the write below
+                    // refuses it (to quarantine), as it did before.
+                    r.head().map_or(true, |h| {
                         h.status != Some(EndStatus::Aborted) || !ended.contains(h.call_id.as_ref())
                     })
                 })

@@ -11,10 +11,12 @@
 //! renewed by this store's heartbeat ([`SqlIdempotency::spawn_heartbeat`], every
 //! quarter lease) while the call is in progress, so only a dead (or cut-off)
 //! owner's lease lapses. The owner marks the row begun (`call_id`, `begin_id`) once
-//! its Begin is durable and before the tool runs, and completes it in **one
-//! transaction with its End** (written into this database's `evidence` table when
-//! that is the evidence store, [`SqlIdempotency::with_evidence`]) before the End
-//! goes to the spool. Every write is fenced by the owner: a key lost to another
+//! its Begin is durable in the spool and before the tool runs — in one transaction
+//! with that Begin — and completes it in **one transaction with its End** before
+//! the End goes to the spool (both records are written into this database's
+//! `evidence` table when that is the evidence store,
+//! [`SqlIdempotency::with_evidence`]; the spool's copies are skipped there), so a
+//! keyed call's evidence does not depend on its replica's spool surviving. Every write is fenced by the owner: a key lost to another
 //! caller is neither begun, completed nor released by its old owner. A caller
 //! finding a lapsed lease takes the key over when it was never begun (nothing ran)
 //! and otherwise settles it with [`interrupted_outcome`] (the tool may have run;
@@ -23,12 +25,13 @@
 //! most one lease (plus one poll, ≤ 50 ms, and the replicas' clock skew).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_observe::EvidenceRecord;
+use soulbase_observe::{EvidenceEvent, EvidenceRecord};
 use soulbase_tools::pipeline::{
     Claim, IdempotencyKey, IdempotencyStore, StoredOutcome, interrupted_outcome,
 };
@@ -36,7 +39,7 @@ use soulbase_types::{CallId, EnvelopeId, UnixMillis};
 use tokio::time::Instant;
 
 use crate::db::{Db, db_error};
-use crate::evidence::{DbConn, insert_in};
+use crate::evidence::{DbConn, close_begin_in, ensure_partition, insert_in};
 
 /// How long a key stays its owner's without a heartbeat: the longest a retry waits
 /// for a dead owner's key.
@@ -54,7 +57,12 @@ pub struct SqlIdempotency {
     /// Keys this instance owns and is working on, with the time until which the
     /// heartbeat renews each (a call whose future was dropped stops being renewed).
     held: Mutex<HashMap<IdempotencyKey, Instant>>,
+    /// The day (Unix ms / 86 400 000) whose evidence partition is known to exist.
+    partition_day: AtomicI64,
 }
+
+/// Tries at storing an outcome before giving up (a database blip).
+const COMPLETE_TRIES: u32 = 3;
 
 /// A row as read back.
 struct Existing {
@@ -85,6 +93,7 @@ impl SqlIdempotency {
             lease: DEFAULT_LEASE,
             evidence: false,
             held: Mutex::new(HashMap::new()),
+            partition_day: AtomicI64::new(i64::MIN),
         }
     }
 
@@ -357,36 +366,146 @@ impl SqlIdempotency {
         let outcome = interrupted_outcome(&row.args_digest, call_id, begin);
         let result = serde_json::to_string(&outcome.result).map_err(SoulError::internal)?;
         let now = UnixMillis::now().0;
-        let r = match &self.db {
-            Db::Postgres(p) => sqlx::query(
-                "UPDATE idempotency SET state = 'done', result = $5, updated_ms = $6 \
-                 WHERE tenant = $1 AND tool = $2 AND key = $3 AND state = 'in_flight' AND begin_id = $4 AND lease_until_ms < $6",
-            )
-            .bind(k.tenant.as_str())
-            .bind(k.tool.as_str())
-            .bind(&k.key)
-            .bind(begin_id)
-            .bind(result)
-            .bind(now)
-            .execute(p)
-            .await
-            .map(|r| r.rows_affected()),
-            Db::Sqlite(p) => sqlx::query(
-                "UPDATE idempotency SET state = 'done', result = ?5, updated_ms = ?6 \
-                 WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND state = 'in_flight' AND begin_id = ?4 AND lease_until_ms < ?6",
-            )
-            .bind(k.tenant.as_str())
-            .bind(k.tool.as_str())
-            .bind(&k.key)
-            .bind(begin_id)
-            .bind(result)
-            .bind(now)
-            .execute(p)
-            .await
-            .map(|r| r.rows_affected()),
+        let call_id = outcome.result.call_id.as_str();
+        let failed = |e| db_error("settling an interrupted idempotency key", e);
+        // One transaction: the interrupted outcome and, when the Begin is stored
+        // here, its aborted End (the owner's spool may never come back).
+        let settled = match &self.db {
+            Db::Postgres(p) => {
+                if self.evidence {
+                    self.ensure_partition(p, now).await?;
+                }
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET state = 'done', result = $5, updated_ms = $6 \
+                     WHERE tenant = $1 AND tool = $2 AND key = $3 AND state = 'in_flight' AND begin_id = $4 AND lease_until_ms < $6",
+                )
+                .bind(k.tenant.as_str())
+                .bind(k.tool.as_str())
+                .bind(&k.key)
+                .bind(begin_id)
+                .bind(result)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if self.evidence {
+                        close_begin_in(DbConn::Postgres(&mut tx), call_id, begin_id).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
+            Db::Sqlite(p) => {
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET state = 'done', result = ?5, updated_ms = ?6 \
+                     WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND state = 'in_flight' AND begin_id = ?4 AND lease_until_ms < ?6",
+                )
+                .bind(k.tenant.as_str())
+                .bind(k.tool.as_str())
+                .bind(&k.key)
+                .bind(begin_id)
+                .bind(result)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if self.evidence {
+                        close_begin_in(DbConn::Sqlite(&mut tx), call_id, begin_id).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
         };
-        r.map(|n| n == 1)
-            .map_err(|e| db_error("settling an interrupted idempotency key", e))
+        Ok(settled == 1)
+    }
+
+    /// Makes the evidence partition of `at_ms`'s day unless known to exist.
+    async fn ensure_partition(&self, pool: &sqlx::PgPool, at_ms: i64) -> Result<(), SoulError> {
+        let day = at_ms.div_euclid(86_400_000);
+        if self.partition_day.load(Ordering::Relaxed) != day {
+            ensure_partition(pool, at_ms).await?;
+            self.partition_day.store(day, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Stores `result` (fenced by the owner) and `end` in one transaction.
+    async fn complete_once(
+        &self,
+        key: &IdempotencyKey,
+        result: &str,
+        end: Option<&EvidenceRecord>,
+    ) -> Result<(), SoulError> {
+        let now = UnixMillis::now().0;
+        let failed = |e| db_error("storing an idempotent result", e);
+        // One transaction: the outcome (fenced by the owner) and the End.
+        let updated = match &self.db {
+            Db::Postgres(p) => {
+                if let Some(end) = end {
+                    self.ensure_partition(p, end.at.0).await?;
+                }
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET state = 'done', result = $5, updated_ms = $6 \
+                     WHERE tenant = $1 AND tool = $2 AND key = $3 AND owner = $4 AND state = 'in_flight'",
+                )
+                .bind(key.tenant.as_str())
+                .bind(key.tool.as_str())
+                .bind(&key.key)
+                .bind(&self.owner)
+                .bind(result)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if let Some(end) = end {
+                        insert_in(DbConn::Postgres(&mut tx), end).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
+            Db::Sqlite(p) => {
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET state = 'done', result = ?5, updated_ms = ?6 \
+                     WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND owner = ?4 AND state = 'in_flight'",
+                )
+                .bind(key.tenant.as_str())
+                .bind(key.tool.as_str())
+                .bind(&key.key)
+                .bind(&self.owner)
+                .bind(result)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if let Some(end) = end {
+                        insert_in(DbConn::Sqlite(&mut tx), end).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
+        };
+        if updated == 1 {
+            Ok(())
+        } else {
+            Err(conflict(
+                "this call's idempotency key was settled by another caller after its lease lapsed; its outcome was not stored",
+            ))
+        }
     }
 }
 
@@ -461,48 +580,75 @@ impl IdempotencyStore for SqlIdempotency {
         }
     }
 
-    async fn begin(
-        &self,
-        key: &IdempotencyKey,
-        call_id: &CallId,
-        begin_id: &EnvelopeId,
-    ) -> Result<(), SoulError> {
+    async fn begin(&self, key: &IdempotencyKey, begin: &EvidenceRecord) -> Result<(), SoulError> {
+        let EvidenceEvent::Begin(b) = &begin.payload else {
+            return Err(SoulError::of(ErrorCode::UnknownInternal)
+                .with_note("an idempotency key was marked begun without a Begin record"));
+        };
+        let (call_id, begin_id) = (b.call_id.as_str(), begin.id.as_str());
         let now = UnixMillis::now().0;
         let until = now.saturating_add(ms(self.lease));
-        let r = match &self.db {
-            Db::Postgres(p) => sqlx::query(
-                "UPDATE idempotency SET call_id = $5, begin_id = $6, lease_until_ms = $7, updated_ms = $8 \
-                 WHERE tenant = $1 AND tool = $2 AND key = $3 AND owner = $4 AND state = 'in_flight' AND begin_id IS NULL",
-            )
-            .bind(key.tenant.as_str())
-            .bind(key.tool.as_str())
-            .bind(&key.key)
-            .bind(&self.owner)
-            .bind(call_id.as_str())
-            .bind(begin_id.as_str())
-            .bind(until)
-            .bind(now)
-            .execute(p)
-            .await
-            .map(|r| r.rows_affected()),
-            Db::Sqlite(p) => sqlx::query(
-                "UPDATE idempotency SET call_id = ?5, begin_id = ?6, lease_until_ms = ?7, updated_ms = ?8 \
-                 WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND owner = ?4 AND state = 'in_flight' AND begin_id IS NULL",
-            )
-            .bind(key.tenant.as_str())
-            .bind(key.tool.as_str())
-            .bind(&key.key)
-            .bind(&self.owner)
-            .bind(call_id.as_str())
-            .bind(begin_id.as_str())
-            .bind(until)
-            .bind(now)
-            .execute(p)
-            .await
-            .map(|r| r.rows_affected()),
-        }
-        .map_err(|e| db_error("marking an idempotency key begun", e))?;
-        if r == 1 {
+        let record = Some(begin).filter(|_| self.evidence);
+        let failed = |e| db_error("marking an idempotency key begun", e);
+        // One transaction: the mark (fenced by the owner) and the Begin.
+        let updated = match &self.db {
+            Db::Postgres(p) => {
+                if let Some(r) = record {
+                    self.ensure_partition(p, r.at.0).await?;
+                }
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET call_id = $5, begin_id = $6, lease_until_ms = $7, updated_ms = $8 \
+                     WHERE tenant = $1 AND tool = $2 AND key = $3 AND owner = $4 AND state = 'in_flight' AND begin_id IS NULL",
+                )
+                .bind(key.tenant.as_str())
+                .bind(key.tool.as_str())
+                .bind(&key.key)
+                .bind(&self.owner)
+                .bind(call_id)
+                .bind(begin_id)
+                .bind(until)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if let Some(r) = record {
+                        insert_in(DbConn::Postgres(&mut tx), r).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
+            Db::Sqlite(p) => {
+                let mut tx = p.begin().await.map_err(failed)?;
+                let n = sqlx::query(
+                    "UPDATE idempotency SET call_id = ?5, begin_id = ?6, lease_until_ms = ?7, updated_ms = ?8 \
+                     WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND owner = ?4 AND state = 'in_flight' AND begin_id IS NULL",
+                )
+                .bind(key.tenant.as_str())
+                .bind(key.tool.as_str())
+                .bind(&key.key)
+                .bind(&self.owner)
+                .bind(call_id)
+                .bind(begin_id)
+                .bind(until)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?
+                .rows_affected();
+                if n == 1 {
+                    if let Some(r) = record {
+                        insert_in(DbConn::Sqlite(&mut tx), r).await?;
+                    }
+                    tx.commit().await.map_err(failed)?;
+                }
+                n
+            }
+        };
+        if updated == 1 {
             Ok(())
         } else {
             self.unhold(key);
@@ -516,69 +662,23 @@ impl IdempotencyStore for SqlIdempotency {
         outcome: StoredOutcome,
         end: Option<&EvidenceRecord>,
     ) -> Result<(), SoulError> {
-        self.unhold(key);
         let result = serde_json::to_string(&outcome.result).map_err(SoulError::internal)?;
-        let now = UnixMillis::now().0;
         let end = end.filter(|_| self.evidence);
-        let failed = |e| db_error("storing an idempotent result", e);
-        // One transaction: the outcome (fenced by the owner) and the End.
-        let updated = match &self.db {
-            Db::Postgres(p) => {
-                let mut tx = p.begin().await.map_err(failed)?;
-                let n = sqlx::query(
-                    "UPDATE idempotency SET state = 'done', result = $5, updated_ms = $6 \
-                     WHERE tenant = $1 AND tool = $2 AND key = $3 AND owner = $4 AND state = 'in_flight'",
-                )
-                .bind(key.tenant.as_str())
-                .bind(key.tool.as_str())
-                .bind(&key.key)
-                .bind(&self.owner)
-                .bind(result)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?
-                .rows_affected();
-                if n == 1 {
-                    if let Some(end) = end {
-                        insert_in(DbConn::Postgres(&mut tx), end).await?;
-                    }
-                    tx.commit().await.map_err(failed)?;
+        // The key stays held (renewed) while the outcome is being stored.
+        let mut tries = 0;
+        let stored = loop {
+            tries += 1;
+            match self.complete_once(key, &result, end).await {
+                Err(e) if e.code() == ErrorCode::EvidenceUnavailable && tries < COMPLETE_TRIES => {
+                    tracing::warn!(error = ?e, "storing an idempotent result failed; trying again");
+                    self.partition_day.store(i64::MIN, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(tries))).await;
                 }
-                n
-            }
-            Db::Sqlite(p) => {
-                let mut tx = p.begin().await.map_err(failed)?;
-                let n = sqlx::query(
-                    "UPDATE idempotency SET state = 'done', result = ?5, updated_ms = ?6 \
-                     WHERE tenant = ?1 AND tool = ?2 AND key = ?3 AND owner = ?4 AND state = 'in_flight'",
-                )
-                .bind(key.tenant.as_str())
-                .bind(key.tool.as_str())
-                .bind(&key.key)
-                .bind(&self.owner)
-                .bind(result)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(failed)?
-                .rows_affected();
-                if n == 1 {
-                    if let Some(end) = end {
-                        insert_in(DbConn::Sqlite(&mut tx), end).await?;
-                    }
-                    tx.commit().await.map_err(failed)?;
-                }
-                n
+                done => break done,
             }
         };
-        if updated == 1 {
-            Ok(())
-        } else {
-            Err(conflict(
-                "this call's idempotency key was settled by another caller after its lease lapsed; its outcome was not stored",
-            ))
-        }
+        self.unhold(key);
+        stored
     }
 
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {

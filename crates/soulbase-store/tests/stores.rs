@@ -504,19 +504,19 @@ async fn idempotency_across_a_crash(db: Db) {
         t.elapsed()
     );
     // The old owner lost it: it may not begin (run) it, nor release it.
-    let (call, begin_id) = (CallId::generate(), EnvelopeId::generate());
-    let err = dead.begin(&key("c1"), &call, &begin_id).await.unwrap_err();
+    let b1 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    let err = dead.begin(&key("c1"), &b1).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
     dead.release(&key("c1")).await.unwrap();
-    retry.begin(&key("c1"), &call, &begin_id).await.unwrap();
+    retry.begin(&key("c1"), &b1).await.unwrap();
 
     // Begun, then the owner died: settled as interrupted, replayed, not run again.
     assert_eq!(
         dead.claim(&key("c2"), "d", wait).await.unwrap(),
         Claim::Owner
     );
-    let (call, begin_id) = (CallId::generate(), EnvelopeId::generate());
-    dead.begin(&key("c2"), &call, &begin_id).await.unwrap();
+    let b2 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    dead.begin(&key("c2"), &b2).await.unwrap();
     let t = std::time::Instant::now();
     let Claim::Completed(settled) = retry.claim(&key("c2"), "d", wait).await.unwrap() else {
         panic!("a begun key must not be run again");
@@ -526,8 +526,8 @@ async fn idempotency_across_a_crash(db: Db) {
         "{:?}",
         t.elapsed()
     );
-    assert_eq!(settled.result.call_id, call);
-    assert_eq!(settled.result.evidence_ref, Some(begin_id));
+    assert_eq!(settled.result.call_id, call_of(&b2));
+    assert_eq!(settled.result.evidence_ref, Some(b2.id.clone()));
     assert_eq!(settled.result.status, CallStatus::Error);
     assert_eq!(
         settled.result.error_code,
@@ -569,12 +569,20 @@ async fn idempotency_across_a_crash(db: Db) {
         Claim::Owner
     );
     let b = begin("acme", "demo.keyed.run", UnixMillis::now().0);
-    owner.begin(&key("c4"), &call_of(&b), &b.id).await.unwrap();
+    owner.begin(&key("c4"), &b).await.unwrap();
     let ok_end = end_of(&b, EndStatus::Ok);
     owner
         .complete(&key("c4"), outcome("d"), Some(&ok_end))
         .await
         .unwrap();
+    // Both are stored by the idempotency store alone (a spool lost with its
+    // replica loses nothing of the call).
+    let evidence = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(
+        (evidence.begins().count(), evidence.ends().count()),
+        (1, 1),
+        "{evidence:?}"
+    );
     let aborted = end_of(&b, EndStatus::Aborted);
     store
         .write_batch(&[b.clone(), ok_end.clone(), aborted])
@@ -588,6 +596,35 @@ async fn idempotency_across_a_crash(db: Db) {
         matches!(&ends[0].payload, EvidenceEvent::End(e) if e.status == EndStatus::Ok),
         "{evidence:?}"
     );
+    // Begun with its Begin stored, then the owner died for good (its spool lost):
+    // the caller settling the key closes that Begin `aborted` too, and the End the
+    // owner's recovery might write later is left out.
+    let gone = SqlIdempotency::new(db.clone())
+        .with_lease(lease)
+        .with_evidence(true);
+    let settler = SqlIdempotency::new(db.clone()).with_evidence(true);
+    assert_eq!(
+        gone.claim(&key("c5"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let b5 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    gone.begin(&key("c5"), &b5).await.unwrap();
+    let Claim::Completed(_) = settler.claim(&key("c5"), "d", wait).await.unwrap() else {
+        panic!("a begun key must not be run again");
+    };
+    store
+        .write_batch(&[b5.clone(), end_of(&b5, EndStatus::Aborted)])
+        .await
+        .unwrap();
+    let evidence = store.call(None, &call_of(&b5)).await.unwrap();
+    assert_eq!(evidence.begins().count(), 1, "{evidence:?}");
+    let ends: Vec<_> = evidence.ends().collect();
+    assert_eq!(ends.len(), 1, "{evidence:?}");
+    assert!(
+        matches!(&ends[0].payload, EvidenceEvent::End(e) if e.status == EndStatus::Aborted && e.begin_id == b5.id),
+        "{evidence:?}"
+    );
+
     // An aborted End of a call without one is stored as before.
     let lone = begin("acme", "demo.keyed.run", UnixMillis::now().0);
     store

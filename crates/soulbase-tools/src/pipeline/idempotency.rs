@@ -98,18 +98,15 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         args_digest: &str,
         wait: Duration,
     ) -> Result<Claim, SoulError>;
-    /// Marks an owned key begun: the call's Begin (`begin_id`) is durable and the tool
-    /// is about to run. From then on the key is never handed to another caller to
-    /// execute; an owner that dies leaves it to be settled with
-    /// [`interrupted_outcome`]. `Err` (`IDEMPOTENCY.CONFLICT`) when the key is no
-    /// longer this owner's (its lease lapsed and another caller took it over): the
-    /// call must not run. The default (one process, no crash story) accepts.
-    async fn begin(
-        &self,
-        _key: &IdempotencyKey,
-        _call_id: &CallId,
-        _begin_id: &EnvelopeId,
-    ) -> Result<(), SoulError> {
+    /// Marks an owned key begun: the call's Begin (`begin`) is durable in the
+    /// evidence sink and the tool is about to run. From then on the key is never
+    /// handed to another caller to execute; an owner that dies leaves it to be
+    /// settled with [`interrupted_outcome`]. A backend that can stores the Begin with
+    /// the mark (the sink's copy has the same envelope id). `Err`
+    /// (`IDEMPOTENCY.CONFLICT`) when the key is no longer this owner's (its lease
+    /// lapsed and another caller took it over): the call must not run. The default
+    /// (one process, no crash story) accepts.
+    async fn begin(&self, _key: &IdempotencyKey, _begin: &EvidenceRecord) -> Result<(), SoulError> {
         Ok(())
     }
     /// Stores the owner's outcome and wakes waiters. `end` is the call's End, which

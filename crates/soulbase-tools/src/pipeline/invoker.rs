@@ -11,7 +11,7 @@ use soulbase_auth::{ACTION_INVOKE, Authorizer, AuthzRequest, ConsentRequest, Con
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
     BudgetUsage, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceSink, canonical_json, digest_bytes,
+    EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
 };
 use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, ProviderKind, Sandbox};
@@ -135,10 +135,12 @@ struct Cleared {
     policy_hash: String,
 }
 
-/// A keyed call's key and arguments digest, carried to its End.
+/// A keyed call's key, arguments digest and Begin, carried to its End.
 struct Keyed<'a> {
     key: &'a IdempotencyKey,
     args_digest: &'a str,
+    /// The call's Begin, once written (the key is marked begun with it).
+    begin: Option<EvidenceRecord>,
 }
 
 /// Who a call's evidence belongs to: copied into every envelope the call produces.
@@ -511,6 +513,7 @@ impl Invoker {
         let keyed = key.as_ref().map(|key| Keyed {
             key,
             args_digest: &args_digest,
+            begin: None,
         });
         let result = self
             .execute_cleared(&header, &call, cleared, args, keyed)
@@ -578,6 +581,7 @@ impl Invoker {
                 }),
             );
             let begin_id = begin.id.clone();
+            let keyed_begin = keyed.is_some().then(|| begin.clone());
             // Counted from here until its End is recorded; refused once the process
             // abandons its calls.
             let open = s.inflight.open().ok_or_else(shutting_down)?;
@@ -598,9 +602,10 @@ impl Invoker {
                 stage::run(stage_span!("evidence.begin"), record).await?;
                 None
             };
-            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable, open))
+            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable, open, keyed_begin))
         };
-        let (profile, permit, begin_id, begin_durable, open) = match before_exec.await {
+        let (profile, permit, begin_id, begin_durable, open, keyed_begin) = match before_exec.await
+        {
             Ok(v) => v,
             Err(e) => {
                 let refund = s.quota.refund(reservation);
@@ -610,6 +615,10 @@ impl Invoker {
                 return Err(e);
             }
         };
+        let keyed = keyed.map(|k| Keyed {
+            begin: keyed_begin,
+            ..k
+        });
         if keyed.is_some() {
             self.fault(FaultPoint::Begun);
         }
@@ -660,9 +669,14 @@ impl Invoker {
         let execute = async {
             // A keyed call's key is marked begun first: never run if it is no
             // longer this call's, never handed to another caller once it may run.
-            if let Some(k) = &keyed {
-                let begin = s.idempotency.begin(k.key, &call.call_id, &begin_id);
-                begin.instrument(stage_span!("idempotency.begin")).await?;
+            if let Some(Keyed {
+                key,
+                begin: Some(begin),
+                ..
+            }) = &keyed
+            {
+                let mark = s.idempotency.begin(key, begin);
+                mark.instrument(stage_span!("idempotency.begin")).await?;
                 self.fault(FaultPoint::Running);
             }
             let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
