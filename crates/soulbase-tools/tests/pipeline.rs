@@ -89,6 +89,10 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         manifest("demo.fail.panic", json!({})),
         manifest("demo.slow.sleep", json!({"limits": {"timeout_ms": 50}})),
         manifest("demo.slow.hold", json!({"limits": {"timeout_ms": 60000}})),
+        manifest(
+            "demo.hold.keyed",
+            json!({"idempotency": "keyed", "limits": {"timeout_ms": 60000}}),
+        ),
         manifest("demo.bad.output", json!({})),
         manifest("demo.quota.tick", json!({})),
         manifest("demo.serial.one", json!({"concurrency": "serial"})),
@@ -197,6 +201,13 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
     );
     builtin.register(
         "demo.slow.hold",
+        handler_fn(|_| async {
+            std::future::pending::<()>().await;
+            Ok(json!({}))
+        }),
+    );
+    builtin.register(
+        "demo.hold.keyed",
         handler_fn(|_| async {
             std::future::pending::<()>().await;
             Ok(json!({}))
@@ -734,6 +745,47 @@ async fn a_cancelled_call_still_gets_its_end() {
         tokio::task::yield_now().await;
     }
     assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+}
+
+/// A keyed call whose future is dropped mid-run (its caller went away) stores the
+/// cancelled outcome with its End: a retry of the key replays it at once (the call
+/// may have taken effect, so it is not run again), instead of waiting on a key no
+/// one will complete.
+#[tokio::test]
+async fn a_cancelled_keyed_call_is_replayed_not_waited_for() {
+    let h = harness();
+    let call = h
+        .call("demo.hold.keyed", json!({"text": "x"}))
+        .with_idempotency_key("k-cancel");
+    let cid = call.call_id.clone();
+    let inv = h.invoker.clone();
+    let task = tokio::spawn(async move { inv.invoke(call).await });
+    while h.evidence(&cid).0.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    task.abort();
+    let _ = task.await;
+    while h.evidence(&cid).1.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+    let retry = h
+        .call("demo.hold.keyed", json!({"text": "x"}))
+        .with_idempotency_key("k-cancel");
+    let r = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(retry))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(r.replayed, "{r:?}");
+    assert_eq!(r.error_code, Some(ErrorCode::ProviderUnavailable), "{r:?}");
+    let err = r.error.unwrap();
+    assert_eq!(
+        err.fields.get("reason").map(String::as_str),
+        Some("cancelled")
+    );
+    assert_eq!(
+        err.fields.get("outcome").map(String::as_str),
+        Some("unknown")
+    );
 }
 
 /// A stopping server abandons its running calls: each stops, answers

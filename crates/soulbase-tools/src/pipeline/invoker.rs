@@ -153,10 +153,13 @@ struct Header {
 }
 
 /// Makes sure a call that began gets an End even if its future is dropped. Holds
-/// the call's [`OpenCall`] until that End is recorded.
+/// the call's [`OpenCall`] until that End is recorded. A keyed call's key is
+/// completed with the cancelled outcome and that End (so a retry replays it at
+/// once rather than waiting for the key to lapse).
 struct EndGuard {
     sink: Arc<dyn EvidenceSink>,
     header: Option<(Header, CallId, EnvelopeId, Instant, OpenCall)>,
+    keyed: Option<(Arc<dyn IdempotencyStore>, IdempotencyKey, String)>,
 }
 
 impl EndGuard {
@@ -171,8 +174,8 @@ impl Drop for EndGuard {
             return;
         };
         let end = EvidenceEnd {
-            call_id,
-            begin_id,
+            call_id: call_id.clone(),
+            begin_id: begin_id.clone(),
             status: EndStatus::Cancelled,
             error_code: None,
             output_digest: None,
@@ -185,9 +188,24 @@ impl Drop for EndGuard {
         };
         let record = stamp(&header, EvidenceEvent::End(end));
         let sink = self.sink.clone();
+        let keyed = self.keyed.take().map(|(store, key, args_digest)| {
+            let err = SoulError::new(
+                ErrorCode::ProviderUnavailable,
+                "the call was cancelled before it finished; it may have taken effect and is not run again under this key",
+            )
+            .with_field("reason", "cancelled")
+            .with_field("outcome", "unknown");
+            let result = CallResult::failed(call_id.clone(), &err, Some(begin_id.clone()));
+            (store, key, StoredOutcome { args_digest, result })
+        });
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
+                    if let Some((store, key, outcome)) = keyed
+                        && let Err(e) = store.complete(&key, outcome, Some(&record)).await
+                    {
+                        tracing::error!(error = ?e, "could not store the outcome of a cancelled keyed call");
+                    }
                     if let Err(e) = sink.record(record).await {
                         tracing::error!(error = ?e, "could not record the End of a cancelled call");
                     }
@@ -663,6 +681,13 @@ impl Invoker {
                 started,
                 open,
             )),
+            keyed: keyed.as_ref().map(|k| {
+                (
+                    s.idempotency.clone(),
+                    k.key.clone(),
+                    k.args_digest.to_owned(),
+                )
+            }),
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
         let req = Self::exec_request(call, tool, profile, args);
