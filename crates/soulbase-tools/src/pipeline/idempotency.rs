@@ -58,7 +58,8 @@ pub struct StoredOutcome {
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
-    /// You own the key: execute, then `complete` (or `release` if you never executed).
+    /// You own the key: `begin` it, execute, then `complete` (or `release` if you
+    /// never executed).
     Owner,
     /// A call with this key already completed: return its result.
     Completed(Box<StoredOutcome>),
