@@ -51,6 +51,7 @@ struct Harness {
     consent: Arc<HmacConsent>,
     executions: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    idempotency: Arc<MemoryIdempotency>,
 }
 
 fn acme() -> Subject {
@@ -92,6 +93,10 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         manifest(
             "demo.hold.keyed",
             json!({"idempotency": "keyed", "limits": {"timeout_ms": 60000}}),
+        ),
+        manifest(
+            "demo.hold.serial",
+            json!({"idempotency": "keyed", "concurrency": "serial", "limits": {"timeout_ms": 60000}}),
         ),
         manifest("demo.bad.output", json!({})),
         manifest("demo.quota.tick", json!({})),
@@ -206,13 +211,15 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
             Ok(json!({}))
         }),
     );
-    builtin.register(
-        "demo.hold.keyed",
-        handler_fn(|_| async {
-            std::future::pending::<()>().await;
-            Ok(json!({}))
-        }),
-    );
+    for held in ["demo.hold.keyed", "demo.hold.serial"] {
+        builtin.register(
+            held,
+            handler_fn(|_| async {
+                std::future::pending::<()>().await;
+                Ok(json!({}))
+            }),
+        );
+    }
     builtin.register(
         "demo.bad.output",
         handler_fn(|_| async { Ok(json!({"text": 5})) }),
@@ -289,6 +296,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         None => Arc::new(sink.clone()),
     };
     let consent = Arc::new(HmacConsent::new(KEY.to_vec()));
+    let idempotency = Arc::new(MemoryIdempotency::new());
     let invoker = InvokerBuilder::new(
         Arc::new(registry.clone()),
         Arc::new(StaticPolicy::new(&policy)),
@@ -297,7 +305,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         Arc::new(DeclaredProfiles::new()),
         Arc::new(LocalSandbox::new(builtin)),
         evidence,
-        Arc::new(MemoryIdempotency::new()),
+        idempotency.clone(),
     )
     .config_hash("cfg-1")
     .build();
@@ -306,6 +314,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         registry,
         sink,
         consent,
+        idempotency,
         executions,
         max_in_flight,
     }
@@ -786,6 +795,52 @@ async fn a_cancelled_keyed_call_is_replayed_not_waited_for() {
         err.fields.get("outcome").map(String::as_str),
         Some("unknown")
     );
+}
+
+/// A keyed call dropped before it reached its tool (waiting for a concurrency
+/// slot) gives its key up, so a retry need not wait for it; one dropped while its
+/// tool ran keeps its key (completed with the cancelled outcome).
+#[tokio::test]
+async fn a_keyed_call_dropped_before_it_ran_gives_its_key_up() {
+    let h = harness();
+    let hold = |key: &str| {
+        h.call("demo.hold.serial", json!({"text": "x"}))
+            .with_idempotency_key(key)
+    };
+    // The first call takes the tool's one slot and holds it.
+    let first = hold("k-first");
+    let first_id = first.call_id.clone();
+    let inv = h.invoker.clone();
+    let running = tokio::spawn(async move { inv.invoke(first).await });
+    while h.evidence(&first_id).0.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    // The second waits for the slot (claimed, no Begin), then its caller goes away.
+    let inv = h.invoker.clone();
+    let waiting = tokio::spawn({
+        let call = hold("k-second");
+        async move { inv.invoke(call).await }
+    });
+    while h.idempotency.len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.idempotency.len() > 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the dropped call's key was not given up");
+    // The running one, dropped, keeps its key with the cancelled outcome.
+    running.abort();
+    let _ = running.await;
+    let retry = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(hold("k-first")))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(retry.replayed, "{retry:?}");
+    assert_eq!(retry.error_code, Some(ErrorCode::ProviderUnavailable));
 }
 
 /// A stopping server abandons its running calls: each stops, answers

@@ -121,7 +121,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         outcome: StoredOutcome,
         end: Option<&EvidenceRecord>,
     ) -> Result<(), SoulError>;
-    /// Gives the key up without an outcome (the owner never executed).
+    /// Gives the key up without an outcome (the owner never executed). A key
+    /// marked begun, completed, or no longer this owner's is left as it is.
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError>;
 }
 
@@ -129,6 +130,8 @@ enum Entry {
     InFlight {
         digest: String,
         done: Arc<Notify>,
+        /// Marked begun: the tool may run, so the key is never released.
+        begun: bool,
     },
     Done {
         outcome: Box<StoredOutcome>,
@@ -230,6 +233,7 @@ impl IdempotencyStore for MemoryIdempotency {
                             Entry::InFlight {
                                 digest: args_digest.to_owned(),
                                 done: Arc::new(Notify::new()),
+                                begun: false,
                             },
                         );
                         return Ok(Claim::Owner);
@@ -237,7 +241,9 @@ impl IdempotencyStore for MemoryIdempotency {
                     Some(Entry::Done { outcome, .. }) if outcome.args_digest == args_digest => {
                         return Ok(Claim::Completed(outcome.clone()));
                     }
-                    Some(Entry::InFlight { digest, done }) if digest == args_digest => done.clone(),
+                    Some(Entry::InFlight { digest, done, .. }) if digest == args_digest => {
+                        done.clone()
+                    }
                     Some(_) => return Err(conflict()),
                 }
             };
@@ -287,10 +293,18 @@ impl IdempotencyStore for MemoryIdempotency {
         Ok(())
     }
 
+    async fn begin(&self, key: &IdempotencyKey, _begin: &EvidenceRecord) -> Result<(), SoulError> {
+        let mut entries = self.entries.lock().map_err(|_| poisoned())?;
+        if let Some(Entry::InFlight { begun, .. }) = entries.map.get_mut(key) {
+            *begun = true;
+        }
+        Ok(())
+    }
+
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {
         let mut entries = self.entries.lock().map_err(|_| poisoned())?;
         let entries = &mut entries.map;
-        if let Some(Entry::InFlight { .. }) = entries.get(key)
+        if let Some(Entry::InFlight { begun: false, .. }) = entries.get(key)
             && let Some(Entry::InFlight { done, .. }) = entries.remove(key)
         {
             done.notify_waiters();

@@ -219,6 +219,32 @@ impl Drop for EndGuard {
     }
 }
 
+/// Gives a claimed key up if the call's future is dropped before the call is
+/// through the pipeline (its caller went away while it waited, e.g. for a
+/// concurrency slot). A key already marked begun or completed is left as it is by
+/// the store, so this is harmless once the call reached its tool (whose [`EndGuard`]
+/// then stores the cancelled outcome).
+struct ClaimGuard {
+    store: Arc<dyn IdempotencyStore>,
+    key: Option<IdempotencyKey>,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let store = self.store.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = store.release(&key).await {
+                    tracing::warn!(error = ?e, "could not release the key of a dropped call");
+                }
+            });
+        }
+    }
+}
+
 /// The error of a call refused because the process is abandoning its calls.
 fn shutting_down() -> SoulError {
     SoulError::new(
@@ -501,6 +527,10 @@ impl Invoker {
             }),
             _ => None,
         };
+        let mut claim_guard = ClaimGuard {
+            store: self.seams.idempotency.clone(),
+            key: None,
+        };
         if let Some(key) = &key {
             let wait = Duration::from_millis(
                 cleared
@@ -516,7 +546,10 @@ impl Invoker {
                 .idempotency
                 .claim(key, &cleared.args_digest, wait);
             match stage::run(stage_span!("idempotency"), claim).await {
-                Ok(Claim::Owner) => self.fault(FaultPoint::Claimed),
+                Ok(Claim::Owner) => {
+                    claim_guard.key = Some(key.clone());
+                    self.fault(FaultPoint::Claimed);
+                }
                 Ok(Claim::Completed(stored)) => {
                     return CallResult {
                         call_id: call.call_id.clone(),
@@ -536,6 +569,7 @@ impl Invoker {
         let result = self
             .execute_cleared(&header, &call, cleared, args, keyed)
             .await;
+        claim_guard.key = None;
         // An executed keyed call stored its outcome with its End; one refused
         // (before execution) gives the key up: nothing happened, it may be used again.
         if let (Some(key), Err(_)) = (&key, &result) {
