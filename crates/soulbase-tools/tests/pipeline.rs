@@ -17,7 +17,8 @@ use soulbase_qos::LocalQuota;
 use soulbase_sandbox::{BuiltinExecutor, DeclaredProfiles, LocalSandbox, handler_fn};
 use soulbase_tools::discovery::NameMap;
 use soulbase_tools::pipeline::{
-    CallStatus, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall, ToolCallRouter,
+    CallStatus, Claim, IdempotencyKey, IdempotencyStore, Invoker, InvokerBuilder,
+    MemoryIdempotency, StoredOutcome, ToolCall, ToolCallRouter,
 };
 use soulbase_tools::registry::ToolOwner;
 use soulbase_tools::{Registry, ToolManifest};
@@ -72,6 +73,15 @@ fn harness() -> Harness {
 /// The harness, its evidence going through `gate` (which keeps it in the same
 /// memory sink) when given.
 fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
+    harness_full(gate, |m| m)
+}
+
+/// The harness, its idempotency store wrapped by `wrap` (around the memory store
+/// the harness keeps).
+fn harness_full(
+    gate: Option<Arc<GatedSink>>,
+    wrap: impl FnOnce(Arc<MemoryIdempotency>) -> Arc<dyn IdempotencyStore>,
+) -> Harness {
     let registry = Registry::new();
     let global = ToolOwner::Global;
     let tools = [
@@ -305,7 +315,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         Arc::new(DeclaredProfiles::new()),
         Arc::new(LocalSandbox::new(builtin)),
         evidence,
-        idempotency.clone(),
+        wrap(idempotency.clone()),
     )
     .config_hash("cfg-1")
     .build();
@@ -841,6 +851,83 @@ async fn a_keyed_call_dropped_before_it_ran_gives_its_key_up() {
         .expect("the retry waited on a key no one will complete");
     assert!(retry.replayed, "{retry:?}");
     assert_eq!(retry.error_code, Some(ErrorCode::ProviderUnavailable));
+}
+
+/// An idempotency store whose first `complete` never returns (a database that
+/// hangs), announcing that it was entered.
+struct StuckComplete {
+    inner: Arc<MemoryIdempotency>,
+    entered: Arc<tokio::sync::Notify>,
+    stuck: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl IdempotencyStore for StuckComplete {
+    async fn claim(
+        &self,
+        key: &IdempotencyKey,
+        args_digest: &str,
+        wait: Duration,
+    ) -> Result<Claim, SoulError> {
+        self.inner.claim(key, args_digest, wait).await
+    }
+    async fn begin(&self, key: &IdempotencyKey, begin: &EvidenceRecord) -> Result<(), SoulError> {
+        self.inner.begin(key, begin).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        outcome: StoredOutcome,
+        end: Option<&EvidenceRecord>,
+    ) -> Result<(), SoulError> {
+        if !self.stuck.swap(true, Ordering::SeqCst) {
+            self.entered.notify_one();
+            std::future::pending::<()>().await;
+        }
+        self.inner.complete(key, outcome, end).await
+    }
+    async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {
+        self.inner.release(key).await
+    }
+}
+
+/// A keyed call dropped while its outcome and End were being stored: the drop
+/// stores that same outcome and records that same End — one End, `ok`, and a
+/// retry replays the result.
+#[tokio::test]
+async fn a_keyed_call_dropped_while_storing_its_outcome_keeps_its_own_end() {
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let h = harness_full(None, |inner| {
+        Arc::new(StuckComplete {
+            inner,
+            entered: entered.clone(),
+            stuck: std::sync::atomic::AtomicBool::new(false),
+        })
+    });
+    let call = h
+        .call("demo.calc.add", json!({"text": "a", "n": 1}))
+        .with_idempotency_key("k-stuck");
+    let cid = call.call_id.clone();
+    let inv = h.invoker.clone();
+    let wait = entered.notified();
+    let task = tokio::spawn(async move { inv.invoke(call).await });
+    wait.await;
+    task.abort();
+    let _ = task.await;
+    while h.evidence(&cid).1.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let (begins, ends, _) = h.evidence(&cid);
+    assert_eq!((begins.len(), ends.len()), (1, 1), "{ends:?}");
+    assert_eq!(h.end_status(&cid), EndStatus::Ok);
+    let retry = h
+        .call("demo.calc.add", json!({"text": "a", "n": 1}))
+        .with_idempotency_key("k-stuck");
+    let r = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(retry))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(r.replayed && r.is_ok(), "{r:?}");
+    assert_eq!(h.executions.load(Ordering::SeqCst), 1);
 }
 
 /// A stopping server abandons its running calls: each stops, answers

@@ -155,16 +155,25 @@ struct Header {
 /// Makes sure a call that began gets an End even if its future is dropped. Holds
 /// the call's [`OpenCall`] until that End is recorded. A keyed call's key is
 /// completed with the cancelled outcome and that End (so a retry replays it at
-/// once rather than waiting for the key to lapse).
+/// once rather than waiting for the key to lapse). Once a keyed call's own End is
+/// made ([`ending`](Self::ending)), a drop stores its outcome with that End and
+/// records it instead, so the call never gets two Ends.
 struct EndGuard {
     sink: Arc<dyn EvidenceSink>,
     header: Option<(Header, CallId, EnvelopeId, Instant, OpenCall)>,
     keyed: Option<(Arc<dyn IdempotencyStore>, IdempotencyKey, String)>,
+    ending: Option<(EvidenceRecord, StoredOutcome)>,
 }
 
 impl EndGuard {
     fn disarm(&mut self) {
         self.header = None;
+    }
+
+    /// A keyed call's End and outcome are made: a drop from now on stores and
+    /// records them.
+    fn ending(&mut self, end: &EvidenceRecord, outcome: &StoredOutcome) {
+        self.ending = Some((end.clone(), outcome.clone()));
     }
 }
 
@@ -173,6 +182,25 @@ impl Drop for EndGuard {
         let Some((header, call_id, begin_id, started, open)) = self.header.take() else {
             return;
         };
+        if let Some((end, outcome)) = self.ending.take() {
+            let (sink, keyed) = (self.sink.clone(), self.keyed.take());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    // Stored already unless the drop cut the store off (then the
+                    // key is still this call's); a stored one refuses it again.
+                    if let Some((store, key, _)) = keyed
+                        && let Err(e) = store.complete(&key, outcome, Some(&end)).await
+                    {
+                        tracing::debug!(error = ?e, "the outcome of a dropped keyed call was stored already");
+                    }
+                    if let Err(e) = sink.record(end).await {
+                        tracing::error!(error = ?e, "could not record the End of a dropped call");
+                    }
+                    drop(open);
+                });
+            }
+            return;
+        }
         let end = EvidenceEnd {
             call_id: call_id.clone(),
             begin_id: begin_id.clone(),
@@ -722,6 +750,7 @@ impl Invoker {
                     k.args_digest.to_owned(),
                 )
             }),
+            ending: None,
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
         let req = Self::exec_request(call, tool, profile, args);
@@ -840,6 +869,7 @@ impl Invoker {
                 args_digest: k.args_digest.to_owned(),
                 result: result.clone(),
             };
+            guard.ending(&end, &outcome);
             let complete = s.idempotency.complete(k.key, outcome, Some(&end));
             if let Err(e) = complete.instrument(stage_span!("idempotency.store")).await {
                 tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
