@@ -175,6 +175,14 @@ impl EndGuard {
     fn ending(&mut self, end: &EvidenceRecord, outcome: &StoredOutcome) {
         self.ending = Some((end.clone(), outcome.clone()));
     }
+
+    /// The key is not this call's any more: a drop records `end` only.
+    fn ending_unkeyed(&mut self, end: &EvidenceRecord) {
+        self.keyed = None;
+        if let Some((e, _)) = &mut self.ending {
+            *e = end.clone();
+        }
+    }
 }
 
 impl Drop for EndGuard {
@@ -847,10 +855,10 @@ impl Invoker {
             usage,
             duration_us,
         };
-        let end = stamp(header, EvidenceEvent::End(end));
+        let mut end = stamp(header, EvidenceEvent::End(end));
         // The result, before the End is recorded: a keyed call stores it with its
         // End in one step (the idempotency store), then records the End.
-        let result = match checked {
+        let mut result = match checked {
             Ok((out, _, _)) => {
                 let mut output = out.output;
                 if !manifest.obligations.is_empty() {
@@ -871,8 +879,32 @@ impl Invoker {
             };
             guard.ending(&end, &outcome);
             let complete = s.idempotency.complete(k.key, outcome, Some(&end));
-            if let Err(e) = complete.instrument(stage_span!("idempotency.store")).await {
-                tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
+            match complete.instrument(stage_span!("idempotency.store")).await {
+                Ok(()) => {}
+                // The key lapsed while the call ran (its lease could not be renewed,
+                // e.g. through a database outage) and another caller settled it as
+                // interrupted: this call answers and records what the key says, so
+                // neither its caller nor its evidence contradicts the key's retries.
+                Err(e) if e.code() == ErrorCode::IdempotencyConflict => {
+                    tracing::warn!(call_id = %call.call_id, "a keyed call's key was settled by another caller while it ran; answering the stored outcome");
+                    let stored = s.idempotency.claim(k.key, k.args_digest, Duration::ZERO);
+                    if let Ok(Claim::Completed(stored)) = stored.await {
+                        result = CallResult {
+                            call_id: call.call_id.clone(),
+                            replayed: true,
+                            ..stored.result
+                        };
+                    }
+                    if let EvidenceEvent::End(e) = &mut end.payload {
+                        e.status = EndStatus::Aborted;
+                        e.error_code = None;
+                        e.output_digest = None;
+                    }
+                    guard.ending_unkeyed(&end);
+                }
+                Err(e) => {
+                    tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
+                }
             }
             self.fault(FaultPoint::Completed);
         }
