@@ -16,8 +16,10 @@
 //! the End goes to the spool (both records are written into this database's
 //! `evidence` table when that is the evidence store,
 //! [`SqlIdempotency::with_evidence`]; the spool's copies are skipped there), so a
-//! keyed call's evidence does not depend on its replica's spool surviving. Every write is fenced by the owner: a key lost to another
-//! caller is neither begun, completed nor released by its old owner. A caller
+//! keyed call's evidence does not depend on its replica's spool surviving. Every
+//! write is fenced by the owner: a key lost to another caller is neither begun,
+//! completed nor released by its old owner (whose call then answers what the key
+//! says). A caller
 //! finding a lapsed lease takes the key over when it was never begun (nothing ran)
 //! and otherwise settles it with [`interrupted_outcome`] (the tool may have run;
 //! the owner's spool recovery closes its Begin `aborted`), then replays that. So
