@@ -285,6 +285,10 @@ pub struct EvidenceConfig {
     pub migrate_on_start: bool,
     /// How long evidence is kept.
     pub retention_days: u32,
+    /// How long a keyed call's idempotency key stays its replica's without a
+    /// heartbeat (renewed every quarter of it): the longest a retry waits for a key
+    /// held by a replica that died. At least 100 ms; default 4000.
+    pub idempotency_lease_ms: u64,
 }
 
 impl Default for EvidenceConfig {
@@ -296,6 +300,7 @@ impl Default for EvidenceConfig {
             spool_max_bytes: None,
             migrate_on_start: true,
             retention_days: 30,
+            idempotency_lease_ms: 4_000,
         }
     }
 }
@@ -712,6 +717,12 @@ impl Config {
                     "does not match evidence.backend (postgres:// or sqlite:)".into(),
                 );
             }
+        }
+        if self.evidence.idempotency_lease_ms < 100 {
+            push(
+                "evidence.idempotency_lease_ms".into(),
+                "must be at least 100".into(),
+            );
         }
         if self.evidence.spool_max_bytes.is_some_and(|b| b < 1 << 20) {
             push(

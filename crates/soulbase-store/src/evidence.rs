@@ -12,6 +12,8 @@ use soulbase_observe::{
 use soulbase_types::{CallId, TenantId, UnixMillis};
 use sqlx::QueryBuilder;
 
+use soulbase_evidence::aborted_end;
+
 use crate::db::{Db, db_error};
 
 /// Milliseconds per day (the Postgres partition width).
@@ -200,6 +202,147 @@ async fn insert_skipping_stored(pool: &sqlx::PgPool, rows: Vec<Row>) -> Result<(
     Ok(())
 }
 
+/// Makes the Postgres partition holding `at_ms` (in a statement of its own: two
+/// transactions creating the same partition would collide, and one of them fails
+/// with "already exists" — then the partition is there, so a second try succeeds).
+pub(crate) async fn ensure_partition(pool: &sqlx::PgPool, at_ms: i64) -> Result<(), SoulError> {
+    let day_ms = at_ms.div_euclid(DAY_MS) * DAY_MS;
+    let ensure = || {
+        sqlx::query("SELECT soulbase_evidence_ensure_partition($1)")
+            .bind(day_ms)
+            .execute(pool)
+    };
+    if ensure().await.is_err() {
+        ensure()
+            .await
+            .map_err(|e| db_error("creating an evidence partition", e))?;
+    }
+    Ok(())
+}
+
+/// Writes `record` inside the caller's transaction (the idempotency store's, which
+/// stores a keyed call's End with its outcome), skipping it when already stored.
+/// On Postgres its day's partition must exist ([`ensure_partition`]).
+pub(crate) async fn insert_in(conn: DbConn<'_>, record: &EvidenceRecord) -> Result<(), SoulError> {
+    let encoded = EncodedRecord::encode(record)?;
+    let r = row(&encoded)?;
+    let written = match conn {
+        DbConn::Postgres(c) => {
+            sqlx::query(
+                "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            )
+            .bind(r.id)
+            .bind(r.at_ms)
+            .bind(r.tenant)
+            .bind(r.kind)
+            .bind(r.call_id)
+            .bind(r.tool_id)
+            .bind(r.begin_id)
+            .bind(r.status)
+            .bind(r.record)
+            .execute(&mut *c)
+            .await
+            .map(|_| ())
+        }
+        DbConn::Sqlite(c) => {
+            sqlx::query(
+                "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
+            )
+            .bind(r.id)
+            .bind(r.at_ms)
+            .bind(r.tenant)
+            .bind(r.kind)
+            .bind(r.call_id)
+            .bind(r.tool_id)
+            .bind(r.begin_id)
+            .bind(r.status)
+            .bind(r.record)
+            .execute(&mut *c)
+            .await
+            .map(|_| ())
+        }
+    };
+    written.map_err(|e| db_error("writing evidence", e))
+}
+
+/// Closes the stored Begin `begin_id` of `call_id` with an `aborted` End (as the
+/// spool's recovery would), inside the caller's transaction, unless the call has
+/// an End already or its Begin is not stored here; returns the End written. The
+/// End recovery writes later for the same Begin is then left out by the store.
+/// On Postgres the partition of the present day must exist.
+pub(crate) async fn close_begin_in(
+    conn: DbConn<'_>,
+    call_id: &str,
+    begin_id: &str,
+) -> Result<Option<EvidenceRecord>, SoulError> {
+    let failed = |e| db_error("closing an interrupted call's Begin", e);
+    match conn {
+        DbConn::Postgres(c) => {
+            let text: Option<(String,)> = sqlx::query_as(
+                "SELECT b.record FROM evidence b WHERE b.call_id = $1 AND b.id = $2 AND b.kind = 'begin' \
+                 AND NOT EXISTS (SELECT 1 FROM evidence e WHERE e.call_id = $1 AND e.kind = 'end')",
+            )
+                .bind(call_id)
+                .bind(begin_id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(failed)?;
+            let Some(end) = text
+                .map(|(t,)| decode(&t))
+                .transpose()?
+                .as_ref()
+                .and_then(aborted_end)
+            else {
+                return Ok(None);
+            };
+            insert_in(DbConn::Postgres(c), &end).await?;
+            Ok(Some(end))
+        }
+        DbConn::Sqlite(c) => {
+            let text: Option<(String,)> = sqlx::query_as(
+                "SELECT b.record FROM evidence b WHERE b.call_id = ?1 AND b.id = ?2 AND b.kind = 'begin' \
+                 AND NOT EXISTS (SELECT 1 FROM evidence e WHERE e.call_id = ?1 AND e.kind = 'end')",
+            )
+                .bind(call_id)
+                .bind(begin_id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(failed)?;
+            let Some(end) = text
+                .map(|(t,)| decode(&t))
+                .transpose()?
+                .as_ref()
+                .and_then(aborted_end)
+            else {
+                return Ok(None);
+            };
+            insert_in(DbConn::Sqlite(c), &end).await?;
+            Ok(Some(end))
+        }
+    }
+}
+
+/// A connection of either backend, inside a transaction.
+pub(crate) enum DbConn<'a> {
+    Postgres(&'a mut sqlx::PgConnection),
+    Sqlite(&'a mut sqlx::SqliteConnection),
+}
+
+/// The call ids of the `aborted` Ends in `records` (Ends written by the spool's
+/// recovery for a Begin it found open).
+fn aborted_calls(records: &[EncodedRecord]) -> Result<Vec<String>, SoulError> {
+    let mut calls = Vec::new();
+    for r in records {
+        let h = r.head()?;
+        if h.status == Some(EndStatus::Aborted) {
+            calls.push(h.call_id.into_owned());
+        }
+    }
+    Ok(calls)
+}
+
 impl SqlEvidenceStore {
     /// A store on `db` (migrated).
     pub fn new(db: Db) -> Self {
@@ -237,6 +380,38 @@ impl SqlEvidenceStore {
         Ok(())
     }
 
+    /// Which of `calls` already have an End stored.
+    async fn ended_calls(&self, calls: &[String]) -> Result<HashSet<String>, SoulError> {
+        let rows: Vec<(String,)> = match &self.db {
+            Db::Postgres(pool) => sqlx::query_as(
+                "SELECT DISTINCT call_id FROM evidence WHERE kind = 'end' AND call_id = ANY($1)",
+            )
+            .bind(calls)
+            .fetch_all(pool)
+            .await,
+            Db::Sqlite(pool) => {
+                let mut found = Vec::new();
+                for chunk in calls.chunks(SQLITE_CHUNK) {
+                    let mut qb = QueryBuilder::new(
+                        "SELECT DISTINCT call_id FROM evidence WHERE kind = 'end' AND call_id IN (",
+                    );
+                    let mut list = qb.separated(", ");
+                    for c in chunk {
+                        list.push_bind(c.clone());
+                    }
+                    qb.push(")");
+                    match qb.build_query_as().fetch_all(pool).await {
+                        Ok(rows) => found.extend(rows),
+                        Err(e) => return Err(db_error("reading evidence", e)),
+                    }
+                }
+                Ok(found)
+            }
+        }
+        .map_err(|e| db_error("reading evidence", e))?;
+        Ok(rows.into_iter().map(|(c,)| c).collect())
+    }
+
     fn forget_partitions(&self) {
         self.partitions
             .lock()
@@ -256,6 +431,31 @@ impl EvidenceStore for SqlEvidenceStore {
         if records.is_empty() {
             return Ok(());
         }
+        // An `aborted` End (spool recovery) for a call that already has an End is
+        // left out: a keyed call's End is stored with its idempotent outcome before
+        // it reaches the spool, so a crash in between leaves its Begin open there.
+        let aborted = aborted_calls(records)?;
+        let kept;
+        let records = if aborted.is_empty() {
+            records
+        } else {
+            let ended = self.ended_calls(&aborted).await?;
+            kept = records
+                .iter()
+                .filter(|r| {
+                    // A record whose head cannot be read is kept: the write below
+                    // refuses it (to quarantine), as it did before.
+                    r.head().map_or(true, |h| {
+                        h.status != Some(EndStatus::Aborted) || !ended.contains(h.call_id.as_ref())
+                    })
+                })
+                .cloned()
+                .collect::<Vec<_>>();
+            if kept.is_empty() {
+                return Ok(());
+            }
+            &kept[..]
+        };
         match &self.db {
             Db::Postgres(pool) => {
                 // Encoding first also checks every record (a refusal names it).

@@ -25,6 +25,8 @@ mod registry;
 
 pub use db::{Db, db_error};
 pub use evidence::{SqlEvidenceStore, status_name};
-pub use idempotency::SqlIdempotency;
-pub use open::{DISK_RESERVE, Persistence, database_url, spool_dir, spool_options};
+pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};
+pub use open::{
+    DISK_RESERVE, Persistence, database_url, idempotency_lease, spool_dir, spool_options,
+};
 pub use registry::RegistryStore;

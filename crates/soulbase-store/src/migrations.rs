@@ -45,6 +45,11 @@ pub fn postgres() -> Migrator {
             "idempotency result text",
             include_str!("../../../migrations/postgres/0005_idempotency_result_text.sql"),
         ),
+        migration(
+            6,
+            "idempotency begun",
+            include_str!("../../../migrations/postgres/0006_idempotency_begun.sql"),
+        ),
     ])
 }
 
@@ -65,6 +70,11 @@ pub fn sqlite() -> Migrator {
             3,
             "registry",
             include_str!("../../../migrations/sqlite/0003_registry.sql"),
+        ),
+        migration(
+            6,
+            "idempotency begun",
+            include_str!("../../../migrations/sqlite/0006_idempotency_begun.sql"),
         ),
     ])
 }

@@ -11,6 +11,7 @@ use soulbase_evidence::{Durability, DurableSink, RecoveryReport, SpoolOptions};
 use soulbase_observe::EvidenceStore;
 use soulbase_types::UnixMillis;
 
+use crate::idempotency::DEFAULT_LEASE;
 use crate::{Db, RegistryStore, SqlEvidenceStore, SqlIdempotency};
 
 /// Everything persistent, opened from one configuration.
@@ -43,6 +44,11 @@ pub fn database_url(config: &Config) -> String {
             format!("sqlite://{}", config.data_dir.join("evidence.db").display())
         }
     }
+}
+
+/// The idempotency lease `config` sets (`evidence.idempotency_lease_ms`).
+pub fn idempotency_lease(config: &Config) -> Duration {
+    Duration::from_millis(config.evidence.idempotency_lease_ms)
 }
 
 /// The evidence spool's directory for `config`: `<data_dir>/spool`.
@@ -90,10 +96,12 @@ impl Persistence {
     /// Connects (migrating when `evidence.migrate_on_start`), recovers the spool and
     /// starts draining it.
     pub async fn open(config: &Config) -> Result<Persistence, SoulError> {
-        Self::open_with(
+        Self::open_parts(
             &database_url(config),
             config.evidence.migrate_on_start,
             spool_options(config),
+            None,
+            idempotency_lease(config),
         )
         .await
     }
@@ -111,6 +119,7 @@ impl Persistence {
             config.evidence.migrate_on_start,
             spool_options(config),
             Some(evidence),
+            idempotency_lease(config),
         )
         .await
     }
@@ -121,7 +130,18 @@ impl Persistence {
         migrate: bool,
         spool: SpoolOptions,
     ) -> Result<Persistence, SoulError> {
-        Self::open_parts(url, migrate, spool, None).await
+        Self::open_parts(url, migrate, spool, None, DEFAULT_LEASE).await
+    }
+
+    /// Like [`Persistence::open_with`], with the idempotency lease (how long a
+    /// dead replica's key blocks a retry).
+    pub async fn open_with_lease(
+        url: &str,
+        migrate: bool,
+        spool: SpoolOptions,
+        lease: Duration,
+    ) -> Result<Persistence, SoulError> {
+        Self::open_parts(url, migrate, spool, None, lease).await
     }
 
     async fn open_parts(
@@ -129,6 +149,7 @@ impl Persistence {
         migrate: bool,
         spool: SpoolOptions,
         remote: Option<Arc<dyn EvidenceStore>>,
+        lease: Duration,
     ) -> Result<Persistence, SoulError> {
         if let Some(path) = url
             .strip_prefix("sqlite://")
@@ -144,9 +165,17 @@ impl Persistence {
         let evidence_is_local = remote.is_none();
         let evidence = remote.unwrap_or_else(|| Arc::new(SqlEvidenceStore::new(db.clone())));
         let (sink, recovery) = DurableSink::open(spool, evidence.clone()).await?;
+        // A keyed call's End is stored with its outcome when this database is the
+        // evidence store; the heartbeat renews the leases of keys in progress.
+        let idempotency = Arc::new(
+            SqlIdempotency::new(db.clone())
+                .with_lease(lease)
+                .with_evidence(evidence_is_local),
+        );
+        idempotency.spawn_heartbeat();
         Ok(Persistence {
             evidence_is_local,
-            idempotency: Arc::new(SqlIdempotency::new(db.clone())),
+            idempotency,
             registry: RegistryStore::new(db.clone()),
             db,
             sink,

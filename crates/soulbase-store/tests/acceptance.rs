@@ -167,6 +167,73 @@ async fn two_replicas_sharing_postgres_execute_a_keyed_call_once() {
     assert!(results.iter().all(|r| &r.output == output));
 }
 
+/// A replica whose key lapsed while its call ran (its lease was not renewed, as
+/// through a database outage) and was settled as interrupted by a retry on another
+/// replica: when the call finishes, its completion is refused, and it answers and
+/// records what the key says — the caller, the retries and the evidence agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_key_was_settled_while_it_ran_answers_the_settled_outcome() {
+    let (db, url) = fresh_postgres_on(&soulbase_testkit::database_url()).await;
+    let a_sink = MemorySink::new();
+    // A: no heartbeat, a short lease, a call that outlives it.
+    let (a, a_runs) = pipeline(
+        Arc::new(a_sink.clone()),
+        Arc::new(
+            SqlIdempotency::new(db.clone())
+                .with_lease(Duration::from_millis(150))
+                .with_evidence(true),
+        ),
+        Duration::from_millis(800),
+    );
+    let b_db = Db::connect(&url, false).await.unwrap();
+    let (b, b_runs) = pipeline(
+        Arc::new(MemorySink::new()),
+        Arc::new(SqlIdempotency::new(b_db).with_evidence(true)),
+        Duration::ZERO,
+    );
+    let first = call(KEYED, 1).with_idempotency_key("k-lapsed");
+    let a_call = first.call_id.clone();
+    let running = tokio::spawn(async move { a.invoke(first).await });
+    // A's tool is running once its Begin is recorded.
+    while a_sink.records().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let retry = b
+        .invoke(call(KEYED, 1).with_idempotency_key("k-lapsed"))
+        .await;
+    assert!(retry.replayed, "{retry:?}");
+    assert_eq!(retry.error_code, Some(ErrorCode::ProviderUnavailable));
+    let answered = running.await.unwrap();
+    assert!(answered.replayed, "{answered:?}");
+    assert_eq!(answered.error_code, Some(ErrorCode::ProviderUnavailable));
+    assert_eq!(answered.error, retry.error);
+    assert_eq!(
+        (a_runs.load(Ordering::SeqCst), b_runs.load(Ordering::SeqCst)),
+        (1, 0)
+    );
+    // A's spool copy of its End says aborted, as the store does (one End).
+    let a_end = a_sink.records().into_iter().find_map(|r| match r.payload {
+        EvidenceEvent::End(e) => Some(e.status),
+        _ => None,
+    });
+    assert_eq!(a_end, Some(EndStatus::Aborted));
+    let stored = soulbase_store::SqlEvidenceStore::new(db)
+        .call(None, &a_call)
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored.begins().count(), stored.ends().count()),
+        (1, 1),
+        "{stored:?}"
+    );
+    assert!(
+        stored
+            .ends()
+            .all(|r| matches!(&r.payload, EvidenceEvent::End(e) if e.status == EndStatus::Aborted)),
+        "{stored:?}"
+    );
+}
+
 // ---- Crash: the test re-executes its own binary as the process to kill. ----
 
 const CHILD_MODE: &str = "SOULBASE_CRASH_CHILD";

@@ -436,7 +436,7 @@ async fn idempotency_semantics(db: Db) {
     assert_eq!(err.field("field"), Some("idempotency_key"));
     // Completed: everyone gets the stored result.
     let stored = outcome("d1");
-    a.complete(&key("k1"), stored.clone()).await.unwrap();
+    a.complete(&key("k1"), stored.clone(), None).await.unwrap();
     match b.claim(&key("k1"), "d1", wait).await.unwrap() {
         Claim::Completed(s) => assert_eq!(*s, stored),
         other => panic!("{other:?}"),
@@ -445,7 +445,7 @@ async fn idempotency_semantics(db: Db) {
     assert_eq!(a.claim(&key("k4"), "d", wait).await.unwrap(), Claim::Owner);
     let mut nul = outcome("d");
     nul.result.output = Some(json!({"text": "a\u{0}b"}));
-    a.complete(&key("k4"), nul.clone()).await.unwrap();
+    a.complete(&key("k4"), nul.clone(), None).await.unwrap();
     match b.claim(&key("k4"), "d", wait).await.unwrap() {
         Claim::Completed(s) => assert_eq!(*s, nul),
         other => panic!("{other:?}"),
@@ -454,8 +454,8 @@ async fn idempotency_semantics(db: Db) {
     assert_eq!(a.claim(&key("k2"), "d", wait).await.unwrap(), Claim::Owner);
     a.release(&key("k2")).await.unwrap();
     assert_eq!(b.claim(&key("k2"), "d", wait).await.unwrap(), Claim::Owner);
-    // A dead owner's key is taken over once its lease expires.
-    let short = SqlIdempotency::new(db.clone()).with_min_lease(Duration::from_millis(1));
+    // A dead owner's key (no heartbeat) is taken over once its lease expires.
+    let short = SqlIdempotency::new(db.clone()).with_lease(Duration::from_millis(100));
     assert_eq!(
         short
             .claim(&key("k3"), "d", Duration::from_millis(1))
@@ -475,6 +475,182 @@ async fn idempotency_semantics(db: Db) {
         .await
         .unwrap();
     assert_eq!(n, 2);
+}
+
+/// What a retry finds after the owner of a key stopped at each point, and the
+/// owner's fencing once its lease lapsed: a key never begun is taken over; a key
+/// begun is settled as interrupted and replayed, never run again; the old owner can
+/// neither begin, complete nor release a key it lost; a live owner's heartbeat keeps
+/// its key; an outcome is stored with its End, and the End the spool's recovery
+/// writes for that call (`aborted`) is left out by the store.
+async fn idempotency_across_a_crash(db: Db) {
+    let lease = Duration::from_millis(200);
+    let dead = SqlIdempotency::new(db.clone()).with_lease(lease);
+    let retry = SqlIdempotency::new(db.clone()).with_lease(lease);
+    let wait = Duration::from_secs(5);
+    // Claimed, never begun: taken over within the lease (plus a poll).
+    assert_eq!(
+        dead.claim(&key("c1"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let t = std::time::Instant::now();
+    assert_eq!(
+        retry.claim(&key("c1"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    assert!(
+        t.elapsed() < lease + Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    // The old owner lost it: it may not begin (run) it, nor release it.
+    let b1 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    let err = dead.begin(&key("c1"), &b1).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    dead.release(&key("c1")).await.unwrap();
+    retry.begin(&key("c1"), &b1).await.unwrap();
+
+    // Begun, then the owner died: settled as interrupted, replayed, not run again.
+    assert_eq!(
+        dead.claim(&key("c2"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let b2 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    dead.begin(&key("c2"), &b2).await.unwrap();
+    let t = std::time::Instant::now();
+    let Claim::Completed(settled) = retry.claim(&key("c2"), "d", wait).await.unwrap() else {
+        panic!("a begun key must not be run again");
+    };
+    assert!(
+        t.elapsed() < lease + Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(settled.result.call_id, call_of(&b2));
+    assert_eq!(settled.result.evidence_ref, Some(b2.id.clone()));
+    assert_eq!(settled.result.status, CallStatus::Error);
+    assert_eq!(
+        settled.result.error_code,
+        Some(ErrorCode::ProviderUnavailable)
+    );
+    let public = settled.result.error.clone().unwrap();
+    assert_eq!(
+        public.fields.get("outcome").map(String::as_str),
+        Some("unknown")
+    );
+    // The dead owner's late completion does not overwrite it.
+    let err = dead
+        .complete(&key("c2"), outcome("d"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict);
+    let Claim::Completed(again) = retry.claim(&key("c2"), "d", wait).await.unwrap() else {
+        panic!("settled");
+    };
+    assert_eq!(again, settled);
+
+    // A live owner's heartbeat keeps its key past many leases.
+    let live = Arc::new(SqlIdempotency::new(db.clone()).with_lease(lease));
+    let beat = live.spawn_heartbeat();
+    assert_eq!(
+        live.claim(&key("c3"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let err = retry.claim(&key("c3"), "d", lease * 4).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::IdempotencyConflict, "{err:?}");
+    beat.abort();
+
+    // Completed with its End in one step: the End is in the evidence table, and
+    // the aborted End recovery writes for the same call is left out.
+    let store = SqlEvidenceStore::new(db.clone());
+    let owner = SqlIdempotency::new(db.clone()).with_evidence(true);
+    assert_eq!(
+        owner.claim(&key("c4"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let b = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    owner.begin(&key("c4"), &b).await.unwrap();
+    let ok_end = end_of(&b, EndStatus::Ok);
+    owner
+        .complete(&key("c4"), outcome("d"), Some(&ok_end))
+        .await
+        .unwrap();
+    // Both are stored by the idempotency store alone (a spool lost with its
+    // replica loses nothing of the call).
+    let evidence = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(
+        (evidence.begins().count(), evidence.ends().count()),
+        (1, 1),
+        "{evidence:?}"
+    );
+    let aborted = end_of(&b, EndStatus::Aborted);
+    store
+        .write_batch(&[b.clone(), ok_end.clone(), aborted])
+        .await
+        .unwrap();
+    let evidence = store.call(None, &call_of(&b)).await.unwrap();
+    assert_eq!(evidence.begins().count(), 1, "{evidence:?}");
+    let ends: Vec<_> = evidence.ends().collect();
+    assert_eq!(ends.len(), 1, "{evidence:?}");
+    assert!(
+        matches!(&ends[0].payload, EvidenceEvent::End(e) if e.status == EndStatus::Ok),
+        "{evidence:?}"
+    );
+    // Begun with its Begin stored, then the owner died for good (its spool lost):
+    // the caller settling the key closes that Begin `aborted` too, and the End the
+    // owner's recovery might write later is left out.
+    let gone = SqlIdempotency::new(db.clone())
+        .with_lease(lease)
+        .with_evidence(true);
+    let settler = SqlIdempotency::new(db.clone()).with_evidence(true);
+    assert_eq!(
+        gone.claim(&key("c5"), "d", wait).await.unwrap(),
+        Claim::Owner
+    );
+    let b5 = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    gone.begin(&key("c5"), &b5).await.unwrap();
+    let Claim::Completed(_) = settler.claim(&key("c5"), "d", wait).await.unwrap() else {
+        panic!("a begun key must not be run again");
+    };
+    store
+        .write_batch(&[b5.clone(), end_of(&b5, EndStatus::Aborted)])
+        .await
+        .unwrap();
+    let evidence = store.call(None, &call_of(&b5)).await.unwrap();
+    assert_eq!(evidence.begins().count(), 1, "{evidence:?}");
+    let ends: Vec<_> = evidence.ends().collect();
+    assert_eq!(ends.len(), 1, "{evidence:?}");
+    assert!(
+        matches!(&ends[0].payload, EvidenceEvent::End(e) if e.status == EndStatus::Aborted && e.begin_id == b5.id),
+        "{evidence:?}"
+    );
+
+    // An aborted End of a call without one is stored as before.
+    let lone = begin("acme", "demo.keyed.run", UnixMillis::now().0);
+    store
+        .write_batch(&[lone.clone(), end_of(&lone, EndStatus::Aborted)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .call(None, &call_of(&lone))
+            .await
+            .unwrap()
+            .ends()
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_across_a_crash_on_postgres() {
+    idempotency_across_a_crash(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_across_a_crash_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    idempotency_across_a_crash(fresh_sqlite(dir.path()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

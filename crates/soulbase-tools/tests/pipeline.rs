@@ -17,7 +17,8 @@ use soulbase_qos::LocalQuota;
 use soulbase_sandbox::{BuiltinExecutor, DeclaredProfiles, LocalSandbox, handler_fn};
 use soulbase_tools::discovery::NameMap;
 use soulbase_tools::pipeline::{
-    CallStatus, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall, ToolCallRouter,
+    CallStatus, Claim, IdempotencyKey, IdempotencyStore, Invoker, InvokerBuilder,
+    MemoryIdempotency, StoredOutcome, ToolCall, ToolCallRouter,
 };
 use soulbase_tools::registry::ToolOwner;
 use soulbase_tools::{Registry, ToolManifest};
@@ -51,6 +52,7 @@ struct Harness {
     consent: Arc<HmacConsent>,
     executions: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    idempotency: Arc<MemoryIdempotency>,
 }
 
 fn acme() -> Subject {
@@ -71,6 +73,15 @@ fn harness() -> Harness {
 /// The harness, its evidence going through `gate` (which keeps it in the same
 /// memory sink) when given.
 fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
+    harness_full(gate, |m| m)
+}
+
+/// The harness, its idempotency store wrapped by `wrap` (around the memory store
+/// the harness keeps).
+fn harness_full(
+    gate: Option<Arc<GatedSink>>,
+    wrap: impl FnOnce(Arc<MemoryIdempotency>) -> Arc<dyn IdempotencyStore>,
+) -> Harness {
     let registry = Registry::new();
     let global = ToolOwner::Global;
     let tools = [
@@ -89,6 +100,14 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         manifest("demo.fail.panic", json!({})),
         manifest("demo.slow.sleep", json!({"limits": {"timeout_ms": 50}})),
         manifest("demo.slow.hold", json!({"limits": {"timeout_ms": 60000}})),
+        manifest(
+            "demo.hold.keyed",
+            json!({"idempotency": "keyed", "limits": {"timeout_ms": 60000}}),
+        ),
+        manifest(
+            "demo.hold.serial",
+            json!({"idempotency": "keyed", "concurrency": "serial", "limits": {"timeout_ms": 60000}}),
+        ),
         manifest("demo.bad.output", json!({})),
         manifest("demo.quota.tick", json!({})),
         manifest("demo.serial.one", json!({"concurrency": "serial"})),
@@ -202,6 +221,15 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
             Ok(json!({}))
         }),
     );
+    for held in ["demo.hold.keyed", "demo.hold.serial"] {
+        builtin.register(
+            held,
+            handler_fn(|_| async {
+                std::future::pending::<()>().await;
+                Ok(json!({}))
+            }),
+        );
+    }
     builtin.register(
         "demo.bad.output",
         handler_fn(|_| async { Ok(json!({"text": 5})) }),
@@ -278,6 +306,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         None => Arc::new(sink.clone()),
     };
     let consent = Arc::new(HmacConsent::new(KEY.to_vec()));
+    let idempotency = Arc::new(MemoryIdempotency::new());
     let invoker = InvokerBuilder::new(
         Arc::new(registry.clone()),
         Arc::new(StaticPolicy::new(&policy)),
@@ -286,7 +315,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         Arc::new(DeclaredProfiles::new()),
         Arc::new(LocalSandbox::new(builtin)),
         evidence,
-        Arc::new(MemoryIdempotency::new()),
+        wrap(idempotency.clone()),
     )
     .config_hash("cfg-1")
     .build();
@@ -295,6 +324,7 @@ fn harness_with(gate: Option<Arc<GatedSink>>) -> Harness {
         registry,
         sink,
         consent,
+        idempotency,
         executions,
         max_in_flight,
     }
@@ -735,6 +765,170 @@ async fn a_cancelled_call_still_gets_its_end() {
         tokio::task::yield_now().await;
     }
     assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+}
+
+/// A keyed call whose future is dropped mid-run (its caller went away) stores the
+/// cancelled outcome with its End: a retry of the key replays it at once (the call
+/// may have taken effect, so it is not run again), instead of waiting on a key no
+/// one will complete.
+#[tokio::test]
+async fn a_cancelled_keyed_call_is_replayed_not_waited_for() {
+    let h = harness();
+    let call = h
+        .call("demo.hold.keyed", json!({"text": "x"}))
+        .with_idempotency_key("k-cancel");
+    let cid = call.call_id.clone();
+    let inv = h.invoker.clone();
+    let task = tokio::spawn(async move { inv.invoke(call).await });
+    while h.evidence(&cid).0.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    task.abort();
+    let _ = task.await;
+    while h.evidence(&cid).1.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
+    let retry = h
+        .call("demo.hold.keyed", json!({"text": "x"}))
+        .with_idempotency_key("k-cancel");
+    let r = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(retry))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(r.replayed, "{r:?}");
+    assert_eq!(r.error_code, Some(ErrorCode::ProviderUnavailable), "{r:?}");
+    let err = r.error.unwrap();
+    assert_eq!(
+        err.fields.get("reason").map(String::as_str),
+        Some("cancelled")
+    );
+    assert_eq!(
+        err.fields.get("outcome").map(String::as_str),
+        Some("unknown")
+    );
+}
+
+/// A keyed call dropped before it reached its tool (waiting for a concurrency
+/// slot) gives its key up, so a retry need not wait for it; one dropped while its
+/// tool ran keeps its key (completed with the cancelled outcome).
+#[tokio::test]
+async fn a_keyed_call_dropped_before_it_ran_gives_its_key_up() {
+    let h = harness();
+    let hold = |key: &str| {
+        h.call("demo.hold.serial", json!({"text": "x"}))
+            .with_idempotency_key(key)
+    };
+    // The first call takes the tool's one slot and holds it.
+    let first = hold("k-first");
+    let first_id = first.call_id.clone();
+    let inv = h.invoker.clone();
+    let running = tokio::spawn(async move { inv.invoke(first).await });
+    while h.evidence(&first_id).0.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    // The second waits for the slot (claimed, no Begin), then its caller goes away.
+    let inv = h.invoker.clone();
+    let waiting = tokio::spawn({
+        let call = hold("k-second");
+        async move { inv.invoke(call).await }
+    });
+    while h.idempotency.len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    waiting.abort();
+    let _ = waiting.await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.idempotency.len() > 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the dropped call's key was not given up");
+    // The running one, dropped, keeps its key with the cancelled outcome.
+    running.abort();
+    let _ = running.await;
+    let retry = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(hold("k-first")))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(retry.replayed, "{retry:?}");
+    assert_eq!(retry.error_code, Some(ErrorCode::ProviderUnavailable));
+}
+
+/// An idempotency store whose first `complete` never returns (a database that
+/// hangs), announcing that it was entered.
+struct StuckComplete {
+    inner: Arc<MemoryIdempotency>,
+    entered: Arc<tokio::sync::Notify>,
+    stuck: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl IdempotencyStore for StuckComplete {
+    async fn claim(
+        &self,
+        key: &IdempotencyKey,
+        args_digest: &str,
+        wait: Duration,
+    ) -> Result<Claim, SoulError> {
+        self.inner.claim(key, args_digest, wait).await
+    }
+    async fn begin(&self, key: &IdempotencyKey, begin: &EvidenceRecord) -> Result<(), SoulError> {
+        self.inner.begin(key, begin).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        outcome: StoredOutcome,
+        end: Option<&EvidenceRecord>,
+    ) -> Result<(), SoulError> {
+        if !self.stuck.swap(true, Ordering::SeqCst) {
+            self.entered.notify_one();
+            std::future::pending::<()>().await;
+        }
+        self.inner.complete(key, outcome, end).await
+    }
+    async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {
+        self.inner.release(key).await
+    }
+}
+
+/// A keyed call dropped while its outcome and End were being stored: the drop
+/// stores that same outcome and records that same End — one End, `ok`, and a
+/// retry replays the result.
+#[tokio::test]
+async fn a_keyed_call_dropped_while_storing_its_outcome_keeps_its_own_end() {
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let h = harness_full(None, |inner| {
+        Arc::new(StuckComplete {
+            inner,
+            entered: entered.clone(),
+            stuck: std::sync::atomic::AtomicBool::new(false),
+        })
+    });
+    let call = h
+        .call("demo.calc.add", json!({"text": "a", "n": 1}))
+        .with_idempotency_key("k-stuck");
+    let cid = call.call_id.clone();
+    let inv = h.invoker.clone();
+    let wait = entered.notified();
+    let task = tokio::spawn(async move { inv.invoke(call).await });
+    wait.await;
+    task.abort();
+    let _ = task.await;
+    while h.evidence(&cid).1.is_empty() {
+        tokio::task::yield_now().await;
+    }
+    let (begins, ends, _) = h.evidence(&cid);
+    assert_eq!((begins.len(), ends.len()), (1, 1), "{ends:?}");
+    assert_eq!(h.end_status(&cid), EndStatus::Ok);
+    let retry = h
+        .call("demo.calc.add", json!({"text": "a", "n": 1}))
+        .with_idempotency_key("k-stuck");
+    let r = tokio::time::timeout(Duration::from_secs(5), h.invoker.invoke(retry))
+        .await
+        .expect("the retry waited on a key no one will complete");
+    assert!(r.replayed && r.is_ok(), "{r:?}");
+    assert_eq!(h.executions.load(Ordering::SeqCst), 1);
 }
 
 /// A stopping server abandons its running calls: each stops, answers

@@ -416,7 +416,11 @@ impl App {
             sink.clone(),
             idempotency,
         )
-        .config_hash(snap.hash())
+        .config_hash(snap.hash());
+        let invoker = match builtins::fault_hook_from_env() {
+            Some(hook) => invoker.fault_hook(hook),
+            None => invoker,
+        }
         .build();
         let skills = if tools_role {
             let tools_redis = match &local_gate {

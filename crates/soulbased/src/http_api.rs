@@ -556,8 +556,10 @@ async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<
     };
     let tenant = Some(&subject.tenant);
     let mut evidence = p.evidence.call(tenant, &call_id).await?;
-    // A call that just ran may still be on its way from the spool to the store.
-    if evidence.is_empty() || evidence.begins().count() > evidence.ends().count() {
+    // A call that just ran may still be on its way from the spool to the store
+    // (a keyed call's Begin and End are stored with its idempotency key, so its
+    // halves may arrive in either order).
+    if evidence.is_empty() || evidence.begins().count() != evidence.ends().count() {
         if let Err(e) = p.sink.wait_drained(EVIDENCE_READ_WAIT).await {
             tracing::debug!(error = %e, "evidence read before the spool drained");
         }

@@ -5,6 +5,21 @@
 //! get the stored result. The same key with different arguments is
 //! `IDEMPOTENCY.CONFLICT`. An owner refused before execution releases the key, so the
 //! next caller may try again.
+//!
+//! # Across a crash
+//!
+//! The owner marks the key **begun** ([`IdempotencyStore::begin`]) once its Begin is
+//! durable and before the tool runs, and stores its outcome **together with its End**
+//! ([`IdempotencyStore::complete`]: the SQL store writes both in one transaction) before
+//! it records the End in its evidence sink. So a retry after the owner died finds
+//! one of three things: the key done (the stored result is replayed, whatever
+//! became of the owner's spool); the key claimed but never begun (nothing ran: once
+//! the owner's lease lapses the retry takes the key over and runs the call once); or
+//! the key begun but not done (the tool may have run, so it is never run again:
+//! once the lease lapses the key is settled with [`interrupted_outcome`], the
+//! outcome the owner's spool recovery records as an `aborted` End, and that is
+//! replayed). A live owner keeps renewing its lease (backends shared by replicas run
+//! a heartbeat), so only a dead or cut-off owner's key lapses.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::{TenantId, ToolId};
+use soulbase_observe::EvidenceRecord;
+use soulbase_types::{CallId, EnvelopeId, TenantId, ToolId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -42,10 +58,33 @@ pub struct StoredOutcome {
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
-    /// You own the key: execute, then `complete` (or `release` if you never executed).
+    /// You own the key: `begin` it, execute, then `complete` (or `release` if you
+    /// never executed).
     Owner,
     /// A call with this key already completed: return its result.
     Completed(Box<StoredOutcome>),
+}
+
+/// The outcome a key whose owner stopped after its Begin (the tool may have run) is
+/// settled with: status `error`, `PROVIDER.UNAVAILABLE` with fields `reason:
+/// interrupted` and `outcome: unknown`, the owner's call id and Begin as its evidence
+/// reference. It answers every retry of the key; the call is never run again under
+/// it (use a new key once the effect has been checked).
+pub fn interrupted_outcome(
+    args_digest: &str,
+    call_id: CallId,
+    begin_id: Option<EnvelopeId>,
+) -> StoredOutcome {
+    let err = SoulError::new(
+        ErrorCode::ProviderUnavailable,
+        "the server running this call stopped before it finished; it may have taken effect and is not run again under this key",
+    )
+    .with_field("reason", "interrupted")
+    .with_field("outcome", "unknown");
+    StoredOutcome {
+        args_digest: args_digest.to_owned(),
+        result: CallResult::failed(call_id, &err, begin_id),
+    }
 }
 
 /// Where idempotency records live. Backends shared by several replicas (Postgres)
@@ -60,10 +99,30 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         args_digest: &str,
         wait: Duration,
     ) -> Result<Claim, SoulError>;
-    /// Stores the owner's outcome and wakes waiters.
-    async fn complete(&self, key: &IdempotencyKey, outcome: StoredOutcome)
-    -> Result<(), SoulError>;
-    /// Gives the key up without an outcome (the owner never executed).
+    /// Marks an owned key begun: the call's Begin (`begin`) is durable in the
+    /// evidence sink and the tool is about to run. From then on the key is never
+    /// handed to another caller to execute; an owner that dies leaves it to be
+    /// settled with [`interrupted_outcome`]. A backend that can stores the Begin with
+    /// the mark (the sink's copy has the same envelope id). `Err`
+    /// (`IDEMPOTENCY.CONFLICT`) when the key is no longer this owner's (its lease
+    /// lapsed and another caller took it over): the call must not run. The default
+    /// (one process, no crash story) accepts.
+    async fn begin(&self, _key: &IdempotencyKey, _begin: &EvidenceRecord) -> Result<(), SoulError> {
+        Ok(())
+    }
+    /// Stores the owner's outcome and wakes waiters. `end` is the call's End, which
+    /// the caller records in its evidence sink right after: a backend that can
+    /// stores it in the same durable step as the outcome (so a crash between the
+    /// two leaves neither a stored outcome without its End nor an End without it);
+    /// the sink's copy has the same envelope id and is skipped by the store.
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        outcome: StoredOutcome,
+        end: Option<&EvidenceRecord>,
+    ) -> Result<(), SoulError>;
+    /// Gives the key up without an outcome (the owner never executed). A key
+    /// marked begun, completed, or no longer this owner's is left as it is.
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError>;
 }
 
@@ -71,6 +130,8 @@ enum Entry {
     InFlight {
         digest: String,
         done: Arc<Notify>,
+        /// Marked begun: the tool may run, so the key is never released.
+        begun: bool,
     },
     Done {
         outcome: Box<StoredOutcome>,
@@ -172,6 +233,7 @@ impl IdempotencyStore for MemoryIdempotency {
                             Entry::InFlight {
                                 digest: args_digest.to_owned(),
                                 done: Arc::new(Notify::new()),
+                                begun: false,
                             },
                         );
                         return Ok(Claim::Owner);
@@ -179,7 +241,9 @@ impl IdempotencyStore for MemoryIdempotency {
                     Some(Entry::Done { outcome, .. }) if outcome.args_digest == args_digest => {
                         return Ok(Claim::Completed(outcome.clone()));
                     }
-                    Some(Entry::InFlight { digest, done }) if digest == args_digest => done.clone(),
+                    Some(Entry::InFlight { digest, done, .. }) if digest == args_digest => {
+                        done.clone()
+                    }
                     Some(_) => return Err(conflict()),
                 }
             };
@@ -207,6 +271,7 @@ impl IdempotencyStore for MemoryIdempotency {
         &self,
         key: &IdempotencyKey,
         outcome: StoredOutcome,
+        _end: Option<&EvidenceRecord>,
     ) -> Result<(), SoulError> {
         let mut entries = self.entries.lock().map_err(|_| poisoned())?;
         let now = Instant::now();
@@ -228,10 +293,18 @@ impl IdempotencyStore for MemoryIdempotency {
         Ok(())
     }
 
+    async fn begin(&self, key: &IdempotencyKey, _begin: &EvidenceRecord) -> Result<(), SoulError> {
+        let mut entries = self.entries.lock().map_err(|_| poisoned())?;
+        if let Some(Entry::InFlight { begun, .. }) = entries.map.get_mut(key) {
+            *begun = true;
+        }
+        Ok(())
+    }
+
     async fn release(&self, key: &IdempotencyKey) -> Result<(), SoulError> {
         let mut entries = self.entries.lock().map_err(|_| poisoned())?;
         let entries = &mut entries.map;
-        if let Some(Entry::InFlight { .. }) = entries.get(key)
+        if let Some(Entry::InFlight { begun: false, .. }) = entries.get(key)
             && let Some(Entry::InFlight { done, .. }) = entries.remove(key)
         {
             done.notify_waiters();
@@ -269,7 +342,10 @@ mod tests {
             store.claim(&key("k"), "d1", wait).await.unwrap(),
             Claim::Owner
         );
-        store.complete(&key("k"), outcome("d1")).await.unwrap();
+        store
+            .complete(&key("k"), outcome("d1"), None)
+            .await
+            .unwrap();
 
         tokio::time::advance(Duration::from_secs(59)).await;
         assert!(matches!(
@@ -294,12 +370,15 @@ mod tests {
         for i in 0..SWEEP_EVERY - 1 {
             let k = key(&format!("old{i}"));
             store.claim(&k, "d", wait).await.unwrap();
-            store.complete(&k, outcome("d")).await.unwrap();
+            store.complete(&k, outcome("d"), None).await.unwrap();
         }
         assert_eq!(store.len(), (SWEEP_EVERY - 1) as usize);
         tokio::time::advance(Duration::from_secs(2)).await;
         store.claim(&key("new"), "d", wait).await.unwrap();
-        store.complete(&key("new"), outcome("d")).await.unwrap();
+        store
+            .complete(&key("new"), outcome("d"), None)
+            .await
+            .unwrap();
         assert_eq!(store.len(), 1, "only the fresh record is left");
     }
 }

@@ -11,7 +11,7 @@ use soulbase_auth::{ACTION_INVOKE, Authorizer, AuthzRequest, ConsentRequest, Con
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
     BudgetUsage, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceSink, canonical_json, digest_bytes,
+    EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
 };
 use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, ProviderKind, Sandbox};
@@ -22,6 +22,7 @@ use soulbase_types::{
 use tracing::Instrument;
 
 use super::concurrency::ConcurrencyLimiter;
+use super::fault::{FaultHook, FaultPoint};
 use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome};
 use super::inflight::{InFlight, OpenCall};
 use super::obligations::apply_obligations;
@@ -61,6 +62,7 @@ struct Seams {
     config_hash: ArcSwap<String>,
     limiter: ConcurrencyLimiter,
     inflight: InFlight,
+    fault: Option<FaultHook>,
 }
 
 /// Runs tool calls through the governed path. Cheap to clone; share one per process.
@@ -100,6 +102,7 @@ impl InvokerBuilder {
                 config_hash: ArcSwap::from_pointee(String::new()),
                 limiter: ConcurrencyLimiter::default(),
                 inflight: InFlight::default(),
+                fault: None,
             },
         }
     }
@@ -107,6 +110,12 @@ impl InvokerBuilder {
     /// The hash of the configuration in force, recorded in every Begin.
     pub fn config_hash(self, hash: impl Into<String>) -> Self {
         self.seams.config_hash.store(Arc::new(hash.into()));
+        self
+    }
+
+    /// A hook called at every [`FaultPoint`] of a keyed call (crash drills only).
+    pub fn fault_hook(mut self, hook: FaultHook) -> Self {
+        self.seams.fault = Some(hook);
         self
     }
 
@@ -126,6 +135,14 @@ struct Cleared {
     policy_hash: String,
 }
 
+/// A keyed call's key, arguments digest and Begin, carried to its End.
+struct Keyed<'a> {
+    key: &'a IdempotencyKey,
+    args_digest: &'a str,
+    /// The call's Begin, once written (the key is marked begun with it).
+    begin: Option<EvidenceRecord>,
+}
+
 /// Who a call's evidence belongs to: copied into every envelope the call produces.
 #[derive(Clone)]
 struct Header {
@@ -136,15 +153,35 @@ struct Header {
 }
 
 /// Makes sure a call that began gets an End even if its future is dropped. Holds
-/// the call's [`OpenCall`] until that End is recorded.
+/// the call's [`OpenCall`] until that End is recorded. A keyed call's key is
+/// completed with the cancelled outcome and that End (so a retry replays it at
+/// once rather than waiting for the key to lapse). Once a keyed call's own End is
+/// made ([`ending`](Self::ending)), a drop stores its outcome with that End and
+/// records it instead, so the call never gets two Ends.
 struct EndGuard {
     sink: Arc<dyn EvidenceSink>,
     header: Option<(Header, CallId, EnvelopeId, Instant, OpenCall)>,
+    keyed: Option<(Arc<dyn IdempotencyStore>, IdempotencyKey, String)>,
+    ending: Option<(EvidenceRecord, StoredOutcome)>,
 }
 
 impl EndGuard {
     fn disarm(&mut self) {
         self.header = None;
+    }
+
+    /// A keyed call's End and outcome are made: a drop from now on stores and
+    /// records them.
+    fn ending(&mut self, end: &EvidenceRecord, outcome: &StoredOutcome) {
+        self.ending = Some((end.clone(), outcome.clone()));
+    }
+
+    /// The key is not this call's any more: a drop records `end` only.
+    fn ending_unkeyed(&mut self, end: &EvidenceRecord) {
+        self.keyed = None;
+        if let Some((e, _)) = &mut self.ending {
+            *e = end.clone();
+        }
     }
 }
 
@@ -153,9 +190,28 @@ impl Drop for EndGuard {
         let Some((header, call_id, begin_id, started, open)) = self.header.take() else {
             return;
         };
+        if let Some((end, outcome)) = self.ending.take() {
+            let (sink, keyed) = (self.sink.clone(), self.keyed.take());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    // Stored already unless the drop cut the store off (then the
+                    // key is still this call's); a stored one refuses it again.
+                    if let Some((store, key, _)) = keyed
+                        && let Err(e) = store.complete(&key, outcome, Some(&end)).await
+                    {
+                        tracing::debug!(error = ?e, "the outcome of a dropped keyed call was stored already");
+                    }
+                    if let Err(e) = sink.record(end).await {
+                        tracing::error!(error = ?e, "could not record the End of a dropped call");
+                    }
+                    drop(open);
+                });
+            }
+            return;
+        }
         let end = EvidenceEnd {
-            call_id,
-            begin_id,
+            call_id: call_id.clone(),
+            begin_id: begin_id.clone(),
             status: EndStatus::Cancelled,
             error_code: None,
             output_digest: None,
@@ -168,9 +224,24 @@ impl Drop for EndGuard {
         };
         let record = stamp(&header, EvidenceEvent::End(end));
         let sink = self.sink.clone();
+        let keyed = self.keyed.take().map(|(store, key, args_digest)| {
+            let err = SoulError::new(
+                ErrorCode::ProviderUnavailable,
+                "the call was cancelled before it finished; it may have taken effect and is not run again under this key",
+            )
+            .with_field("reason", "cancelled")
+            .with_field("outcome", "unknown");
+            let result = CallResult::failed(call_id.clone(), &err, Some(begin_id.clone()));
+            (store, key, StoredOutcome { args_digest, result })
+        });
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
+                    if let Some((store, key, outcome)) = keyed
+                        && let Err(e) = store.complete(&key, outcome, Some(&record)).await
+                    {
+                        tracing::error!(error = ?e, "could not store the outcome of a cancelled keyed call");
+                    }
                     if let Err(e) = sink.record(record).await {
                         tracing::error!(error = ?e, "could not record the End of a cancelled call");
                     }
@@ -180,6 +251,32 @@ impl Drop for EndGuard {
             Err(_) => tracing::error!(
                 "a call was cancelled outside a runtime; its End could not be recorded"
             ),
+        }
+    }
+}
+
+/// Gives a claimed key up if the call's future is dropped before the call is
+/// through the pipeline (its caller went away while it waited, e.g. for a
+/// concurrency slot). A key already marked begun or completed is left as it is by
+/// the store, so this is harmless once the call reached its tool (whose [`EndGuard`]
+/// then stores the cancelled outcome).
+struct ClaimGuard {
+    store: Arc<dyn IdempotencyStore>,
+    key: Option<IdempotencyKey>,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else {
+            return;
+        };
+        let store = self.store.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = store.release(&key).await {
+                    tracing::warn!(error = ?e, "could not release the key of a dropped call");
+                }
+            });
         }
     }
 }
@@ -276,6 +373,13 @@ impl Invoker {
     /// Replaces the recorded configuration hash (after a config reload).
     pub fn set_config_hash(&self, hash: impl Into<String>) {
         self.seams.config_hash.store(Arc::new(hash.into()));
+    }
+
+    /// Calls the fault hook, if any, at `point` of a keyed call.
+    fn fault(&self, point: FaultPoint) {
+        if let Some(hook) = &self.seams.fault {
+            hook(point);
+        }
     }
 
     fn header(call: &ToolCall) -> Header {
@@ -459,6 +563,10 @@ impl Invoker {
             }),
             _ => None,
         };
+        let mut claim_guard = ClaimGuard {
+            store: self.seams.idempotency.clone(),
+            key: None,
+        };
         if let Some(key) = &key {
             let wait = Duration::from_millis(
                 cleared
@@ -474,7 +582,10 @@ impl Invoker {
                 .idempotency
                 .claim(key, &cleared.args_digest, wait);
             match stage::run(stage_span!("idempotency"), claim).await {
-                Ok(Claim::Owner) => {}
+                Ok(Claim::Owner) => {
+                    claim_guard.key = Some(key.clone());
+                    self.fault(FaultPoint::Claimed);
+                }
                 Ok(Claim::Completed(stored)) => {
                     return CallResult {
                         call_id: call.call_id.clone(),
@@ -486,28 +597,20 @@ impl Invoker {
             }
         }
         let args_digest = cleared.args_digest.clone();
-        let result = self.execute_cleared(&header, &call, cleared, args).await;
-        if let Some(key) = &key {
-            let span = stage_span!("idempotency.store");
-            let stored = match &result {
-                // Refused (before execution, or after a run that changed nothing whose
-                // Begin did not land): nothing happened, the key may be used again.
-                Err(_) => self.seams.idempotency.release(key).instrument(span).await,
-                Ok(result) => {
-                    self.seams
-                        .idempotency
-                        .complete(
-                            key,
-                            StoredOutcome {
-                                args_digest,
-                                result: result.clone(),
-                            },
-                        )
-                        .instrument(span)
-                        .await
-                }
-            };
-            if let Err(e) = stored {
+        let keyed = key.as_ref().map(|key| Keyed {
+            key,
+            args_digest: &args_digest,
+            begin: None,
+        });
+        let result = self
+            .execute_cleared(&header, &call, cleared, args, keyed)
+            .await;
+        claim_guard.key = None;
+        // An executed keyed call stored its outcome with its End; one refused
+        // (before execution) gives the key up: nothing happened, it may be used again.
+        if let (Some(key), Err(_)) = (&key, &result) {
+            let release = self.seams.idempotency.release(key);
+            if let Err(e) = release.instrument(stage_span!("idempotency.store")).await {
                 tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
             }
         }
@@ -527,6 +630,7 @@ impl Invoker {
         call: &ToolCall,
         cleared: Cleared,
         args: Value,
+        keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {
         let s = &self.seams;
         let tool = cleared.resolved.tool.clone();
@@ -565,6 +669,7 @@ impl Invoker {
                 }),
             );
             let begin_id = begin.id.clone();
+            let keyed_begin = keyed.is_some().then(|| begin.clone());
             // Counted from here until its End is recorded; refused once the process
             // abandons its calls.
             let open = s.inflight.open().ok_or_else(shutting_down)?;
@@ -585,9 +690,10 @@ impl Invoker {
                 stage::run(stage_span!("evidence.begin"), record).await?;
                 None
             };
-            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable, open))
+            Ok::<_, SoulError>((profile, permit, begin_id, begin_durable, open, keyed_begin))
         };
-        let (profile, permit, begin_id, begin_durable, open) = match before_exec.await {
+        let (profile, permit, begin_id, begin_durable, open, keyed_begin) = match before_exec.await
+        {
             Ok(v) => v,
             Err(e) => {
                 let refund = s.quota.refund(reservation);
@@ -597,6 +703,13 @@ impl Invoker {
                 return Err(e);
             }
         };
+        let keyed = keyed.map(|k| Keyed {
+            begin: keyed_begin,
+            ..k
+        });
+        if keyed.is_some() {
+            self.fault(FaultPoint::Begun);
+        }
         self.run_and_end(
             header,
             call,
@@ -607,6 +720,7 @@ impl Invoker {
             (begin_id, begin_durable, open),
             reservation,
             permit,
+            keyed,
         )
         .await
     }
@@ -623,6 +737,7 @@ impl Invoker {
         (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
         reservation: Reservation,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
+        keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {
         let s = &self.seams;
         let manifest = &tool.manifest;
@@ -636,10 +751,30 @@ impl Invoker {
                 started,
                 open,
             )),
+            keyed: keyed.as_ref().map(|k| {
+                (
+                    s.idempotency.clone(),
+                    k.key.clone(),
+                    k.args_digest.to_owned(),
+                )
+            }),
+            ending: None,
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
         let req = Self::exec_request(call, tool, profile, args);
         let execute = async {
+            // A keyed call's key is marked begun first: never run if it is no
+            // longer this call's, never handed to another caller once it may run.
+            if let Some(Keyed {
+                key,
+                begin: Some(begin),
+                ..
+            }) = &keyed
+            {
+                let mark = s.idempotency.begin(key, begin);
+                mark.instrument(stage_span!("idempotency.begin")).await?;
+                self.fault(FaultPoint::Running);
+            }
             let run = AssertUnwindSafe(s.sandbox.execute(req)).catch_unwind();
             match tokio::time::timeout(timeout, run).await {
                 Err(_) => Err(SoulError::new(
@@ -672,6 +807,9 @@ impl Invoker {
             }
         };
         drop(permit);
+        if keyed.is_some() {
+            self.fault(FaultPoint::Executed);
+        }
         let duration_us = micros(started.elapsed());
 
         // Output checks belong to the outcome the End records.
@@ -717,12 +855,68 @@ impl Invoker {
             usage,
             duration_us,
         };
+        let mut end = stamp(header, EvidenceEvent::End(end));
+        // The result, before the End is recorded: a keyed call stores it with its
+        // End in one step (the idempotency store), then records the End.
+        let mut result = match checked {
+            Ok((out, _, _)) => {
+                let mut output = out.output;
+                if !manifest.obligations.is_empty() {
+                    stage_span!("obligations")
+                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
+                }
+                CallResult::ok(call.call_id.clone(), output, Some(begin_id))
+            }
+            Err(e) => {
+                tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
+                CallResult::failed(call.call_id.clone(), &e, Some(begin_id))
+            }
+        };
+        if let Some(k) = &keyed {
+            let outcome = StoredOutcome {
+                args_digest: k.args_digest.to_owned(),
+                result: result.clone(),
+            };
+            guard.ending(&end, &outcome);
+            let complete = s.idempotency.complete(k.key, outcome, Some(&end));
+            match complete.instrument(stage_span!("idempotency.store")).await {
+                Ok(()) => {}
+                // The key lapsed while the call ran (its lease could not be renewed,
+                // e.g. through a database outage) and another caller settled it as
+                // interrupted: this call answers and records what the key says, so
+                // neither its caller nor its evidence contradicts the key's retries.
+                Err(e) if e.code() == ErrorCode::IdempotencyConflict => {
+                    tracing::warn!(call_id = %call.call_id, "a keyed call's key was settled by another caller while it ran; answering the stored outcome");
+                    let stored = s.idempotency.claim(k.key, k.args_digest, Duration::ZERO);
+                    if let Ok(Claim::Completed(stored)) = stored.await {
+                        result = CallResult {
+                            call_id: call.call_id.clone(),
+                            replayed: true,
+                            ..stored.result
+                        };
+                    }
+                    if let EvidenceEvent::End(e) = &mut end.payload {
+                        e.status = EndStatus::Aborted;
+                        e.error_code = None;
+                        e.output_digest = None;
+                    }
+                    guard.ending_unkeyed(&end);
+                }
+                Err(e) => {
+                    tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
+                }
+            }
+            self.fault(FaultPoint::Completed);
+        }
         let recorded = s
             .evidence
-            .record(stamp(header, EvidenceEvent::End(end)))
+            .record(end)
             .instrument(stage_span!("evidence.end"))
             .await;
         guard.disarm();
+        if keyed.is_some() {
+            self.fault(FaultPoint::Ended);
+        }
         // A Begin written while the call ran that did not land: the call changed
         // nothing and its evidence is not there, so it counts as refused (its End
         // was refused with it) and its result is withheld. (No span of its own: the
@@ -761,23 +955,10 @@ impl Invoker {
             return Ok(CallResult::failed(
                 call.call_id.clone(),
                 &err,
-                Some(begin_id),
+                result.evidence_ref,
             ));
         }
-        match checked {
-            Ok((out, _, _)) => {
-                let mut output = out.output;
-                if !manifest.obligations.is_empty() {
-                    stage_span!("obligations")
-                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
-                }
-                Ok(CallResult::ok(call.call_id.clone(), output, Some(begin_id)))
-            }
-            Err(e) => {
-                tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
-                Ok(CallResult::failed(call.call_id.clone(), &e, Some(begin_id)))
-            }
-        }
+        Ok(result)
     }
 
     /// A call refused before execution: a denial event, no Begin/End.

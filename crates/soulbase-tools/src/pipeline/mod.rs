@@ -34,12 +34,14 @@
 //! | `guard`             | the sandbox's guard                                       |
 //! | `concurrency`       | the concurrency slot (tools with a limit only)            |
 //! | `evidence.begin`    | recording the Begin (queueing it, for a call that changes nothing) |
+//! | `idempotency.begin` | marking the key begun, first thing inside `execute` (keyed only) |
 //! | `execute`           | sandboxed execution (timeout, panic)                      |
 //! | `output`            | `max_bytes_out` and output schema                         |
+//! | `obligations`       | mask / redact / watermark (tools with obligations only)   |
+//! | `idempotency.store` | a keyed call's outcome stored with its End (before `evidence.end`) |
 //! | `evidence.end`      | recording the End                                         |
 //! | `quota.settle`      | settling the reservation with the usage                   |
-//! | `obligations`       | mask / redact / watermark (tools with obligations only)   |
-//! | `idempotency.store` | storing the outcome, or releasing the key when refused    |
+//! | `idempotency.store` | releasing the key of a keyed call refused                 |
 //! | `quota.refund`      | refunding the reservation of a call refused after `quota` |
 //! | `evidence.denial`   | recording the denial of a call refused before execution   |
 //!
@@ -50,6 +52,7 @@
 
 mod call;
 mod concurrency;
+mod fault;
 mod idempotency;
 mod inflight;
 mod invoker;
@@ -58,7 +61,10 @@ mod router;
 mod stage;
 
 pub use call::{CallResult, CallStatus, PreflightReport, ToolCall, is_denial};
-pub use idempotency::{Claim, IdempotencyKey, IdempotencyStore, MemoryIdempotency, StoredOutcome};
+pub use fault::{FaultHook, FaultPoint};
+pub use idempotency::{
+    Claim, IdempotencyKey, IdempotencyStore, MemoryIdempotency, StoredOutcome, interrupted_outcome,
+};
 pub use invoker::{Invoker, InvokerBuilder, ToolResolver};
 pub use obligations::apply_obligations;
 pub use router::{ToolCallRouter, ToolMessage};

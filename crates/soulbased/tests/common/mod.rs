@@ -112,6 +112,18 @@ impl Server {
         Self::spawn(dir, envs, grpc_addr)
     }
 
+    /// Starts a stopped (or killed) server again in the same working directory with
+    /// `envs` instead of the environment it had.
+    pub fn start_again_env(mut self, envs: &[(&str, &str)]) -> Server {
+        let dir = self._dir.take().unwrap();
+        let grpc_addr = std::mem::take(&mut self.grpc_addr);
+        let envs = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::spawn(dir, envs, grpc_addr)
+    }
+
     /// Like [`start`](Self::start), with the server's open-file soft limit set to
     /// `soft` when it starts (through `prlimit`), as on a host whose default is low.
     pub fn start_with_nofile(config: &str, soft: u64) -> Server {
