@@ -8,9 +8,12 @@
 //! at an existing Service and port, role services admit only the tools pods.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::k8s::{self, deploy_dir, render, selects};
 use serde_json::{Map, Value};
 use soulbase_config::{Config, ConfigLoader, Role};
 
@@ -22,128 +25,9 @@ const ALL_ROLES: [Role; 5] = [
     Role::Evidence,
 ];
 
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-fn load(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The strategic-merge key of a list field (the ones these manifests patch).
-fn merge_key(field: &str) -> &'static str {
-    match field {
-        "volumeMounts" => "mountPath",
-        "ports" => "containerPort",
-        _ => "name",
-    }
-}
-
-/// Applies a strategic-merge patch: maps merge, keyed lists merge by their key
-/// (`$patch: delete` removes an element), anything else is replaced.
-fn merge(base: &mut Value, patch: &Value, field: &str) {
-    let key = merge_key(field);
-    let keyed = |p: &[Value]| !p.is_empty() && p.iter().all(|e| !e[key].is_null());
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, pv) in p {
-                match b.get_mut(k) {
-                    Some(bv) => merge(bv, pv, k),
-                    None => {
-                        b.insert(k.clone(), pv.clone());
-                    }
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(p)) if keyed(p.as_slice()) => {
-            for pe in p {
-                if pe["$patch"] == "delete" {
-                    let before = b.len();
-                    b.retain(|e| e[key] != pe[key]);
-                    assert!(
-                        b.len() < before,
-                        "$patch: delete of {field} {} matches nothing",
-                        pe[key]
-                    );
-                } else if let Some(be) = b.iter_mut().find(|e| e[key] == pe[key]) {
-                    merge(be, pe, "");
-                } else {
-                    b.push(pe.clone());
-                }
-            }
-        }
-        (b, p) => *b = p.clone(),
-    }
-}
-
-/// The documents of a kustomization directory and its bases, recursively, with
-/// its patches applied (each patch must target a document by kind and name).
-fn render(dir: &Path) -> Vec<(PathBuf, Value)> {
-    let kust = load(&dir.join("kustomization.yaml"));
-    let name_of = |r: &Value| {
-        r.as_str()
-            .or_else(|| r["path"].as_str())
-            .unwrap()
-            .to_owned()
-    };
-    let mut out = Vec::new();
-    for r in kust["resources"].as_array().into_iter().flatten() {
-        let f = name_of(r);
-        let path = dir.join(&f);
-        assert!(path.exists(), "{} lists missing {f}", dir.display());
-        if path.is_dir() {
-            out.extend(render(&path));
-        } else {
-            out.push((path.clone(), load(&path)));
-        }
-    }
-    for r in kust["patches"].as_array().into_iter().flatten() {
-        let f = name_of(r);
-        let path = dir.join(&f);
-        assert!(path.exists(), "{} lists missing patch {f}", dir.display());
-        let patch = load(&path);
-        let target = out
-            .iter_mut()
-            .find(|(_, d)| {
-                d["kind"] == patch["kind"] && d["metadata"]["name"] == patch["metadata"]["name"]
-            })
-            .unwrap_or_else(|| panic!("{}: the patch targets no resource", path.display()));
-        merge(&mut target.1, &patch, "");
-    }
-    out
-}
-
 /// The image's `ENV` (the runtime stage of the Dockerfile).
 fn image_env() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
-    let runtime = text.rsplit("\nFROM ").next().unwrap();
-    let mut env = Vec::new();
-    let mut lines = runtime.lines();
-    while let Some(line) = lines.next() {
-        let Some(mut rest) = line.strip_prefix("ENV ").map(str::to_owned) else {
-            continue;
-        };
-        while rest.trim_end().ends_with('\\') {
-            rest = rest.trim_end().trim_end_matches('\\').to_owned();
-            rest.push(' ');
-            rest.push_str(lines.next().unwrap());
-        }
-        for kv in rest.split_whitespace() {
-            let (k, v) = kv.split_once('=').unwrap();
-            env.push((k.to_owned(), v.to_owned()));
-        }
-    }
-    assert!(!env.is_empty(), "the Dockerfile sets no ENV");
-    env
-}
-
-/// Whether `selector` (`matchLabels` or a Service selector) selects pods labelled `labels`.
-fn selects(selector: &Value, labels: &Value) -> bool {
-    let Some(sel) = selector.as_object() else {
-        return false;
-    };
-    !sel.is_empty() && sel.iter().all(|(k, v)| labels[k] == *v)
+    k8s::image().env
 }
 
 /// Kubernetes quantity (`256Mi`, `2Gi`, `1000`) in bytes.
