@@ -430,6 +430,10 @@ fn start(image: &Image, spec: Spec, rewrites: &Rewrites, keys: &Keys) -> Pod {
         open_dirs(root.path(), h.parent().unwrap());
         std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
+    // The kubelet gives volume files the pod's fsGroup as their group.
+    let fs_group = spec.pod_spec["securityContext"]["fsGroup"]
+        .as_u64()
+        .map(|g| g as u32);
     for (path, bytes, mode) in &spec.files {
         let bytes = match std::str::from_utf8(bytes) {
             Ok(text) => rw.apply(text).into_bytes(),
@@ -437,6 +441,9 @@ fn start(image: &Image, spec: Spec, rewrites: &Rewrites, keys: &Keys) -> Pod {
         };
         write_file(&host(path), &bytes, *mode);
         open_dirs(root.path(), host(path).parent().unwrap());
+        if let (Some(g), 0) = (fs_group, euid()) {
+            chown(&host(path), 0, g);
+        }
     }
 
     let mut env: Vec<(String, String)> = spec
@@ -972,7 +979,26 @@ async fn the_split_roles_overlay_boots_one_process_per_deployment() {
     let backends = Backends::new().await;
     let keys = Keys::new();
     let pods = boot_overlay("split-roles", &backends, &keys).await;
-    assert_eq!(pods.len(), 4);
+    // tools, auth, qos, sandbox, evidence.
+    assert_eq!(pods.len(), 5);
+    drop(pods);
+    backends.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_production_overlay_boots_as_split_roles_with_a_pinned_image() {
+    let backends = Backends::new().await;
+    let keys = Keys::new();
+    let pods = boot_overlay("production", &backends, &keys).await;
+    assert_eq!(pods.len(), 5);
+    for pod in &pods {
+        let image = pod.container["image"].as_str().unwrap();
+        assert!(
+            image.contains("@sha256:"),
+            "{}: {image} is not pinned by digest",
+            pod.name
+        );
+    }
     drop(pods);
     backends.drop_database().await;
 }

@@ -159,9 +159,14 @@ pub fn render(dir: &Path) -> Vec<(PathBuf, Value)> {
         let name = img["name"].as_str().unwrap();
         let mut hits = 0;
         for (_, d) in &mut out {
-            let spec = &mut d["spec"]["template"]["spec"];
+            let Some(spec) = d.pointer_mut("/spec/template/spec") else {
+                continue;
+            };
             for list in ["containers", "initContainers"] {
-                for c in spec[list].as_array_mut().into_iter().flatten() {
+                let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+                    continue;
+                };
+                for c in containers {
                     let image = c["image"].as_str().unwrap_or_default();
                     let (repo, _) = split_image(image);
                     if repo != name {
