@@ -282,7 +282,7 @@ fn secrets_are_read_from_files_named_by_the_config_or_the_environment() {
         "trailing newline trimmed"
     );
     assert_eq!(snap.quota.redis_url.as_deref(), Some("redis://cache:6379"));
-    // A file read on every load: a rotated secret is picked up by a reload.
+    // The file is read on every load (a reload sees what the file holds now).
     std::fs::write(&db, "postgres://u:rotated@db:5432/soul").unwrap();
     let snap = ConfigLoader::new()
         .with_file(&path)
