@@ -10,8 +10,8 @@
 //! - `prompt [DIR]` — the system-prompt sections for the enabled tools and skills.
 //!
 //! `DIR` defaults to `skills.dir` of the configuration (`config.yaml`, `SKILLS_DIR`),
-//! then `./skills`. Files must resolve inside the
-//! working directory unless `--allow-outside-workdir` is given.
+//! then `./skills`. The directory may be anywhere; every skill file must resolve
+//! (symlinks followed) inside it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,9 +36,6 @@ pub struct SkillsArgs {
 struct DirArgs {
     /// The skills directory (default: skills.dir from config.yaml or $SKILLS_DIR, then ./skills).
     dir: Option<PathBuf>,
-    /// Accept a directory or files outside the working directory.
-    #[arg(long)]
-    allow_outside_workdir: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -81,9 +78,6 @@ enum SkillsCommand {
         /// The skills directory.
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Accept a directory or files outside the working directory.
-        #[arg(long)]
-        allow_outside_workdir: bool,
     },
     /// Print the tool list a model would see, in a provider's format.
     Export {
@@ -116,17 +110,7 @@ pub fn run(args: SkillsArgs) -> ExitCode {
             today,
         } => check(&dir, format, deny_warnings, today.as_deref()),
         SkillsCommand::List { dir } => list(&dir),
-        SkillsCommand::Show {
-            name,
-            dir,
-            allow_outside_workdir,
-        } => show(
-            &DirArgs {
-                dir,
-                allow_outside_workdir,
-            },
-            &name,
-        ),
+        SkillsCommand::Show { name, dir } => show(&DirArgs { dir }, &name),
         SkillsCommand::Export {
             dir,
             skill,
@@ -160,15 +144,6 @@ fn resolve_dir(args: &DirArgs) -> Result<PathBuf, String> {
     })
 }
 
-fn within(args: &DirArgs) -> Result<Option<PathBuf>, String> {
-    if args.allow_outside_workdir {
-        return Ok(None);
-    }
-    std::env::current_dir()
-        .map(Some)
-        .map_err(|e| format!("cannot determine the working directory: {e}"))
-}
-
 fn check(
     args: &DirArgs,
     format: ReportFormat,
@@ -180,7 +155,7 @@ fn check(
         Some(t) => Date::parse(t).ok_or_else(|| format!("--today {t:?} is not YYYY-MM-DD"))?,
         None => Date::today(),
     };
-    let set = check_dir_at(&dir, within(args)?.as_deref(), today).map_err(|p| p.to_string())?;
+    let set = check_dir_at(&dir, today).map_err(|p| p.to_string())?;
     let errors = set.problems().iter().filter(|p| p.is_error()).count();
     let warnings = set.problems().len() - errors;
     let failed = errors > 0 || (deny_warnings && warnings > 0);
@@ -224,10 +199,8 @@ fn check(
 
 fn open(args: &DirArgs) -> Result<(SkillCatalog, std::sync::Arc<SkillSet>), String> {
     let dir = resolve_dir(args)?;
-    let mut opts = CatalogOptions::new(&dir);
-    opts.within = within(args)?;
-    let (catalog, report) =
-        SkillCatalog::open(Registry::new(), opts).map_err(|e| e.message().to_owned())?;
+    let (catalog, report) = SkillCatalog::open(Registry::new(), CatalogOptions::new(&dir))
+        .map_err(|e| e.message().to_owned())?;
     for p in report.errors() {
         eprintln!("{p}");
     }

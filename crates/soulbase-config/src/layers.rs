@@ -185,7 +185,19 @@ impl ConfigLoader {
             let source = source_of(&provenance, &path);
             ConfigError::one(path, source.to_string(), e.into_inner().to_string())
         })?;
-        let problems: Vec<ConfigProblem> = config
+        let mut config = config;
+        let mut problems: Vec<ConfigProblem> = secret_files(&mut config)
+            .into_iter()
+            .map(|(path, message)| ConfigProblem {
+                source: source_of(&provenance, &path).to_string(),
+                path,
+                message,
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        problems = config
             .validate()
             .into_iter()
             .map(|(path, message)| ConfigProblem {
@@ -199,6 +211,53 @@ impl ConfigLoader {
         }
         Ok(ConfigSnapshot::new(config, sources))
     }
+}
+
+/// Reads the secrets configured as files (`evidence.url_file`,
+/// `quota.redis_url_file`) into their fields; returns (field, problem) for a
+/// field set both ways or a file that cannot be read.
+fn secret_files(config: &mut Config) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    let fields = [
+        (
+            "evidence.url",
+            config.evidence.url_file.as_deref(),
+            &mut config.evidence.url,
+        ),
+        (
+            "quota.redis_url",
+            config.quota.redis_url_file.as_deref(),
+            &mut config.quota.redis_url,
+        ),
+    ];
+    for (field, file, value) in fields {
+        let Some(file) = file else { continue };
+        if value.is_some() {
+            problems.push((
+                format!("{field}_file"),
+                format!("set either {field} or {field}_file, not both"),
+            ));
+            continue;
+        }
+        match read_secret_file(file) {
+            Ok(v) => *value = Some(v),
+            Err(e) => problems.push((format!("{field}_file"), e)),
+        }
+    }
+    problems
+}
+
+/// A secret held in a file: its text, surrounding whitespace trimmed; empty,
+/// unreadable or not UTF-8 is an error naming the file (never its contents).
+pub fn read_secret_file(file: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{} is not valid UTF-8", file.display()))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("{} is empty", file.display()));
+    }
+    Ok(text.to_owned())
 }
 
 fn parse_yaml(bytes: &[u8]) -> Result<Value, String> {

@@ -20,7 +20,7 @@ mod problem;
 mod snapshot;
 mod watcher;
 
-pub use layers::{ConfigLoader, Source};
+pub use layers::{ConfigLoader, Source, read_secret_file};
 pub use model::RemoteRoles;
 pub use model::SkillSubscription;
 pub use model::TlsConfig;

@@ -93,6 +93,10 @@ pub struct ServerConfig {
     /// (auth, qos, sandbox, evidence): served, they require it in `x-soulbase-internal-token`;
     /// remote clients send it. Unset: no token (network policy / mTLS only).
     pub internal_token_env: Option<String>,
+    /// A file holding the internal token (e.g. a mounted Kubernetes Secret);
+    /// read at start-up, surrounding whitespace trimmed. Exclusive with
+    /// `internal_token_env`.
+    pub internal_token_file: Option<PathBuf>,
     /// Most connections the HTTP listener holds at once (plain or TLS, counted from
     /// accept). At the cap the oldest connection that has not yet sent a complete
     /// request (else the oldest idle one) is closed for the new one; when every
@@ -189,6 +193,7 @@ impl Default for ServerConfig {
             mcp_allowed_origins: Vec::new(),
             remote: RemoteRoles::default(),
             internal_token_env: None,
+            internal_token_file: None,
             max_connections: 1024,
             grpc_max_connections: 1024,
             header_read_timeout_ms: 10_000,
@@ -273,6 +278,10 @@ pub struct EvidenceConfig {
     pub backend: EvidenceBackend,
     /// Database URL; required for Postgres, defaults to `<data_dir>/evidence.db` for SQLite.
     pub url: Option<String>,
+    /// A file holding the database URL (e.g. a mounted Kubernetes Secret): read
+    /// by the loader into `url` (surrounding whitespace trimmed) on every load.
+    /// Exclusive with `url`.
+    pub url_file: Option<PathBuf>,
     /// Sync (default) or async durability.
     pub durability: DurabilityMode,
     /// The spool's cap; past it new calls are refused with `EVIDENCE.UNAVAILABLE`.
@@ -296,6 +305,7 @@ impl Default for EvidenceConfig {
         Self {
             backend: EvidenceBackend::Sqlite,
             url: None,
+            url_file: None,
             durability: DurabilityMode::Sync,
             spool_max_bytes: None,
             migrate_on_start: true,
@@ -347,6 +357,10 @@ pub struct QuotaConfig {
     pub backend: QuotaBackend,
     /// Redis URL when the backend is Redis.
     pub redis_url: Option<String>,
+    /// A file holding the Redis URL (e.g. a mounted Kubernetes Secret): read by
+    /// the loader into `redis_url` (surrounding whitespace trimmed) on every
+    /// load. Exclusive with `redis_url`.
+    pub redis_url_file: Option<PathBuf>,
     /// Behaviour when the backend is unreachable.
     pub on_backend_failure: FailMode,
     /// The limits.
@@ -419,6 +433,7 @@ impl Default for QuotaConfig {
         Self {
             backend: QuotaBackend::Memory,
             redis_url: None,
+            redis_url_file: None,
             on_backend_failure: FailMode::Closed,
             limits: Vec::new(),
             budgets: Vec::new(),
@@ -680,6 +695,13 @@ impl Config {
                     "must start with http:// (role clients speak plaintext HTTP/2)".into(),
                 );
             }
+        }
+        if self.server.internal_token_env.is_some() && self.server.internal_token_file.is_some() {
+            push(
+                "server.internal_token_file".into(),
+                "set either server.internal_token_env or server.internal_token_file, not both"
+                    .into(),
+            );
         }
         if self
             .server

@@ -253,3 +253,85 @@ fn server_limits_default_and_bad_values_name_their_field() {
         0
     );
 }
+
+#[test]
+fn secrets_are_read_from_files_named_by_the_config_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("evidence-url");
+    let redis = dir.path().join("redis-url");
+    std::fs::write(&db, "postgres://u:p@db:5432/soul\n").unwrap();
+    std::fs::write(&redis, "redis://cache:6379").unwrap();
+    let path = write(
+        &dir,
+        &format!(
+            "evidence:\n  backend: postgres\n  url_file: {}\nquota:\n  backend: redis\n",
+            db.display()
+        ),
+    );
+    let snap = ConfigLoader::new()
+        .with_file(&path)
+        .with_env([(
+            "SOULBASE_QUOTA__REDIS_URL_FILE".to_owned(),
+            redis.display().to_string(),
+        )])
+        .load()
+        .unwrap();
+    assert_eq!(
+        snap.evidence.url.as_deref(),
+        Some("postgres://u:p@db:5432/soul"),
+        "trailing newline trimmed"
+    );
+    assert_eq!(snap.quota.redis_url.as_deref(), Some("redis://cache:6379"));
+    // The file is read on every load (a reload sees what the file holds now).
+    std::fs::write(&db, "postgres://u:rotated@db:5432/soul").unwrap();
+    let snap = ConfigLoader::new()
+        .with_file(&path)
+        .with_env([(
+            "SOULBASE_QUOTA__REDIS_URL_FILE".to_owned(),
+            redis.display().to_string(),
+        )])
+        .load()
+        .unwrap();
+    assert_eq!(
+        snap.evidence.url.as_deref(),
+        Some("postgres://u:rotated@db:5432/soul")
+    );
+
+    // Both ways at once, a missing file, an empty file: refused, naming the field
+    // and never the contents.
+    let both = write(
+        &dir,
+        &format!(
+            "evidence:\n  backend: postgres\n  url: postgres://x@y/z\n  url_file: {}\n",
+            db.display()
+        ),
+    );
+    let err = ConfigLoader::new().with_file(&both).load().unwrap_err();
+    assert_eq!(err.problems[0].path, "evidence.url_file", "{err}");
+    assert!(err.to_string().contains("not both"), "{err}");
+    let missing = write(
+        &dir,
+        "evidence:\n  backend: postgres\n  url_file: /nonexistent/evidence-url\n",
+    );
+    let err = ConfigLoader::new().with_file(&missing).load().unwrap_err();
+    assert_eq!(err.problems[0].path, "evidence.url_file", "{err}");
+    assert!(err.to_string().contains("cannot read"), "{err}");
+    std::fs::write(&db, " \n").unwrap();
+    let empty = write(
+        &dir,
+        &format!(
+            "evidence:\n  backend: postgres\n  url_file: {}\n",
+            db.display()
+        ),
+    );
+    let err = ConfigLoader::new().with_file(&empty).load().unwrap_err();
+    assert!(err.to_string().contains("is empty"), "{err}");
+
+    // The internal token: a file or a variable, not both.
+    let token = write(
+        &dir,
+        "server:\n  internal_token_env: T\n  internal_token_file: /run/token\n",
+    );
+    let err = ConfigLoader::new().with_file(&token).load().unwrap_err();
+    assert_eq!(err.problems[0].path, "server.internal_token_file", "{err}");
+}

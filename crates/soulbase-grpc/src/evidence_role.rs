@@ -206,7 +206,7 @@ fn unavailable(what: impl std::fmt::Display) -> SoulError {
 fn status_error(status: &Status) -> SoulError {
     if status.metadata().get(TOKEN_REFUSED_HEADER).is_some() {
         return unavailable(
-            "refused this process's internal token (server.internal_token_env must name the same token on both sides)",
+            "refused this process's internal token (server.internal_token_env or server.internal_token_file must give the same token on both sides)",
         );
     }
     if status.details().is_empty() {

@@ -88,7 +88,7 @@ pub(crate) fn role_error(status: &Status) -> SoulError {
             ErrorCode::ProviderUnavailable,
             "a role service refused this process's internal token",
         )
-        .with_note("server.internal_token_env must name the same token on both sides".to_owned());
+        .with_note("server.internal_token_env or server.internal_token_file must give the same token on both sides".to_owned());
     }
     SoulError::from_status(status)
 }

@@ -28,11 +28,8 @@ use crate::set::SkillSet;
 /// How a catalog finds and registers its skills.
 #[derive(Debug, Clone)]
 pub struct CatalogOptions {
-    /// The skills directory.
+    /// The skills directory; every skill file must resolve inside it.
     pub root: PathBuf,
-    /// Files must also resolve inside this directory (normally the working
-    /// directory); `None` confines them to `root` only.
-    pub within: Option<PathBuf>,
     /// Who owns the registered tools (global by default).
     pub owner: ToolOwner,
     /// Whether new skill tools start enabled (default) or merely registered.
@@ -49,32 +46,22 @@ impl CatalogOptions {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
-            within: None,
             owner: ToolOwner::Global,
             enable_new: true,
             http_env_allow: None,
         }
     }
 
-    /// From the configuration's `skills` section: its `dir`, confined to the
-    /// working directory (when it can be determined), registered globally and
-    /// enabled.
+    /// From the configuration's `skills` section: its `dir` (wherever it is; the
+    /// working directory plays no part), registered globally and enabled.
     pub fn from_config(config: &soulbase_config::SkillsConfig) -> Self {
-        let mut o = Self::new(&config.dir);
-        o.within = std::env::current_dir().ok();
-        o
+        Self::new(&config.dir)
     }
 
     /// Checks `${ENV}` header references against the HTTP executor's allow-list
     /// (`sandbox.http_env_allow`) at load.
     pub fn http_env_allow(mut self, allow: Vec<String>) -> Self {
         self.http_env_allow = Some(allow);
-        self
-    }
-
-    /// Also requires files to resolve inside `dir` (e.g. the working directory).
-    pub fn within(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.within = Some(dir.into());
         self
     }
 }
@@ -148,10 +135,10 @@ impl std::fmt::Debug for SkillCatalog {
 
 impl SkillCatalog {
     /// Opens the catalog and loads everything once. Fails only when the directory
-    /// itself is unusable (missing, not a directory, outside `within`); bad files
+    /// itself is unusable (missing, not a directory); bad files
     /// are reported in the returned report and skipped.
     pub fn open(registry: Registry, options: CatalogOptions) -> SoulResult<(Self, ReloadReport)> {
-        Confinement::new(&options.root, options.within.as_deref()).map_err(|why| {
+        Confinement::new(&options.root).map_err(|why| {
             SoulError::new(ErrorCode::ConfigInvalid, why)
                 .with_field("path", options.root.display().to_string())
         })?;
@@ -194,7 +181,7 @@ impl SkillCatalog {
             .unwrap_or_else(PoisonError::into_inner);
         let opts = &self.inner.options;
         let mut report = ReloadReport::default();
-        let confine = match Confinement::new(&opts.root, opts.within.as_deref()) {
+        let confine = match Confinement::new(&opts.root) {
             Ok(c) => c,
             Err(why) => {
                 tracing::error!(dir = %opts.root.display(), "skills directory unusable: {why}; keeping the loaded skills");
@@ -477,17 +464,13 @@ fn cache_key(bytes: &[u8], good: Option<&Skill>, confine: &Confinement) -> Strin
 /// Loads `root` without a registry, for static checks (`soulbase skills check`):
 /// the skill set with every load and contract problem. `Err` when the directory
 /// itself is unusable.
-pub fn check_dir(root: &Path, within: Option<&Path>) -> Result<SkillSet, SkillProblem> {
-    check_dir_at(root, within, Date::today())
+pub fn check_dir(root: &Path) -> Result<SkillSet, SkillProblem> {
+    check_dir_at(root, Date::today())
 }
 
 /// [`check_dir`] as of a given date (for deprecation windows).
-pub fn check_dir_at(
-    root: &Path,
-    within: Option<&Path>,
-    today: Date,
-) -> Result<SkillSet, SkillProblem> {
-    let confine = Confinement::new(root, within).map_err(|why| SkillProblem::error(root, why))?;
+pub fn check_dir_at(root: &Path, today: Date) -> Result<SkillSet, SkillProblem> {
+    let confine = Confinement::new(root).map_err(|why| SkillProblem::error(root, why))?;
     let outcomes = crate::load::load_all(&confine)?;
     let mut skills = Vec::new();
     let mut problems = Vec::new();

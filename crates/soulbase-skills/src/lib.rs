@@ -19,8 +19,8 @@
 //! in one registry snapshot and publishes an immutable [`SkillSet`], so readers
 //! never see a half-loaded set. A bad file is reported and skipped; a previously
 //! good skill stays in force until its file is fixed; files resolving outside the
-//! skills root (or the working directory, with [`CatalogOptions::within`]) are
-//! refused ([`confine`]); on a name clash the later file wins with a warning.
+//! skills root (symlinks followed) are refused ([`confine`]) — the root itself may
+//! be anywhere, whatever the working directory; on a name clash the later file wins with a warning.
 //!
 //! **Contracts.** [`contracts`] checks providers, imports ⊆ exports, api versions,
 //! cycles, schemas, deprecation windows and names — at start-up, on every reload,

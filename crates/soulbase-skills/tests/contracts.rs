@@ -26,7 +26,7 @@ fn copy_examples(to: &Path) {
 }
 
 fn errors(dir: &Path) -> Vec<String> {
-    check_dir_at(dir, None, today())
+    check_dir_at(dir, today())
         .unwrap()
         .problems()
         .iter()
@@ -182,7 +182,7 @@ fn cycles_are_reported_whole() {
         errs.iter().any(|e| e.contains("import cycle: d → d")),
         "{errs:?}"
     );
-    let set = check_dir_at(dir.path(), None, today()).unwrap();
+    let set = check_dir_at(dir.path(), today()).unwrap();
     let skills: std::collections::BTreeMap<_, _> =
         set.skills().map(|s| (s.name.clone(), s.clone())).collect();
     assert_eq!(cycles(&skills).len(), 2);
@@ -257,7 +257,7 @@ fn deprecation_windows_are_at_least_30_days() {
         "b/SKILL.md",
         &pkg("b", "imports:\n  - from: a\n    tools: [a_tool]\n"),
     );
-    let set = check_dir_at(dir.path(), None, today()).unwrap();
+    let set = check_dir_at(dir.path(), today()).unwrap();
     assert!(!set.has_errors());
     assert!(set.problems().iter().any(|p| {
         p.reason
@@ -300,7 +300,7 @@ fn same_exported_short_name_in_two_skills_is_namespaced() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a/SKILL.md", &pkg("a", EXPORTS_A));
     write(dir.path(), "b/SKILL.md", &pkg("b", EXPORTS_A));
-    let set = check_dir_at(dir.path(), None, today()).unwrap();
+    let set = check_dir_at(dir.path(), today()).unwrap();
     assert!(!set.has_errors());
     assert!(
         set.problems()
@@ -457,7 +457,7 @@ fn a_reported_cycle_is_a_real_closed_path() {
             ),
         );
     }
-    let set = check_dir_at(dir.path(), None, today()).unwrap();
+    let set = check_dir_at(dir.path(), today()).unwrap();
     let skills: std::collections::BTreeMap<_, _> =
         set.skills().map(|s| (s.name.clone(), s.clone())).collect();
     let found = cycles(&skills);
@@ -488,7 +488,7 @@ fn deprecations_need_since_and_do_not_expire() {
     // Whatever the date, an entry without `since` is an error (not only once
     // the removal date comes near), so CI results do not change with time.
     for day in ["2026-01-01", "2027-05-20"] {
-        let set = check_dir_at(dir.path(), None, Date::parse(day).unwrap()).unwrap();
+        let set = check_dir_at(dir.path(), Date::parse(day).unwrap()).unwrap();
         assert!(
             set.problems()
                 .iter()
@@ -509,7 +509,7 @@ fn deprecations_need_since_and_do_not_expire() {
         ),
     );
     for day in ["2026-01-01", "2027-05-20"] {
-        let set = check_dir_at(dir.path(), None, Date::parse(day).unwrap()).unwrap();
+        let set = check_dir_at(dir.path(), Date::parse(day).unwrap()).unwrap();
         assert!(!set.has_errors(), "{day}: {:?}", set.problems());
     }
 }

@@ -54,7 +54,7 @@ fn views_hide_skill_tools_without_an_owner() {
     let e = env(dir.path());
     let other = tempfile::tempdir().unwrap();
     write(other.path(), "b.yaml", &descriptor("b", "b"));
-    let set_b = check_dir_at(other.path(), None, soulbase_skills::model::Date::today()).unwrap();
+    let set_b = check_dir_at(other.path(), soulbase_skills::model::Date::today()).unwrap();
     let b = set_b.get("b").unwrap().tools[0].compiled.clone();
     e.registry
         .register_compiled(&soulbase_tools::ToolOwner::Global, b)
@@ -205,7 +205,7 @@ fn tools_exported_by_name_need_schemas() {
         "p/SKILL.md",
         "---\nname: p\ndescription: x\nprovider: {type: builtin, handler: echo}\ntools:\n  - name: t\n    description: x\nexports:\n  api_version: \"1.0\"\n  tools: [t]\n---\n",
     );
-    let set = check_dir_at(dir.path(), None, soulbase_skills::model::Date::today()).unwrap();
+    let set = check_dir_at(dir.path(), soulbase_skills::model::Date::today()).unwrap();
     assert!(set.get("p").is_none());
     assert!(
         set.problems()
@@ -267,7 +267,7 @@ fn process_commands_resolve_inside_the_package_and_absolute_ones_are_refused() {
     std::fs::create_dir_all(dir.path().join("d/scripts")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("evil.sh"), dir.path().join("link.sh")).unwrap();
     write(dir.path(), "l/SKILL.md", &pkg("l", "../link.sh"));
-    let set = check_dir_at(dir.path(), None, soulbase_skills::model::Date::today()).unwrap();
+    let set = check_dir_at(dir.path(), soulbase_skills::model::Date::today()).unwrap();
     let p = set.get("p").expect("the package with scripts/run.sh loads");
     match &p.tools[0].compiled.manifest.provider {
         ProviderBinding::Process { command, .. } => {
@@ -330,7 +330,7 @@ fn skill_info_of_a_descriptor_is_a_usage_document_without_the_binding() {
         "p/SKILL.md",
         "---\nname: p\ndescription: x\nprovider: {type: builtin, handler: echo}\ntools:\n  - name: t\n    description: x\n---\n# Body\n",
     );
-    let set = check_dir_at(dir.path(), None, soulbase_skills::model::Date::today()).unwrap();
+    let set = check_dir_at(dir.path(), soulbase_skills::model::Date::today()).unwrap();
     let info = soulbase_skills::get_skill_info(&set, "search_logs").unwrap();
     for secret in [
         "127.0.0.1",

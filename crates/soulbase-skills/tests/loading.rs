@@ -31,7 +31,7 @@ parameters:
 fn the_seed_descriptor_becomes_an_http_manifest() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "search_logs.yaml", SEARCH_LOGS);
-    let set = check_dir(dir.path(), None).unwrap();
+    let set = check_dir(dir.path()).unwrap();
     assert!(!set.has_errors(), "{:?}", set.problems());
     let s = set.get("search_logs").unwrap();
     assert_eq!(s.kind, SkillKind::Descriptor);
@@ -71,7 +71,7 @@ fn risk_levels_map_to_safety_and_consent() {
             &format!("name: {name}\ndescription: x\nprovider: builtin\nrisk_level: {risk}\n"),
         );
     }
-    let set = check_dir(dir.path(), None).unwrap();
+    let set = check_dir(dir.path()).unwrap();
     let m = |n: &str| set.get(n).unwrap().tools[0].compiled.manifest.clone();
     assert_eq!(m("r").safety_class, SafetyClass::Low);
     assert!(!m("r").consent.required);
@@ -129,7 +129,7 @@ fn bad_files_are_reported_with_path_line_and_field_and_skipped() {
         "dup.yaml",
         "name: dup\nname: dup2\ndescription: x\nprovider: builtin\n",
     );
-    let set = check_dir(dir.path(), None).unwrap();
+    let set = check_dir(dir.path()).unwrap();
     assert_eq!(set.len(), 1, "only the good skill loads");
     assert!(set.get("good").is_some());
     let problems = set.problems();
@@ -213,7 +213,7 @@ fn packages_follow_the_agent_skills_rules() {
         "extra/SKILL.md",
         "---\nname: extra\ndescription: x\nwhatever: 1\n---\nbody",
     );
-    let set = check_dir(dir.path(), None).unwrap();
+    let set = check_dir(dir.path()).unwrap();
     let names: Vec<_> = set.skills().map(|s| s.name.clone()).collect();
     assert_eq!(names, ["extra", "pdf-tools"]);
     let pdf = set.get("pdf-tools").unwrap();
@@ -244,7 +244,7 @@ fn packages_follow_the_agent_skills_rules() {
 
 #[test]
 fn the_example_skills_load_cleanly() {
-    let set = check_dir(&repo_skills(), None).unwrap();
+    let set = check_dir(&repo_skills()).unwrap();
     let errors: Vec<_> = set.problems().iter().filter(|p| p.is_error()).collect();
     assert!(errors.is_empty(), "{errors:?}");
     let zodiac = set.get("zodiac").unwrap();
@@ -277,7 +277,7 @@ fn external_tools_is_a_deprecated_alias_of_imports() {
         "old/SKILL.md",
         "---\nname: old\ndescription: uses the old alias\nexternal_tools:\n  - calculate_zodiac\n  - zodiac.get_chart_snapshot\n---\n",
     );
-    let set = check_dir(dir.path(), None).unwrap();
+    let set = check_dir(dir.path()).unwrap();
     assert!(!set.has_errors(), "{:?}", set.problems());
     let warn = set
         .problems()
@@ -339,7 +339,7 @@ fn yaml_errors_do_not_quote_values_and_alias_bombs_fail_fast() {
         "leak.yaml",
         "name: leak\ndescription: x\nprovider: builtin\ntimeout: \"sk-live-TOPSECRET\"\n",
     );
-    let set = soulbase_skills::check_dir(dir.path(), None).unwrap();
+    let set = soulbase_skills::check_dir(dir.path()).unwrap();
     let all: String = set.problems().iter().map(|p| format!("{p}\n")).collect();
     assert!(set.get("leak").is_none());
     assert!(!all.contains("TOPSECRET"), "{all}");

@@ -159,7 +159,7 @@ fn a_good_skill_survives_its_file_turning_bad() {
 
 #[cfg(unix)]
 #[test]
-fn files_resolving_outside_the_root_or_working_directory_are_refused() {
+fn files_resolving_outside_the_root_are_refused_wherever_the_root_is() {
     let outside = tempfile::tempdir().unwrap();
     write(outside.path(), "evil.yaml", &descriptor("evil", "outside"));
     write(
@@ -189,28 +189,16 @@ fn files_resolving_outside_the_root_or_working_directory_are_refused() {
     assert!(e.catalog.current().get("evilpkg").is_none());
     assert_eq!(state(&e, "skills.ok.ok"), Some(ToolState::Enabled));
 
-    // A skills directory outside the working directory is refused outright.
-    let work = tempfile::tempdir().unwrap();
-    let err = SkillCatalog::open(
-        Registry::new(),
-        CatalogOptions::new(dir.path()).within(work.path()),
-    )
-    .unwrap_err();
+    // The same holds for a skills root outside the working directory (the image's
+    // /etc/soulbase/skills): its own files load, the escaping symlink does not.
+    assert!(!dir.path().starts_with(std::env::current_dir().unwrap()));
+    let (c, r) = SkillCatalog::open(Registry::new(), CatalogOptions::new(dir.path())).unwrap();
+    assert!(c.current().get("ok").is_some());
+    assert!(c.current().get("evil").is_none());
     assert!(
-        err.message().contains("outside the working directory"),
-        "{err}"
+        r.errors()
+            .any(|p| p.reason.contains("outside the skills directory"))
     );
-    // Inside it, a file symlinked out of the working directory is refused too.
-    let inner = work.path().join("skills");
-    std::fs::create_dir(&inner).unwrap();
-    std::os::unix::fs::symlink(outside.path().join("evil.yaml"), inner.join("evil.yaml")).unwrap();
-    let (c, r) = SkillCatalog::open(
-        Registry::new(),
-        CatalogOptions::new(&inner).within(work.path()),
-    )
-    .unwrap();
-    assert!(c.current().is_empty());
-    assert!(r.errors().any(|p| p.reason.contains("refused")));
 }
 
 #[test]
@@ -404,19 +392,17 @@ fn start_from_config_loads_and_watches() {
     assert!(running.watcher.is_some());
     write(dir.path(), "b.yaml", &descriptor("b", "y"));
     assert!(wait_until(WITHIN, || running.catalog.current().len() == 2));
-    // Outside the working directory: refused outright.
+    // Outside the working directory: served all the same (the working directory
+    // plays no part in confinement).
     let outside = tempfile::tempdir().unwrap();
-    let err = soulbase_skills::start(
+    write(outside.path(), "c.yaml", &descriptor("c", "z"));
+    let running = soulbase_skills::start(
         Registry::new(),
         &soulbase_config::SkillsConfig {
             dir: outside.path().to_path_buf(),
             ..cfg
         },
     )
-    .err()
     .unwrap();
-    assert!(
-        err.message().contains("outside the working directory"),
-        "{err}"
-    );
+    assert!(running.catalog.current().get("c").is_some());
 }

@@ -85,7 +85,7 @@ fn a_tampered_module_digest_is_refused_at_load() {
         "d.yaml",
         "name: d\ndescription: x\nprovider: wasm\nmodule: w/m.wat\n",
     );
-    let set = soulbase_skills::check_dir(dir.path(), None).unwrap();
+    let set = soulbase_skills::check_dir(dir.path()).unwrap();
     let err = set.problems().iter().find(|p| p.is_error()).unwrap();
     assert_eq!(err.field.as_deref(), Some("provider.sha256"), "{err}");
     assert!(set.get("w").is_none());
@@ -96,6 +96,6 @@ fn a_tampered_module_digest_is_refused_at_load() {
         "o.yaml",
         "name: o\ndescription: x\nprovider: wasm\nmodule: ../../etc/passwd\n",
     );
-    let set = soulbase_skills::check_dir(dir.path(), None).unwrap();
+    let set = soulbase_skills::check_dir(dir.path()).unwrap();
     assert!(set.get("o").is_none());
 }

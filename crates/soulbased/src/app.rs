@@ -307,7 +307,7 @@ impl App {
             return Err(SoulError::new(
                 ErrorCode::ConfigInvalid,
                 "a process serving only role services must require the internal token \
-                 (server.internal_token_env)",
+                 (server.internal_token_env or server.internal_token_file)",
             )
             .with_field("field", "server.internal_token_env"));
         }
@@ -327,7 +327,7 @@ impl App {
         if serves_roles && !expose_roles {
             tracing::info!(
                 "auth/qos/sandbox/evidence run in-process only: set \
-                 server.internal_token_env to serve them to other processes"
+                 server.internal_token_env or server.internal_token_file to serve them to other processes"
             );
         } else if serves_roles && token.is_none() {
             tracing::warn!(
@@ -639,9 +639,21 @@ fn with_skill_rates(
     ))
 }
 
-/// The internal token of the role services, from the variable named by
+/// The internal token of the role services: from the file named by
+/// `server.internal_token_file`, or the variable named by
 /// `server.internal_token_env` (which must then be set and non-empty).
 fn internal_token(cfg: &soulbase_config::Config) -> Result<Option<String>, SoulError> {
+    if let Some(file) = &cfg.server.internal_token_file {
+        return soulbase_config::read_secret_file(file)
+            .map(Some)
+            .map_err(|why| {
+                SoulError::new(
+                    ErrorCode::ConfigInvalid,
+                    format!("server.internal_token_file: {why}"),
+                )
+                .with_field("field", "server.internal_token_file")
+            });
+    }
     let Some(var) = &cfg.server.internal_token_env else {
         return Ok(None);
     };

@@ -8,9 +8,12 @@
 //! at an existing Service and port, role services admit only the tools pods.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::k8s::{self, deploy_dir, render, selects};
 use serde_json::{Map, Value};
 use soulbase_config::{Config, ConfigLoader, Role};
 
@@ -22,128 +25,9 @@ const ALL_ROLES: [Role; 5] = [
     Role::Evidence,
 ];
 
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-fn load(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The strategic-merge key of a list field (the ones these manifests patch).
-fn merge_key(field: &str) -> &'static str {
-    match field {
-        "volumeMounts" => "mountPath",
-        "ports" => "containerPort",
-        _ => "name",
-    }
-}
-
-/// Applies a strategic-merge patch: maps merge, keyed lists merge by their key
-/// (`$patch: delete` removes an element), anything else is replaced.
-fn merge(base: &mut Value, patch: &Value, field: &str) {
-    let key = merge_key(field);
-    let keyed = |p: &[Value]| !p.is_empty() && p.iter().all(|e| !e[key].is_null());
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, pv) in p {
-                match b.get_mut(k) {
-                    Some(bv) => merge(bv, pv, k),
-                    None => {
-                        b.insert(k.clone(), pv.clone());
-                    }
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(p)) if keyed(p.as_slice()) => {
-            for pe in p {
-                if pe["$patch"] == "delete" {
-                    let before = b.len();
-                    b.retain(|e| e[key] != pe[key]);
-                    assert!(
-                        b.len() < before,
-                        "$patch: delete of {field} {} matches nothing",
-                        pe[key]
-                    );
-                } else if let Some(be) = b.iter_mut().find(|e| e[key] == pe[key]) {
-                    merge(be, pe, "");
-                } else {
-                    b.push(pe.clone());
-                }
-            }
-        }
-        (b, p) => *b = p.clone(),
-    }
-}
-
-/// The documents of a kustomization directory and its bases, recursively, with
-/// its patches applied (each patch must target a document by kind and name).
-fn render(dir: &Path) -> Vec<(PathBuf, Value)> {
-    let kust = load(&dir.join("kustomization.yaml"));
-    let name_of = |r: &Value| {
-        r.as_str()
-            .or_else(|| r["path"].as_str())
-            .unwrap()
-            .to_owned()
-    };
-    let mut out = Vec::new();
-    for r in kust["resources"].as_array().into_iter().flatten() {
-        let f = name_of(r);
-        let path = dir.join(&f);
-        assert!(path.exists(), "{} lists missing {f}", dir.display());
-        if path.is_dir() {
-            out.extend(render(&path));
-        } else {
-            out.push((path.clone(), load(&path)));
-        }
-    }
-    for r in kust["patches"].as_array().into_iter().flatten() {
-        let f = name_of(r);
-        let path = dir.join(&f);
-        assert!(path.exists(), "{} lists missing patch {f}", dir.display());
-        let patch = load(&path);
-        let target = out
-            .iter_mut()
-            .find(|(_, d)| {
-                d["kind"] == patch["kind"] && d["metadata"]["name"] == patch["metadata"]["name"]
-            })
-            .unwrap_or_else(|| panic!("{}: the patch targets no resource", path.display()));
-        merge(&mut target.1, &patch, "");
-    }
-    out
-}
-
 /// The image's `ENV` (the runtime stage of the Dockerfile).
 fn image_env() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
-    let runtime = text.rsplit("\nFROM ").next().unwrap();
-    let mut env = Vec::new();
-    let mut lines = runtime.lines();
-    while let Some(line) = lines.next() {
-        let Some(mut rest) = line.strip_prefix("ENV ").map(str::to_owned) else {
-            continue;
-        };
-        while rest.trim_end().ends_with('\\') {
-            rest = rest.trim_end().trim_end_matches('\\').to_owned();
-            rest.push(' ');
-            rest.push_str(lines.next().unwrap());
-        }
-        for kv in rest.split_whitespace() {
-            let (k, v) = kv.split_once('=').unwrap();
-            env.push((k.to_owned(), v.to_owned()));
-        }
-    }
-    assert!(!env.is_empty(), "the Dockerfile sets no ENV");
-    env
-}
-
-/// Whether `selector` (`matchLabels` or a Service selector) selects pods labelled `labels`.
-fn selects(selector: &Value, labels: &Value) -> bool {
-    let Some(sel) = selector.as_object() else {
-        return false;
-    };
-    !sel.is_empty() && sel.iter().all(|(k, v)| labels[k] == *v)
+    k8s::image().env
 }
 
 /// Kubernetes quantity (`256Mi`, `2Gi`, `1000`) in bytes.
@@ -171,6 +55,8 @@ struct Workload {
     container: Value,
     env: BTreeMap<String, String>,
     config: Config,
+    /// The Secret files the pod mounts.
+    secret_files: Mounted,
 }
 
 impl Workload {
@@ -252,9 +138,25 @@ impl Overlay {
     }
 }
 
-fn load_config(text: &str, env: Vec<(String, String)>, what: &str) -> Config {
+/// Files a volume places: (mount path, [(relative path, bytes)]).
+type Mounted = Vec<(String, Vec<(String, Vec<u8>)>)>;
+
+/// Loads `text` with `env`, the `mounts` written under a temporary directory
+/// and the config's references to them pointed there (secret files named by
+/// `*_file` keys are read at load).
+fn load_config(text: &str, env: Vec<(String, String)>, mounts: &Mounted, what: &str) -> Config {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.yaml");
+    let mut text = text.to_owned();
+    for (mount, files) in mounts {
+        let host = dir.path().join(mount.trim_start_matches('/'));
+        for (rel, bytes) in files {
+            let path = host.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        }
+        text = text.replace(&format!("{mount}/"), &format!("{}/", host.display()));
+    }
     std::fs::write(&file, text).unwrap();
     let loaded = ConfigLoader::new().with_file(&file).with_env(env).load();
     match loaded {
@@ -301,15 +203,37 @@ fn check_overlay(name: &str) -> Overlay {
     };
 
     // Every embedded configuration file loads on its own, with the image's
-    // environment and the Secret's values for the sections the file configures
-    // (each Deployment's exact environment is checked below).
-    let secret_env: Vec<(String, String)> = secrets
-        .values()
-        .flat_map(|s| {
-            s.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
-        })
-        .collect();
+    // environment and every Secret mounted where any Deployment mounts it (each
+    // Deployment's exact environment and mounts are checked below).
+    let mut all_secrets: Mounted = Vec::new();
+    for d in docs
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["kind"] == "Deployment")
+    {
+        let spec = &d["spec"]["template"]["spec"];
+        for c in spec["containers"].as_array().into_iter().flatten() {
+            for m in c["volumeMounts"].as_array().into_iter().flatten() {
+                let v = spec["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|v| v["name"] == m["name"]);
+                let mount = m["mountPath"].as_str().unwrap();
+                if all_secrets.iter().any(|(at, _)| at == mount) {
+                    continue;
+                }
+                if let Some(secret) = v.and_then(|v| v["secret"]["secretName"].as_str()) {
+                    let whole = serde_json::json!({"secret": {"secretName": secret}});
+                    let src = k8s::find(&docs, "Secret", secret);
+                    all_secrets.push((
+                        m["mountPath"].as_str().unwrap().to_owned(),
+                        k8s::volume_files(&whole, src),
+                    ));
+                }
+            }
+        }
+    }
     let mut config_files = Vec::new();
     for (cm, d) in &config_maps {
         if !cm.starts_with("soulbase-config") {
@@ -320,22 +244,14 @@ fn check_overlay(name: &str) -> Overlay {
                 continue;
             }
             let text = text.as_str().unwrap();
-            let tree: Value = serde_saphyr::from_str(text)
+            let _: Value = serde_saphyr::from_str(text)
                 .unwrap_or_else(|e| panic!("{name}: ConfigMap {cm} {key}: {e}"));
-            let env: Vec<(String, String)> = image_env()
-                .into_iter()
-                .chain(
-                    secret_env
-                        .iter()
-                        .filter(|(k, _)| {
-                            k.strip_prefix("SOULBASE_")
-                                .and_then(|rest| rest.split("__").next())
-                                .is_none_or(|section| !tree[section.to_lowercase()].is_null())
-                        })
-                        .cloned(),
-                )
-                .collect();
-            load_config(text, env, &format!("{name}: ConfigMap {cm} {key}"));
+            load_config(
+                text,
+                image_env(),
+                &all_secrets,
+                &format!("{name}: ConfigMap {cm} {key}"),
+            );
             config_files.push(cm.clone());
         }
     }
@@ -497,6 +413,7 @@ fn check_overlay(name: &str) -> Overlay {
             container: c,
             env: env_map,
             config: Config::default(),
+            secret_files: Vec::new(),
         };
         // The config file SOULBASE_CONFIG names, from the ConfigMap mounted there.
         let file = PathBuf::from(
@@ -522,7 +439,27 @@ fn check_overlay(name: &str) -> Overlay {
         let text = config_maps[cm]["data"][key]
             .as_str()
             .unwrap_or_else(|| panic!("{}: ConfigMap {cm} has no {key}", path.display()));
-        w.config = load_config(text, env, &format!("{name}: Deployment {}", w.name));
+        // Only the Secret files this pod mounts (`items` honoured): a config
+        // naming a file its pod does not get fails to load here.
+        let mut mounts: Mounted = Vec::new();
+        for m in w.container["volumeMounts"].as_array().into_iter().flatten() {
+            let v = w.spec["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| v["name"] == m["name"]);
+            if let Some(secret) = v.and_then(|v| v["secret"]["secretName"].as_str()) {
+                let files = k8s::volume_files(v.unwrap(), k8s::find(&docs, "Secret", secret));
+                mounts.push((m["mountPath"].as_str().unwrap().to_owned(), files));
+            }
+        }
+        w.config = load_config(
+            text,
+            env,
+            &mounts,
+            &format!("{name}: Deployment {}", w.name),
+        );
+        w.secret_files = mounts;
         workloads.push(w);
     }
     assert!(!workloads.is_empty(), "{name}: no Deployment");
@@ -828,6 +765,143 @@ fn assert_ingress_only_from_tools(o: &Overlay, w: &Workload, egress_too: bool) {
     assert!(admits_tools, "{at}: the tools pods cannot reach it");
 }
 
+/// What a platform team checks on every overlay: a Namespace for the overlay's
+/// namespace; every pod without a service-account token and selected by a
+/// NetworkPolicy; no Secret in the environment (mounted files only); Redis quota
+/// wherever a role counting quota runs more than one replica; an autoscaler on
+/// the tools role; skills packages (sub-folders, WASM) placed by `items`.
+fn check_platform_rules(name: &str) {
+    let o = check_overlay(name);
+    let docs = &o.docs;
+    let ns: Vec<&Value> = k8s::of_kind(docs, "Namespace").collect();
+    assert_eq!(ns.len(), 1, "{name}: one Namespace");
+    let ns_name = ns[0]["metadata"]["name"].as_str().unwrap();
+    for (path, d) in docs {
+        if d["kind"] != "Namespace" {
+            assert_eq!(
+                d["metadata"]["namespace"],
+                ns_name,
+                "{}: not in the overlay's Namespace",
+                path.display()
+            );
+        }
+    }
+    let policies: Vec<&Value> = k8s::of_kind(docs, "NetworkPolicy").collect();
+    let hpas: Vec<&Value> = k8s::of_kind(docs, "HorizontalPodAutoscaler").collect();
+    for w in &o.workloads {
+        let at = format!("{name}: {}", w.name);
+        assert_eq!(
+            w.spec["automountServiceAccountToken"], false,
+            "{at}: service-account token mounted"
+        );
+        assert!(
+            policies
+                .iter()
+                .any(|p| selects(&p["spec"]["podSelector"]["matchLabels"], &w.labels)),
+            "{at}: no NetworkPolicy selects its pods"
+        );
+        for c in w.spec["containers"].as_array().unwrap() {
+            assert!(
+                c["envFrom"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .all(|e| e["secretRef"].is_null())
+                    && c["env"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .all(|e| e["valueFrom"]["secretKeyRef"].is_null()),
+                "{at}: a Secret in the environment (mount it as files)"
+            );
+        }
+        let doc = k8s::find(docs, "Deployment", &w.name);
+        let scaled = hpas
+            .iter()
+            .any(|h| h["spec"]["scaleTargetRef"]["name"] == w.name.as_str());
+        let replicas = doc["spec"]["replicas"].as_u64().unwrap_or(1);
+        let roles = w.roles();
+        if (replicas > 1 || scaled) && (roles.contains(&Role::Qos) || roles.contains(&Role::Tools))
+        {
+            assert_eq!(
+                w.config.quota.backend,
+                soulbase_config::QuotaBackend::Redis,
+                "{at}: {replicas} replicas count quota apart (quota.backend: memory)"
+            );
+        }
+        if roles.contains(&Role::Tools) {
+            assert!(
+                scaled,
+                "{at}: no HorizontalPodAutoscaler for the tools role"
+            );
+        }
+        // The skills volume lays out the repository's example packages exactly.
+        if let Some((mount, volume)) = w.volume_at(&w.config.skills.dir)
+            && (roles.contains(&Role::Tools) || roles.contains(&Role::Sandbox))
+        {
+            assert_eq!(
+                Path::new(mount["mountPath"].as_str().unwrap()),
+                w.config.skills.dir
+            );
+            let cm = k8s::find(
+                docs,
+                "ConfigMap",
+                volume["configMap"]["name"].as_str().unwrap(),
+            );
+            let files = k8s::volume_files(volume, cm);
+            let repo = k8s::repo_dir().join("skills");
+            assert!(
+                files.iter().any(|(p, _)| p.ends_with("/SKILL.md")),
+                "{at}: no package in a sub-folder"
+            );
+            assert!(
+                files
+                    .iter()
+                    .any(|(p, _)| p.ends_with(".wat") || p.ends_with(".wasm")),
+                "{at}: no WASM module"
+            );
+            for (rel, bytes) in &files {
+                let want = std::fs::read(repo.join(rel))
+                    .unwrap_or_else(|e| panic!("{at}: skills item {rel} is not in skills/: {e}"));
+                assert_eq!(
+                    &want, bytes,
+                    "{at}: skills item {rel} differs from skills/{rel}"
+                );
+            }
+            for (key, _) in cm["data"].as_object().into_iter().flatten() {
+                assert!(
+                    volume["configMap"]["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|i| i["key"] == key.as_str()),
+                    "{at}: skills key {key} is placed by no item"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_overlay_meets_the_platform_rules() {
+    let mut overlays = 0;
+    for e in std::fs::read_dir(deploy_dir().join("k8s/overlays")).unwrap() {
+        check_platform_rules(&e.unwrap().file_name().to_string_lossy());
+        overlays += 1;
+    }
+    assert!(overlays >= 3, "all-in-one, split-roles, production");
+    // Production pins the image by digest.
+    let o = check_overlay("production");
+    for w in &o.workloads {
+        let image = w.container["image"].as_str().unwrap();
+        assert!(
+            image.contains("@sha256:"),
+            "production: {}: {image} not pinned by digest",
+            w.name
+        );
+    }
+}
+
 #[test]
 fn all_in_one_overlay_is_consistent() {
     let o = check_overlay("all-in-one");
@@ -838,7 +912,7 @@ fn all_in_one_overlay_is_consistent() {
 #[test]
 fn split_roles_overlay_is_consistent() {
     let o = check_overlay("split-roles");
-    // One Deployment per role service: tools, sandbox, evidence, auth + qos.
+    // One Deployment per role: tools, auth, qos, sandbox, evidence.
     let role_sets: BTreeSet<Vec<Role>> = o
         .workloads
         .iter()
@@ -846,13 +920,14 @@ fn split_roles_overlay_is_consistent() {
         .collect();
     let want: BTreeSet<Vec<Role>> = [
         vec![Role::Tools],
-        vec![Role::Auth, Role::Qos],
+        vec![Role::Auth],
+        vec![Role::Qos],
         vec![Role::Sandbox],
         vec![Role::Evidence],
     ]
     .into_iter()
     .collect();
-    assert_eq!(o.workloads.len(), 4, "one Deployment per role service");
+    assert_eq!(o.workloads.len(), 5, "one Deployment per role");
     assert_eq!(role_sets, want);
 
     // The tools config names all four remote endpoints (each checked against its
@@ -872,20 +947,30 @@ fn split_roles_overlay_is_consistent() {
     }
     for w in &o.workloads {
         assert!(
-            w.config.server.internal_token_env.is_some(),
-            "{}: the role services and their client need server.internal_token_env",
+            w.config.server.internal_token_file.is_some(),
+            "{}: the role services and their client need server.internal_token_file",
             w.name
         );
     }
-    let token_vars: BTreeSet<_> = o
-        .workloads
-        .iter()
-        .map(|w| w.config.server.internal_token_env.clone())
-        .collect();
+    // The token each pod reads: the mounted Secret file its config names.
+    let token_of = |w: &Workload| -> Vec<u8> {
+        let file = w.config.server.internal_token_file.clone().unwrap();
+        w.secret_files
+            .iter()
+            .flat_map(|(mount, files)| {
+                files
+                    .iter()
+                    .map(move |(rel, b)| (format!("{mount}/{rel}"), b))
+            })
+            .find(|(p, _)| file.ends_with(p.trim_start_matches('/')))
+            .map(|(_, b)| b.clone())
+            .unwrap_or_else(|| panic!("{}: {} is no mounted Secret file", w.name, file.display()))
+    };
+    let tokens: BTreeSet<Vec<u8>> = o.workloads.iter().map(token_of).collect();
     assert_eq!(
-        token_vars.len(),
+        tokens.len(),
         1,
-        "every Deployment names the same internal token variable"
+        "every Deployment reads the same internal token"
     );
 
     // The sandbox admits only the tools pods and allow-lists its egress; so do
@@ -893,6 +978,7 @@ fn split_roles_overlay_is_consistent() {
     assert_ingress_only_from_tools(&o, o.serving(Role::Sandbox)[0], true);
     assert_ingress_only_from_tools(&o, o.serving(Role::Evidence)[0], false);
     assert_ingress_only_from_tools(&o, o.serving(Role::Auth)[0], false);
+    assert_ingress_only_from_tools(&o, o.serving(Role::Qos)[0], false);
 
     // The sandbox role re-derives every profile from the same grants and ceiling
     // the tools role computes them with (else it narrows or blocks calls).
@@ -910,9 +996,15 @@ fn split_roles_overlay_is_consistent() {
         "sandbox.grants differs between tools and sandbox"
     );
     // Backend URLs go only where they are used.
+    let backend_url = |b: &[u8]| b.starts_with(b"postgres") || b.starts_with(b"redis");
     assert!(
-        !sandbox.env.contains_key("SOULBASE_EVIDENCE__URL"),
-        "the sandbox pods get the database URL"
+        !sandbox
+            .secret_files
+            .iter()
+            .flat_map(|(_, f)| f)
+            .any(|(_, b)| backend_url(b))
+            && !sandbox.env.values().any(|v| backend_url(v.as_bytes())),
+        "the sandbox pods get a backend URL"
     );
     let evidence = o.serving(Role::Evidence)[0];
     assert_eq!(
