@@ -19,6 +19,26 @@ const DAY_MS: i64 = 86_400_000;
 /// Rows per SQLite insert statement (9 parameters each, under SQLite's limit).
 const SQLITE_CHUNK: usize = 500;
 
+/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite.
+fn sqlite_insert(rows: &[Row]) -> QueryBuilder<sqlx::Sqlite> {
+    let mut qb = QueryBuilder::new(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
+    );
+    qb.push_values(rows, |mut b, r| {
+        b.push_bind(r.id.clone())
+            .push_bind(r.at_ms)
+            .push_bind(r.tenant.clone())
+            .push_bind(r.kind)
+            .push_bind(r.call_id.clone())
+            .push_bind(r.tool_id.clone())
+            .push_bind(r.begin_id.clone())
+            .push_bind(r.status)
+            .push_bind(r.record.clone());
+    });
+    qb.push(" ON CONFLICT DO NOTHING");
+    qb
+}
+
 /// Batches whose `COPY` data is smaller go to Postgres as one `INSERT … UNNEST`.
 ///
 /// sqlx (0.9) neither sets `TCP_NODELAY` on its sockets nor lets a caller set it,
@@ -302,27 +322,23 @@ impl EvidenceStore for SqlEvidenceStore {
             }
             Db::Sqlite(pool) => {
                 let rows = records.iter().map(row).collect::<Result<Vec<_>, _>>()?;
+                // One statement is atomic by itself: no BEGIN and COMMIT round
+                // trips to the connection's thread for a batch that fits in one.
+                if rows.len() <= SQLITE_CHUNK {
+                    return sqlite_insert(&rows)
+                        .build()
+                        .execute(pool)
+                        .await
+                        .map(drop)
+                        .map_err(|e| db_error("writing evidence", e));
+                }
                 let mut tx = pool
                     .begin()
                     .await
                     .map_err(|e| db_error("writing evidence", e))?;
                 for chunk in rows.chunks(SQLITE_CHUNK) {
-                    let mut qb = QueryBuilder::new(
-                        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
-                    );
-                    qb.push_values(chunk, |mut b, r| {
-                        b.push_bind(r.id.clone())
-                            .push_bind(r.at_ms)
-                            .push_bind(r.tenant.clone())
-                            .push_bind(r.kind)
-                            .push_bind(r.call_id.clone())
-                            .push_bind(r.tool_id.clone())
-                            .push_bind(r.begin_id.clone())
-                            .push_bind(r.status)
-                            .push_bind(r.record.clone());
-                    });
-                    qb.push(" ON CONFLICT DO NOTHING");
-                    qb.build()
+                    sqlite_insert(chunk)
+                        .build()
                         .execute(&mut *tx)
                         .await
                         .map_err(|e| db_error("writing evidence", e))?;
