@@ -60,7 +60,8 @@ pub const COPY_MIN_BYTES: usize = 256 * 1024;
 /// stored (re-sent after a crash) makes the COPY fail whole with a unique
 /// violation, and is then written with `INSERT … SELECT FROM UNNEST(…) ON
 /// CONFLICT DO NOTHING` — as is every smaller batch (see [`COPY_MIN_BYTES`]). SQLite: multi-row
-/// `VALUES … ON CONFLICT DO NOTHING` in one transaction.
+/// `VALUES … ON CONFLICT DO NOTHING`: one autocommitted statement for a batch of
+/// up to 500 rows, several in one transaction for a larger one.
 pub struct SqlEvidenceStore {
     db: Db,
     /// Days whose Postgres partition is known to exist.
