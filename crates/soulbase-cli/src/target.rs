@@ -241,6 +241,7 @@ impl Local {
 pub async fn channel(url: &str) -> Result<Channel, Failure> {
     Endpoint::from_shared(url.to_owned())
         .map_err(|e| Failure::Usage(format!("--server {url}: not a URL ({e})")))?
+        .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .connect()
         .await

@@ -70,7 +70,11 @@ fn file_events(file: &Path, tx: mpsc::Sender<Msg>) -> Option<notify::Recommended
     };
     let name = file.file_name()?.to_owned();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        // Opening and reading the file are events too (inotify's OPEN and
+        // CLOSE_NOWRITE): taken as changes, the watcher's own read of the file
+        // would wake it again, every debounce, forever.
         if let Ok(event) = res
+            && !event.kind.is_access()
             && event
                 .paths
                 .iter()

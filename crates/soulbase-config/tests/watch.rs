@@ -102,3 +102,40 @@ fn manual_reload_reports_and_keeps() {
     ));
     assert_eq!(handle.current().hash(), before);
 }
+
+/// The watcher's own reads of the file are not changes: an unchanged file is
+/// opened once at the start (and at each poll), not again and again. (Opening
+/// and closing the file are inotify events; taken as changes they woke the
+/// watcher to read it again every debounce, ~20 times a second, forever.)
+#[test]
+fn an_unchanged_file_is_not_read_again_and_again() {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "data_dir: /d1\n").unwrap();
+    let loader = ConfigLoader::new().with_file(&path);
+    let handle = ConfigHandle::new(loader.load().unwrap());
+    let opens = Arc::new(AtomicUsize::new(0));
+    let counted = opens.clone();
+    let mut spy = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if let Ok(e) = res
+            && matches!(
+                e.kind,
+                EventKind::Access(notify::event::AccessKind::Open(_))
+            )
+            && e.paths.iter().any(|p| p.ends_with("config.yaml"))
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .unwrap();
+    spy.watch(dir.path(), RecursiveMode::NonRecursive).unwrap();
+    let _watcher = watch(handle, loader, Duration::from_secs(3600));
+    // A measurement window: ten debounces.
+    std::thread::sleep(Duration::from_millis(500));
+    let read = opens.load(Ordering::SeqCst);
+    assert!(read <= 1, "the unchanged file was opened {read} times");
+}

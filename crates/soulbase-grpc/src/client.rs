@@ -69,6 +69,7 @@ impl RemoteInvoker {
                 .with_field("field", "endpoint")
                 .with_note(e.to_string())
             })?
+            .tcp_nodelay(true)
             .connect()
             .await
             .map_err(unavailable)?;

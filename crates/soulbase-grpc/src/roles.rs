@@ -168,6 +168,9 @@ pub fn role_channel_with(
                 .with_field("field", field.to_owned())
                 .with_note(e.to_string())
         })?
+        // tonic's default, set here so it stays (Nagle would hold a request's
+        // small frames for the server's delayed ACK, ~40 ms).
+        .tcp_nodelay(true)
         .connect_timeout(liveness.connect_timeout)
         .http2_keep_alive_interval(liveness.ping_every)
         .keep_alive_timeout(liveness.ping_timeout)

@@ -51,6 +51,12 @@ impl Link {
         }
     }
 
+    /// The client this link connects with.
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     fn now_us(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }

@@ -84,7 +84,10 @@ impl HttpExecutor {
         {
             return Ok(client.clone());
         }
+        // reqwest's default, set here so it stays: a request is several small
+        // writes, and with Nagle each can wait ~40 ms for the server's delayed ACK.
         let client = Client::builder()
+            .tcp_nodelay(true)
             .no_proxy()
             .redirect(redirect::Policy::none())
             .dns_resolver(GuardedResolver::new(&key))

@@ -18,7 +18,7 @@ use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::engine::Ticking;
+use crate::engine::{Ticking, Ticks};
 use crate::slots::{Slot, Slots};
 
 /// How the WASM executor runs modules.
@@ -234,9 +234,9 @@ impl Inner {
 
 /// Everything one run needs, owned, so it can move to a blocking thread.
 struct Run {
-    /// Keeps the epoch ticker alive while this run is in progress, even if the
+    /// Keeps the epoch ticking while this run is in progress, even if the
     /// executor itself is dropped meanwhile (else the deadline could never fire).
-    _ticker: Arc<Ticking>,
+    _ticks: Ticks,
     pre: Arc<InstancePre<State>>,
     stdin: Vec<u8>,
     preopens: Vec<(PathBuf, bool)>,
@@ -428,7 +428,7 @@ impl Executor for WasmExecutor {
             .unwrap_or(self.inner.options.max_output_bytes)
             .saturating_add(1);
         let job = Run {
-            _ticker: self.inner.engine.clone(),
+            _ticks: self.inner.engine.hold(),
             pre,
             stdin: serde_json::to_vec(&req.args).map_err(SoulError::internal)?,
             preopens,

@@ -6,7 +6,8 @@
 //!   and kept as an `InstancePre`; every call gets a fresh instance from the pooling
 //!   allocator, so nothing survives between calls.
 //! - **Deadline.** Epoch interruption: a ticker advances the engine's epoch every
-//!   [`EPOCH_TICK`]; at each tick a call checks its wall-clock deadline and traps past
+//!   [`EPOCH_TICK`] while a call is running (idle, it sleeps until one starts); at
+//!   each tick a call checks its wall-clock deadline and traps past
 //!   it (`PROVIDER.TIMEOUT`). A module waiting in a host call (`poll_oneoff`, a read)
 //!   never reaches a tick, so WASI's host functions are async and the whole call is
 //!   one future, dropped at the deadline with its store and instance: a call's pool

@@ -46,6 +46,9 @@ pub async fn serve(listener: TcpListener, token: Option<String>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        // Answers go out in several writes; without this each may wait for the
+        // client's delayed ACK.
+        let _ = stream.set_nodelay(true);
         let token = token.clone();
         tokio::spawn(async move {
             let _ = handle(stream, token.as_deref()).await;

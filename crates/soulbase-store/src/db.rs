@@ -38,6 +38,12 @@ impl Db {
     ///
     /// Postgres connects lazily: a server that is down now is retried by each use, so
     /// a process can start during an outage (the spool holds evidence meanwhile).
+    ///
+    /// sqlx 0.9 leaves Nagle on for Postgres over TCP (no `TCP_NODELAY`, and no
+    /// option or hook to set it). Its queries cost nothing for it — each round trip
+    /// is one buffered write, then a read — but its `COPY` is two writes before a
+    /// read, which is why small evidence batches are not `COPY`ed
+    /// ([`COPY_MIN_BYTES`](crate::COPY_MIN_BYTES)). Postgres sets it on its side.
     pub async fn connect(url: &str, migrate: bool) -> Result<Db, SoulError> {
         let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             // The spool checkpoint advances once a batch is committed: the commit

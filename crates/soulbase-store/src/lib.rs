@@ -24,7 +24,7 @@ mod open;
 mod registry;
 
 pub use db::{Db, db_error};
-pub use evidence::{SqlEvidenceStore, status_name};
+pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore, status_name};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};
 pub use open::{
     DISK_RESERVE, Persistence, database_url, idempotency_lease, spool_dir, spool_options,
