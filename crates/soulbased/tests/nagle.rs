@@ -1,7 +1,8 @@
 //! No Nagle stalls: a client as plain as they come — a blocking socket with Nagle
 //! left on (the default) that delays its ACKs (`TCP_QUICKACK` off before every
-//! read) — makes calls one at a time to a real `soulbased` on loopback, and no
-//! call may take 10 ms. Without `TCP_NODELAY` on the server's accepted socket a
+//! read) — makes calls one at a time to a real `soulbased` on loopback: their
+//! median stays under 10 ms and at most two (a loaded machine's scheduling) take as
+//! long as a stall. Without `TCP_NODELAY` on the server's accepted socket a
 //! response written in several small writes waits for this client's delayed ACK
 //! (~40 ms) before its last part goes out. (Measured without it: every MCP call
 //! 44–48 ms; an HTTP invoke's response is one write and did not stall.)
@@ -19,7 +20,13 @@ use serde_json::{Value, json};
 
 /// Calls per surface; each must take less than [`BOUND`].
 const CALLS: usize = 50;
+/// What a call takes without a stall, at the median.
 const BOUND: Duration = Duration::from_millis(10);
+/// A Nagle / delayed-ACK stall: every exchange then waits ≈ 40 ms. On a shared,
+/// loaded machine a few calls can be slow for other reasons (scheduling), so the test
+/// allows [`SLOW_ALLOWED`] calls this slow — a stall makes every call this slow.
+const STALL: Duration = Duration::from_millis(35);
+const SLOW_ALLOWED: usize = 2;
 
 /// One HTTP/1.1 response: status, headers (names lower-cased), body.
 struct Response {
@@ -167,18 +174,26 @@ fn message(resp: &Response) -> Value {
 /// initialization, a first spool segment) that is not what this test is about.
 const WARM_UP: usize = 5;
 
-/// Makes [`WARM_UP`] calls of `call`, then times `CALLS` more one after another;
-/// returns the slowest of those.
-fn slowest(mut call: impl FnMut(usize)) -> Duration {
+/// Makes [`WARM_UP`] calls of `call`, then times `CALLS` more one after another,
+/// and asserts none of them stalled: the median under [`BOUND`], at most
+/// [`SLOW_ALLOWED`] as slow as a stall.
+fn assert_no_stall(what: &str, mut call: impl FnMut(usize)) {
     (0..WARM_UP).for_each(&mut call);
-    (WARM_UP..WARM_UP + CALLS)
+    let mut took: Vec<Duration> = (WARM_UP..WARM_UP + CALLS)
         .map(|i| {
             let t = Instant::now();
             call(i);
             t.elapsed()
         })
-        .max()
-        .unwrap()
+        .collect();
+    took.sort_unstable();
+    let median = took[took.len() / 2];
+    let stalled = took.iter().filter(|d| **d >= STALL).count();
+    assert!(
+        median < BOUND && stalled <= SLOW_ALLOWED,
+        "{what}: median {median:?}, {stalled} of {CALLS} calls ≥ {STALL:?} (slowest {:?})",
+        took[took.len() - 1]
+    );
 }
 
 /// One test at a time (they time calls), each against a server whose data
@@ -225,7 +240,7 @@ fn mcp_calls_from_a_client_with_nagle_and_delayed_acks_do_not_stall() {
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
     assert_eq!(note.status, 202);
-    let worst = slowest(|i| {
+    assert_no_stall("MCP tools/call", |i| {
         let resp = c.request(
             "/mcp",
             &headers,
@@ -237,14 +252,13 @@ fn mcp_calls_from_a_client_with_nagle_and_delayed_acks_do_not_stall() {
         assert_eq!(msg["id"], json!(i + 1), "{msg}");
         assert_eq!(msg["result"]["isError"], json!(false), "{msg}");
     });
-    assert!(worst < BOUND, "slowest MCP call took {worst:?}");
 }
 
 #[test]
 fn http_invokes_from_a_client_with_nagle_and_delayed_acks_do_not_stall() {
     let (_turn, server, _data) = start();
     let mut c = Client::connect(&server.http);
-    let worst = slowest(|i| {
+    assert_no_stall("HTTP invoke", |i| {
         let resp = c.request(
             "/api/tools/soulbase.builtin.echo/invoke",
             &DEV,
@@ -252,5 +266,4 @@ fn http_invokes_from_a_client_with_nagle_and_delayed_acks_do_not_stall() {
         );
         assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
     });
-    assert!(worst < BOUND, "slowest HTTP invoke took {worst:?}");
 }
