@@ -5,7 +5,9 @@
 //! - `migrate [--database-url URL]` — apply `migrations/postgres` (or `migrations/sqlite`
 //!   for a `sqlite:` URL) to `DATABASE_URL`.
 //! - `test [ARGS…]` — fmt check, clippy `-D warnings`, codegen check, then the whole test
-//!   suite with Postgres and Redis provisioned (see [`services`]).
+//!   suite with Postgres and Redis provisioned (see [`services`]) and the deploy scan's
+//!   Python tools installed (`.ci/deploy-tools`, cached) unless `SOULBASE_DEPLOY_TOOLS`
+//!   names them.
 //! - `fixtures` — rebuild the sandbox test fixtures (`fixtures/wasm/*.wat` → `.wasm`).
 //! - `bench [ARGS…]` — benchmarks, with the same services provisioned.
 //! - `services -- CMD…` — run any command with the services provisioned.
@@ -103,9 +105,11 @@ fn test(extra: &[String]) -> Result<()> {
         ]),
     )?;
     codegen::run(true)?;
+    let deploy_tools = deploy_tools()?;
     let services = services::Services::provision()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(extra);
+    cmd.env("SOULBASE_DEPLOY_TOOLS", deploy_tools);
     services.apply(&mut cmd);
     let outcome = run_cmd("cargo test", &mut cmd);
     drop(services);
@@ -115,6 +119,29 @@ fn test(extra: &[String]) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The directory holding the deploy scan's Python tools (kubernetes-validate,
+/// checkov): `SOULBASE_DEPLOY_TOOLS` when set, else the virtualenv `.ci/deploy-tools`
+/// installs them into (once; later runs reuse it).
+fn deploy_tools() -> Result<String> {
+    if let Ok(dir) = std::env::var("SOULBASE_DEPLOY_TOOLS") {
+        return Ok(dir);
+    }
+    eprintln!("xtask: ▶ .ci/deploy-tools (the deploy scan's Python tools)");
+    let out = Command::new(root().join(".ci/deploy-tools"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| {
+            format!(".ci/deploy-tools could not run: {e}; it needs python3 with venv and pip")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            ".ci/deploy-tools failed ({}); it needs python3 with venv and pip, and PyPI",
+            out.status
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 fn bench(extra: &[String]) -> Result<()> {
