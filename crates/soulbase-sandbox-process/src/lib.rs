@@ -8,9 +8,11 @@
 //!   `TMPDIR` pointing at the scratch directory when `tmp` is granted, nothing else),
 //!   JSON arguments on stdin, JSON result expected on stdout;
 //! - under [`Isolation::Namespaces`] (the default), in **fresh user, PID, mount, IPC,
-//!   UTS, cgroup and network namespaces** (the network one shared only when `net` is
-//!   granted): the tool is uid 1000 with no capabilities inside, PID 1 of a namespace
-//!   that holds only its own processes, and its root is a read-only tmpfs holding
+//!   UTS and cgroup namespaces** and, without `net`, a network namespace with no
+//!   interface up (one the executor's tools share where Landlock scopes abstract
+//!   sockets, else one of the tool's own): the tool is uid 1000 with no capabilities
+//!   inside, PID 2 under an init of its own in a namespace that holds only its own
+//!   processes, and its root is a read-only tmpfs holding
 //!   only the runtime paths, the binary and its loader, the profile's `fs` grants, the
 //!   scratch directory, `/dev/null` & co. and its own `/proc` — no host socket, no
 //!   `/etc`, no other tool's files. Where the host cannot create namespaces, every
