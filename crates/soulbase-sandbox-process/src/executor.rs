@@ -89,7 +89,7 @@ pub struct ProcessOptions {
     /// Default 65534:65534 (`nobody`).
     pub run_as: (u32, u32),
     /// How many spare launches may wait at once (`sandbox.process_spares`, default
-    /// 8); 0 launches every call afresh (see [`crate::warm`]).
+    /// 8); 0 launches every call afresh (spare launches: `docs/sandbox.md`).
     pub spares: usize,
 }
 
