@@ -252,7 +252,8 @@ pub(crate) fn close_all_fds_except(keep: [libc::c_int; 2]) {
 
 /// Closes every descriptor but stdin, stdout, stderr and `keep`.
 pub(crate) fn close_fds_except_stdio_and(keep: libc::c_int) {
-    for (first, last) in [(3, keep - 1), (keep + 1, libc::c_int::MAX)] {
+    // `keep` is never stdio (0–2 are dup2'd over it), but a stray value must not close stdio.
+    for (first, last) in [(3, keep - 1), ((keep + 1).max(3), libc::c_int::MAX)] {
         if first > last {
             continue;
         }
