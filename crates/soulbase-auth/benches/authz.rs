@@ -9,8 +9,7 @@
 use std::time::{Duration, Instant};
 
 use soulbase_auth::{
-    ACTION_INVOKE, Authenticator, AuthzRequest, CedarPolicy, Credential, StaticPolicy,
-    generate_api_key,
+    Action, Authenticator, AuthzRequest, CedarPolicy, Credential, StaticPolicy, generate_api_key,
 };
 use soulbase_config::{AuthConfig, PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_types::{ActorId, Subject, TenantId, ToolId};
@@ -51,7 +50,7 @@ fn static_rules() -> PolicyConfig {
                 tenant: format!("t{t}"),
                 actors: vec!["*".into()],
                 tools: vec![format!("g{tool}.pkg.*")],
-                actions: vec![ACTION_INVOKE.into()],
+                actions: vec!["invoke".into()],
             });
         }
         rules.push(PolicyRule {
@@ -59,7 +58,7 @@ fn static_rules() -> PolicyConfig {
             tenant: format!("t{t}"),
             actors: vec!["mallory".into()],
             tools: vec!["*".into()],
-            actions: vec![ACTION_INVOKE.into()],
+            actions: vec!["invoke".into()],
         });
     }
     PolicyConfig { rules }
@@ -102,7 +101,7 @@ fn main() {
             subject: &subjects[k],
             tool: &tools[k],
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_ok());
     });
@@ -113,7 +112,7 @@ fn main() {
             subject: &subjects[k],
             tool: &shared,
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_ok());
     });
@@ -125,7 +124,7 @@ fn main() {
             subject: &subjects[k],
             tool: &other,
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_err());
     });
@@ -142,7 +141,7 @@ fn main() {
             subject: &subjects[k],
             tool: &tools[k],
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_ok());
     });
@@ -153,7 +152,7 @@ fn main() {
             subject: &subjects[k],
             tool: &shared,
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_ok());
     });
@@ -185,7 +184,7 @@ fn main() {
             subject: s,
             tool: &tools[i % 100],
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
     }
     let samples: Vec<Duration> = fresh
@@ -196,7 +195,7 @@ fn main() {
                 subject: s,
                 tool: &tools[i % 100],
                 tool_tenant: None,
-                action: ACTION_INVOKE,
+                action: Action::Invoke,
             };
             let t = Instant::now();
             let d = cedar.decide(&req);
@@ -214,7 +213,7 @@ fn main() {
             subject: &subjects[k],
             tool: &tools[k],
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         });
         assert!(d.is_ok());
     });

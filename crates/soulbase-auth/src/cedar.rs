@@ -50,8 +50,10 @@ use crate::AuthzRequest;
 /// - `Soul::Tool::"<group>.<pkg>.<name>"`, member of `Soul::Package::"<group>.<pkg>"`
 ///   and `Soul::Group::"<group>"`; attributes `id`, `tenant` (owner, `""` for global
 ///   tools) and `global`.
-/// - Actions `invoke`, `preflight`, `list`, `read_evidence` and the registry/admin
-///   actions `register`, `update`, `unregister`, `enable`, `disable`, `deprecate`.
+/// - Actions: exactly [`Action::ALL`](crate::Action::ALL) — `invoke`, `preflight`,
+///   `list`, `read_evidence`, the registry/skill administration actions `register`,
+///   `update`, `unregister`, `enable`, `disable`, `deprecate`, and `reload` (on
+///   resource `Soul::Tool::"soulbase.server.config"`).
 pub const SCHEMA: &str = r#"
 namespace Soul {
   entity Tenant;
@@ -60,24 +62,10 @@ namespace Soul {
   entity Group;
   entity Package in [Group];
   entity Tool in [Package, Group] = { "id": String, "tenant": String, "global": Bool };
-  action invoke, preflight, list, read_evidence, register, update, unregister, enable, disable, deprecate
+  action invoke, preflight, list, read_evidence, register, update, unregister, enable, disable, deprecate, reload
     appliesTo { principal: [Actor], resource: [Tool], context: {} };
 }
 "#;
-
-/// The actions the schema knows.
-pub const ACTIONS: &[&str] = &[
-    "invoke",
-    "preflight",
-    "list",
-    "read_evidence",
-    "register",
-    "update",
-    "unregister",
-    "enable",
-    "disable",
-    "deprecate",
-];
 
 fn invalid(msg: impl Into<String>) -> SoulError {
     SoulError::new(ErrorCode::ConfigInvalid, "the Cedar policies are invalid")
@@ -99,7 +87,7 @@ pub struct CedarPolicySet {
     count: usize,
     engine: CedarEngine,
     types: Types,
-    actions: HashMap<String, EntityUid>,
+    actions: HashMap<crate::Action, EntityUid>,
     /// Exact decision cache: the decision is a pure function of the request (every
     /// input — tenant, actor, roles, scopes, tool, owner, action — is in the key) and of
     /// this set, so a reload starts with an empty cache. It only answers authorization:
@@ -132,7 +120,7 @@ fn cache_key(req: &AuthzRequest<'_>) -> String {
     part(s.tenant.as_str());
     part(s.actor.as_str());
     part(req.tool.as_str());
-    part(req.action);
+    part(req.action.as_str());
     match req.tool_tenant {
         Some(t) => part(t.as_str()),
         None => part("*global*"),
@@ -387,9 +375,9 @@ impl CedarPolicySet {
             group: type_name("Soul::Group")?,
         };
         let action_type = type_name("Soul::Action")?;
-        let actions = ACTIONS
-            .iter()
-            .map(|a| ((*a).to_owned(), uid(&action_type, a)))
+        let actions = crate::Action::ALL
+            .into_iter()
+            .map(|a| (a, uid(&action_type, a.as_str())))
             .collect();
         let mut all = PolicySet::new();
         let mut hasher = Sha256::new();
@@ -585,8 +573,8 @@ impl CedarPolicySet {
     pub fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Result<(), String> {
         let action = self
             .actions
-            .get(req.action)
-            .ok_or_else(|| format!("unknown action {:?}", req.action))?;
+            .get(&req.action)
+            .ok_or_else(|| format!("unknown action {:?}", req.action.as_str()))?;
         let parts = tool_parts(req.tool.as_str());
         let actor = req.subject.actor.as_str();
         let mut applicable: Vec<&PolicySet> = Vec::with_capacity(8);
@@ -668,7 +656,7 @@ mod tests {
             subject: who,
             tool: &tool,
             tool_tenant: owner.as_ref(),
-            action: "invoke",
+            action: crate::Action::Invoke,
         })
     }
 

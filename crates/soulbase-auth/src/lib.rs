@@ -32,7 +32,7 @@ use soulbase_types::{Subject, TenantId, ToolId};
 
 pub use apikey::{API_KEY_PREFIX, IssuedApiKey, api_key_digest, generate_api_key};
 pub use authn::{Authenticator, Credential};
-pub use cedar::{ACTIONS, CedarPolicySet, SCHEMA};
+pub use cedar::{CedarPolicySet, SCHEMA};
 pub use consent::{
     ConsentGrant, ConsentIssuer, ConsentRequest, ConsentVerifier, Ed25519Consent, HmacConsent,
 };
@@ -40,14 +40,9 @@ pub use engine::{CedarPolicy, read_sources};
 pub use isolation::check_tenant;
 pub use policy::StaticPolicy;
 
-/// The action of invoking a tool.
-pub const ACTION_INVOKE: &str = "invoke";
-/// The action of a dry-run preflight.
-pub const ACTION_PREFLIGHT: &str = "preflight";
-/// The action of seeing a tool in a listing.
-pub const ACTION_LIST: &str = "list";
-/// The action of reading a tool's evidence.
-pub const ACTION_READ_EVIDENCE: &str = "read_evidence";
+pub mod action;
+
+pub use action::Action;
 
 /// One authorization question.
 #[derive(Debug, Clone, Copy)]
@@ -58,8 +53,8 @@ pub struct AuthzRequest<'a> {
     pub tool: &'a ToolId,
     /// The tenant owning the tool, when it is tenant-scoped (`None` for global tools).
     pub tool_tenant: Option<&'a TenantId>,
-    /// The action, e.g. [`ACTION_INVOKE`].
-    pub action: &'a str,
+    /// The action.
+    pub action: Action,
 }
 
 /// A positive decision, with what evidence needs to know about it.

@@ -46,7 +46,12 @@ impl Rule {
                 .actors
                 .as_ref()
                 .is_none_or(|a| a.contains(req.subject.actor.as_str()))
-            && (self.actions.contains(req.action) || self.actions.contains("*"))
+            && (self.actions.contains(req.action.as_str())
+                || self.actions.contains("*")
+                // An allow rule granting invoke grants seeing and preflighting.
+                || (!self.deny
+                    && req.action.implied_by_invoke()
+                    && self.actions.contains(crate::Action::Invoke.as_str())))
             && self.tools.iter().any(|p| p.matches(req.tool))
     }
 }
@@ -149,7 +154,7 @@ mod tests {
     use soulbase_types::{ActorId, Subject, TenantId, ToolId};
 
     use super::*;
-    use crate::ACTION_INVOKE;
+    use crate::Action;
 
     fn rule(effect: PolicyEffect, tenant: &str, actors: &[&str], tools: &[&str]) -> PolicyRule {
         PolicyRule {
@@ -157,7 +162,7 @@ mod tests {
             tenant: tenant.into(),
             actors: actors.iter().map(|s| s.to_string()).collect(),
             tools: tools.iter().map(|s| s.to_string()).collect(),
-            actions: vec![ACTION_INVOKE.into()],
+            actions: vec!["invoke".into()],
         }
     }
 
@@ -168,7 +173,7 @@ mod tests {
             subject: &subject,
             tool: &tool,
             tool_tenant: None,
-            action: ACTION_INVOKE,
+            action: Action::Invoke,
         })
     }
 
@@ -256,7 +261,7 @@ mod tests {
                 subject: &subject,
                 tool: &tool,
                 tool_tenant: Some(&owner),
-                action: ACTION_INVOKE,
+                action: Action::Invoke,
             })
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::ToolNotFound);

@@ -5,11 +5,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use soulbase_auth::AuthzRequest;
+use soulbase_edge::{Binding, CallMeta, CallRequest, Surface};
 use soulbase_errors::SoulError;
 use soulbase_grpc::proto::tool_registry_client::ToolRegistryClient;
 use soulbase_grpc::{RemoteInvoker, convert, proto};
 use soulbase_tools::pipeline::{CallResult, CallStatus, PreflightReport, ToolCall};
+use soulbase_tools::registry::admin::{self, StateChange};
 use soulbase_tools::{ToolFilter, ToolOwner};
 use soulbase_types::ToolId;
 use tonic::transport::Channel;
@@ -144,11 +145,17 @@ async fn list(global: &Global, mode: &Mode) -> Result<Vec<proto::Tool>, Failure>
             Ok(tools)
         }
         Mode::Local(l) => {
-            let mut tools = l
+            let tools = l
                 .app
-                .registry
-                .list(&l.subject.tenant, &ToolFilter::default());
-            tools.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+                .stack
+                .list(
+                    Surface::Cli,
+                    &l.subject,
+                    &Binding::None,
+                    &ToolFilter::default(),
+                )
+                .await
+                .map_err(|e| soul(&e))?;
             Ok(tools
                 .iter()
                 .map(|t| convert::tool_to_proto(t, false))
@@ -232,23 +239,21 @@ async fn set_state(
             } else {
                 ToolOwner::tenant(l.subject.tenant.clone())
             };
-            let action = if enable { "enable" } else { "disable" };
-            l.app
-                .authorizer
-                .authorize(AuthzRequest {
-                    subject: &l.subject,
-                    tool: id,
-                    tool_tenant: owner.tenant_id(),
-                    action,
-                })
-                .await
-                .map_err(|e| soul(&e))?;
-            let moved = if enable {
-                l.app.registry.enable(&owner, id)
+            let change = if enable {
+                StateChange::Enable
             } else {
-                l.app.registry.pause(&owner, id)
+                StateChange::Pause
             };
-            moved.map_err(|e| soul(&e))?;
+            admin::change_state(
+                l.app.authorizer.as_ref(),
+                &l.app.registry,
+                &l.subject,
+                &owner,
+                id,
+                change,
+            )
+            .await
+            .map_err(|e| soul(&e))?;
             get(global, mode, id).await
         }
     }
@@ -324,6 +329,19 @@ fn build_call(
     call.idempotency_key = idempotency_key.cloned();
     call.consent = args.consent_token.clone();
     Ok(call)
+}
+
+/// A call made in local mode, as the one stack takes it.
+fn local_request(call: ToolCall) -> CallRequest {
+    CallRequest {
+        meta: CallMeta {
+            call_id: Some(call.call_id.to_string()),
+            idempotency_key: call.idempotency_key,
+            consent: call.consent,
+            ..CallMeta::default()
+        },
+        ..CallRequest::new(Surface::Cli, call.subject, call.tool.as_str(), call.args)
+    }
 }
 
 /// Checks `--args` before connecting or building anything (usage errors first).
@@ -413,7 +431,7 @@ async fn invoke(global: &Global, mode: &Mode, args: &InvokeArgs) -> Result<CallR
         }
         Mode::Local(l) => {
             let call = build_call(&args.call, l.subject.clone(), args.idempotency_key.as_ref())?;
-            Ok(l.app.invoke(None, call).await)
+            Ok(l.app.stack.invoke(local_request(call)).await)
         }
     }
 }
@@ -458,7 +476,11 @@ async fn preflight(
         }
         Mode::Local(l) => {
             let call = build_call(args, l.subject.clone(), None)?;
-            l.app.invoker.preflight(&call).await.map_err(|e| soul(&e))
+            l.app
+                .stack
+                .preflight(local_request(call))
+                .await
+                .map_err(|e| soul(&e))
         }
     }
 }

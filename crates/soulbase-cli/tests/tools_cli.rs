@@ -14,7 +14,7 @@ use soulbased::app::App;
 const CONFIG: &str = r#"
 policy:
   rules:
-    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate] }
+    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate, reload] }
 "#;
 
 fn soulbase(cwd: &Path, args: &[&str]) -> Output {

@@ -108,6 +108,9 @@ codes! {
     ProviderTimeout = "PROVIDER.TIMEOUT", 504, DeadlineExceeded, Backoff, "tool timed out";
     /// Evidence cannot be recorded, so the call is refused before execution (fail closed).
     EvidenceUnavailable = "EVIDENCE.UNAVAILABLE", 503, Unavailable, Backoff, "evidence store unavailable; call refused";
+    /// No evidence is recorded for this call, or the call is not the caller's
+    /// tenant's (the two answers are the same, so the second reveals nothing).
+    EvidenceNotFound = "EVIDENCE.NOT_FOUND", 404, NotFound, Never, "no evidence is recorded for this call";
     /// A tool manifest failed registration-time validation.
     ManifestInvalid = "MANIFEST.INVALID", 400, InvalidArgument, Never, "the tool manifest is invalid";
     /// A registry operation conflicts with the current state (illegal transition, version rule).

@@ -6,11 +6,11 @@ use soulbase_types::{CallId, EnvelopeId, Origin};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::auth::{API_KEY_HEADER, DEV_ACTOR_HEADER, DEV_TENANT_HEADER};
 use crate::convert;
 use crate::proto;
 use crate::proto::tool_invoker_client::ToolInvokerClient;
 use crate::{TRAILER_CALL_ID, TRAILER_EVIDENCE_REF, TRAILER_OUTCOME, TRAILER_REPLAYED};
+use soulbase_edge::subject::{API_KEY_HEADER, DEV_ACTOR_HEADER, DEV_TENANT_HEADER};
 
 /// How the client authenticates.
 #[derive(Clone)]

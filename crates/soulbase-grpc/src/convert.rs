@@ -5,15 +5,16 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use soulbase_edge::{Binding, CallMeta, CallRequest, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_sandbox::CapabilityDomain;
 use soulbase_tools::manifest::Idempotency;
-use soulbase_tools::pipeline::{PreflightReport, ToolCall};
+use soulbase_tools::pipeline::PreflightReport;
 use soulbase_tools::{
     RegistryEvent, ResolvedTool, ToolFilter, ToolManifest, ToolOwner, ToolState,
     registry::OwnerFilter,
 };
-use soulbase_types::{CallId, Origin, Subject, TenantId, ToolId, TraceContext};
+use soulbase_types::{Origin, Subject, TenantId, ToolId};
 
 use crate::proto;
 
@@ -227,35 +228,6 @@ pub fn event_to_proto(event: &RegistryEvent, snapshot_version: u64) -> proto::Re
     out
 }
 
-/// Call options that may come from the request body or from metadata.
-#[derive(Debug, Clone, Default)]
-pub struct CallMeta {
-    /// `idempotency-key` metadata / `Idempotency-Key` header.
-    pub idempotency_key: Option<String>,
-    /// `x-soulbase-consent` metadata.
-    pub consent: Option<String>,
-    /// `traceparent` metadata.
-    pub traceparent: Option<String>,
-}
-
-impl CallMeta {
-    /// Reads the call options from metadata or HTTP headers.
-    pub fn from_headers(headers: &http::HeaderMap) -> Self {
-        let get = |n: &str| {
-            headers
-                .get(n)
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty())
-                .map(str::to_owned)
-        };
-        Self {
-            idempotency_key: get("idempotency-key"),
-            consent: get("x-soulbase-consent"),
-            traceparent: get("traceparent"),
-        }
-    }
-}
-
 /// Parses JSON arguments (`field`); empty text means `{}`.
 pub fn arguments(field: &str, text: &str) -> Result<Value, SoulError> {
     if text.trim().is_empty() {
@@ -265,49 +237,39 @@ pub fn arguments(field: &str, text: &str) -> Result<Value, SoulError> {
         .map_err(|e| invalid(field, format!("{field} is not valid JSON: {e}")))
 }
 
-/// Builds the [`ToolCall`] for an invoke or preflight request by `subject`.
-pub fn call(
+/// The [`CallRequest`] of an invoke or preflight request by `subject`: the
+/// request's fields, each falling back to the metadata's (`meta`). Only the
+/// arguments' JSON and the origin are checked here; the [`Stack`](soulbase_edge::Stack)
+/// checks the rest, as for every surface.
+pub fn call_request(
     subject: Subject,
     req: &proto::InvokeRequest,
     meta: CallMeta,
-) -> Result<ToolCall, SoulError> {
-    let tool = tool_id("tool_id", &req.tool_id)?;
+) -> Result<CallRequest, SoulError> {
     let args = arguments("arguments_json", &req.arguments_json)?;
-    let mut call = ToolCall::new(subject, tool, args);
-    if !req.call_id.is_empty() {
-        let id = CallId::new(req.call_id.as_str())
-            .map_err(|e| invalid("call_id", format!("call_id is malformed: {}", e.reason)))?;
-        call = call.with_call_id(id);
-    }
-    call.origin = match proto::Origin::try_from(req.origin)
+    let origin = match proto::Origin::try_from(req.origin)
         .map_err(|_| invalid("origin", "origin has an unknown value"))?
     {
         proto::Origin::Unspecified | proto::Origin::Api => Origin::Api,
         proto::Origin::Llm => Origin::Llm,
         proto::Origin::System => Origin::System,
     };
-    let pick = |body: &str, meta: Option<String>| {
-        if body.is_empty() {
-            meta
-        } else {
-            Some(body.to_owned())
-        }
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let fields = CallMeta {
+        call_id: opt(&req.call_id),
+        idempotency_key: opt(&req.idempotency_key),
+        consent: opt(&req.consent_token),
+        traceparent: opt(&req.traceparent),
+        binding: Binding::claimed(opt(&req.calling_skill)),
     };
-    call.idempotency_key = pick(&req.idempotency_key, meta.idempotency_key);
-    call.consent = pick(&req.consent_token, meta.consent);
-    if let Some(tp) = pick(&req.traceparent, meta.traceparent) {
-        let trace = TraceContext::parse_traceparent(&tp).map_err(|e| {
-            invalid(
-                "traceparent",
-                format!("traceparent is malformed: {}", e.reason),
-            )
-        })?;
-        call = call.with_trace(trace);
-    }
-    if !req.calling_skill.is_empty() {
-        call.calling_skill = Some(req.calling_skill.clone());
-    }
-    Ok(call)
+    Ok(CallRequest {
+        surface: Surface::Grpc,
+        subject,
+        tool: req.tool_id.clone(),
+        args,
+        origin,
+        meta: fields.or(meta),
+    })
 }
 
 /// A preflight report on the wire.
@@ -372,11 +334,12 @@ mod tests {
             idempotency_key: Some("k1".into()),
             consent: Some("meta-token".into()),
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+            ..CallMeta::default()
         };
-        let call = call(subject(), &req, meta).unwrap();
-        assert_eq!(call.idempotency_key.as_deref(), Some("k1"));
-        assert_eq!(call.consent.as_deref(), Some("body-token"));
-        assert!(call.trace.is_some());
+        let call = call_request(subject(), &req, meta).unwrap();
+        assert_eq!(call.meta.idempotency_key.as_deref(), Some("k1"));
+        assert_eq!(call.meta.consent.as_deref(), Some("body-token"));
+        assert!(call.meta.traceparent.is_some());
         // Integers stay integers, floats stay floats.
         assert!(call.args["n"].is_u64());
         assert!(call.args["f"].is_f64());
@@ -385,13 +348,6 @@ mod tests {
     #[test]
     fn bad_input_names_the_field() {
         for (req, field) in [
-            (
-                proto::InvokeRequest {
-                    tool_id: "nope".into(),
-                    ..Default::default()
-                },
-                "tool_id",
-            ),
             (
                 proto::InvokeRequest {
                     tool_id: "demo.echo.say".into(),
@@ -403,21 +359,13 @@ mod tests {
             (
                 proto::InvokeRequest {
                     tool_id: "demo.echo.say".into(),
-                    traceparent: "garbage".into(),
-                    ..Default::default()
-                },
-                "traceparent",
-            ),
-            (
-                proto::InvokeRequest {
-                    tool_id: "demo.echo.say".into(),
                     origin: 99,
                     ..Default::default()
                 },
                 "origin",
             ),
         ] {
-            let err = call(subject(), &req, CallMeta::default()).unwrap_err();
+            let err = call_request(subject(), &req, CallMeta::default()).unwrap_err();
             assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
             assert_eq!(err.field("field"), Some(field), "{err:?}");
         }

@@ -1,43 +1,24 @@
-//! `soulbase.tools.v1.ToolInvoker` over an in-process [`Invoker`].
+//! `soulbase.tools.v1.ToolInvoker` over the one governed [`Stack`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
+use soulbase_edge::{CallMeta, CallRequest, Stack, SubjectResolver, Surface};
 use soulbase_errors::SoulError;
-use soulbase_tools::pipeline::{CallResult, CallStatus, Invoker, ToolCall};
+use soulbase_tools::pipeline::{CallResult, CallStatus};
+use soulbase_types::Subject;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
-use crate::auth::SubjectResolver;
-use crate::convert::{self, CallMeta};
-use crate::observe::{CallObserver, NoopObserver, Surface};
+use crate::convert;
 use crate::proto;
 use crate::proto::tool_invoker_server::ToolInvoker;
 use crate::{TRAILER_CALL_ID, TRAILER_EVIDENCE_REF, TRAILER_OUTCOME, TRAILER_REPLAYED};
 
-/// What runs an invocation for a server: the [`Invoker`] itself, or a wrapper in
-/// front of it (e.g. the skills gateway, which enforces cross-skill contracts for
-/// `skills.*` tools and passes every other call straight to the invoker).
-pub trait CallRunner: Send + Sync + 'static {
-    /// Runs `call` through the governed pipeline (and whatever the runner adds).
-    fn run(&self, call: ToolCall) -> Pin<Box<dyn Future<Output = CallResult> + Send + '_>>;
-}
-
-impl CallRunner for Invoker {
-    fn run(&self, call: ToolCall) -> Pin<Box<dyn Future<Output = CallResult> + Send + '_>> {
-        Box::pin(self.invoke(call))
-    }
-}
-
-/// Serves preflight and invoke through the governed pipeline.
+/// Serves preflight and invoke through the stack.
 #[derive(Clone)]
 pub struct InvokerService {
-    invoker: Invoker,
-    runner: Arc<dyn CallRunner>,
+    stack: Stack,
     auth: Arc<dyn SubjectResolver>,
-    observer: Arc<dyn CallObserver>,
 }
 
 impl std::fmt::Debug for InvokerService {
@@ -74,27 +55,9 @@ pub fn result_status(result: &CallResult) -> Status {
 }
 
 impl InvokerService {
-    /// A service running calls on `invoker` for subjects resolved by `auth`.
-    pub fn new(invoker: Invoker, auth: Arc<dyn SubjectResolver>) -> Self {
-        Self {
-            runner: Arc::new(invoker.clone()),
-            invoker,
-            auth,
-            observer: Arc::new(NoopObserver),
-        }
-    }
-
-    /// Runs invocations through `runner` instead of the invoker directly (preflight
-    /// still asks the invoker: it consumes nothing and runs every check).
-    pub fn with_runner(mut self, runner: Arc<dyn CallRunner>) -> Self {
-        self.runner = runner;
-        self
-    }
-
-    /// Reports every call to `observer` (metrics).
-    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
-        self.observer = observer;
-        self
+    /// A service running calls through `stack` for subjects resolved by `auth`.
+    pub fn new(stack: Stack, auth: Arc<dyn SubjectResolver>) -> Self {
+        Self { stack, auth }
     }
 
     /// The tonic server for this service.
@@ -102,17 +65,19 @@ impl InvokerService {
         proto::tool_invoker_server::ToolInvokerServer::new(self)
     }
 
-    async fn call(&self, request: Request<proto::InvokeRequest>) -> Result<ToolCall, Status> {
+    /// The request's subject, and its call (or why it is malformed).
+    async fn request(
+        &self,
+        request: &Request<proto::InvokeRequest>,
+    ) -> Result<(Subject, Result<CallRequest, SoulError>), Status> {
         let headers = request.metadata().clone().into_headers();
         let subject = self.auth.resolve(&headers).await.map_err(|e| {
-            self.observer.refused(Surface::Grpc, e.code());
+            self.stack.observer().refused(Surface::Grpc, e.code());
             e.to_status()
         })?;
         let meta = CallMeta::from_headers(&headers);
-        convert::call(subject, request.get_ref(), meta).map_err(|e| {
-            self.observer.refused(Surface::Grpc, e.code());
-            e.to_status()
-        })
+        let call = convert::call_request(subject.clone(), request.get_ref(), meta);
+        Ok((subject, call))
     }
 }
 
@@ -122,17 +87,16 @@ impl ToolInvoker for InvokerService {
         &self,
         request: Request<proto::InvokeRequest>,
     ) -> Result<Response<proto::PreflightResponse>, Status> {
-        let call = self.call(request).await?;
-        match self.invoker.preflight(&call).await {
-            Ok(report) => {
-                self.observer
-                    .budget_seen(&call.subject.tenant, &call.tool, &report.budget);
-                Ok(Response::new(convert::preflight_to_proto(&report)))
+        let req = match self.request(&request).await? {
+            (_, Ok(req)) => req,
+            (_, Err(e)) => {
+                self.stack.observer().refused(Surface::Grpc, e.code());
+                return Err(e.to_status());
             }
-            Err(e) => {
-                self.observer.refused(Surface::Grpc, e.code());
-                Err(e.with_correlation_id(call.call_id.as_str()).to_status())
-            }
+        };
+        match self.stack.preflight(req).await {
+            Ok(report) => Ok(Response::new(convert::preflight_to_proto(&report))),
+            Err(e) => Err(e.to_status()),
         }
     }
 
@@ -140,13 +104,13 @@ impl ToolInvoker for InvokerService {
         &self,
         request: Request<proto::InvokeRequest>,
     ) -> Result<Response<proto::InvokeResponse>, Status> {
-        let call = self.call(request).await?;
-        let tool = call.tool.clone();
-        let started = Instant::now();
-        self.observer.call_started(Surface::Grpc);
-        let result = self.runner.run(call).await;
-        self.observer
-            .call_finished(Surface::Grpc, &tool, &result, started.elapsed());
+        let result = match self.request(&request).await? {
+            (_, Ok(req)) => self.stack.invoke(req).await,
+            (subject, Err(e)) => {
+                let tool = &request.get_ref().tool_id;
+                self.stack.refuse(Surface::Grpc, &subject, tool, e).await
+            }
+        };
         if !result.is_ok() {
             return Err(result_status(&result));
         }

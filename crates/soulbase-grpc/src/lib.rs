@@ -5,18 +5,14 @@
 //!   [`soulbase_tools::Registry`]; writes are authorized by the
 //!   [`soulbase_auth::Authorizer`] with the registry actions (`register`, `update`,
 //!   `unregister`, `enable`, `disable`, `deprecate`).
-//! - [`InvokerService`] serves `ToolInvoker` (preflight, invoke) over a
-//!   [`soulbase_tools::pipeline::Invoker`]: the whole governed pipeline runs
-//!   in-process; failures are gRPC statuses carrying `soulbase.errors.v1.ErrorDetail`
+//! - [`InvokerService`] serves `ToolInvoker` (preflight, invoke) through the one
+//!   [`soulbase_edge::Stack`]: the whole governed pipeline runs in-process;
+//!   `ListTools` is the caller's governed list from the same stack; failures are gRPC statuses carrying `soulbase.errors.v1.ErrorDetail`
 //!   (R5) plus trailers naming the call, its outcome and its evidence.
 //! - [`RemoteInvoker`] is the client: the same `invoke` / `preflight` signatures as
 //!   the in-process invoker, so a Rust service can swap one for the other.
-//! - [`auth`] is the seam mapping request metadata (gRPC or HTTP headers) to a
-//!   [`soulbase_types::Subject`]: API keys and JWTs through
-//!   [`soulbase_auth::Authenticator`] or, with the auth role elsewhere, its
-//!   `Authenticate` ([`RemoteAuth`]); development headers only when explicitly
-//!   enabled, `AUTH.UNAUTHENTICATED` otherwise.
-//! - [`observe`] is the hook servers call after every call (metrics).
+//! - Subjects come from metadata through `soulbase_edge::SubjectResolver`;
+//!   [`RemoteAuth`] is its credential check when the auth role runs elsewhere.
 //! - [`roles`] serves the `auth` and `qos` roles (`soulbase.auth.v1`,
 //!   `soulbase.qos.v1`) over their in-process seams, with the clients
 //!   [`RemoteAuth`] (an `Authorizer`, a `ConsentVerifier` and the credential check) and
@@ -35,21 +31,17 @@
 //!
 //! Conversions between the wire messages and the core types are in [`convert`].
 
-pub mod auth;
 mod client;
 pub mod convert;
 pub mod evidence_role;
 mod invoker;
-pub mod observe;
 mod registry;
 pub mod roles;
 pub mod sandbox_role;
 
-pub use auth::{MetadataAuth, SubjectResolver};
 pub use client::{Credentials, RemoteInvoker};
 pub use evidence_role::{EvidenceRoleService, RemoteEvidence};
-pub use invoker::{CallRunner, InvokerService};
-pub use observe::{CallObserver, NoopObserver, Surface};
+pub use invoker::{InvokerService, result_status};
 pub use registry::RegistryService;
 pub use roles::{
     AuthRoleService, QosRoleService, RemoteAuth, RemoteQuotaGate, evidence_proto, sandbox_proto,

@@ -4,18 +4,19 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
-use soulbase_auth::{Authorizer, AuthzRequest};
+use soulbase_auth::{Action, Authorizer};
 use soulbase_errors::SoulError;
+use soulbase_tools::registry::admin::{self, StateChange};
 use soulbase_tools::{Registry, ResolvedTool, ToolOwner};
 use soulbase_types::{Subject, ToolId};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::auth::SubjectResolver;
 use crate::convert;
 use crate::proto;
 use crate::proto::tool_registry_server::ToolRegistry;
+use soulbase_edge::{CallMeta, Stack, SubjectResolver, Surface};
 
 /// Default and maximum page sizes of `ListTools`.
 const DEFAULT_PAGE: usize = 100;
@@ -26,6 +27,7 @@ const MAX_PAGE: usize = 1000;
 #[derive(Clone)]
 pub struct RegistryService {
     registry: Registry,
+    stack: Stack,
     authorizer: Arc<dyn Authorizer>,
     auth: Arc<dyn SubjectResolver>,
     shutdown: Option<watch::Receiver<bool>>,
@@ -38,15 +40,18 @@ impl std::fmt::Debug for RegistryService {
 }
 
 impl RegistryService {
-    /// A service over `registry`, authorizing writes with `authorizer` and
-    /// authenticating callers with `auth`.
+    /// A service over `registry`, listing through `stack` (the caller's governed
+    /// list), authorizing writes with `authorizer` and authenticating callers
+    /// with `auth`.
     pub fn new(
         registry: Registry,
+        stack: Stack,
         authorizer: Arc<dyn Authorizer>,
         auth: Arc<dyn SubjectResolver>,
     ) -> Self {
         Self {
             registry,
+            stack,
             authorizer,
             auth,
             shutdown: None,
@@ -75,17 +80,10 @@ impl RegistryService {
         subject: &Subject,
         owner: &ToolOwner,
         tool: &ToolId,
-        action: &str,
+        action: Action,
     ) -> Result<(), Status> {
-        self.authorizer
-            .authorize(AuthzRequest {
-                subject,
-                tool,
-                tool_tenant: owner.tenant_id(),
-                action,
-            })
+        admin::authorize(self.authorizer.as_ref(), subject, owner, tool, action)
             .await
-            .map(|_| ())
             .map_err(|e| e.to_status())
     }
 
@@ -128,10 +126,12 @@ impl ToolRegistry for RegistryService {
         let owner = convert::write_owner(req.owner(), &subject);
         let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
         let id = manifest.id.clone();
-        self.authorize(&subject, &owner, &id, "register").await?;
+        self.authorize(&subject, &owner, &id, Action::Register)
+            .await?;
         // Both permissions are checked before anything changes.
         if req.enable {
-            self.authorize(&subject, &owner, &id, "enable").await?;
+            self.authorize(&subject, &owner, &id, Action::Enable)
+                .await?;
         }
         self.registry
             .register_in(&owner, manifest)
@@ -154,7 +154,8 @@ impl ToolRegistry for RegistryService {
         let owner = convert::write_owner(req.owner(), &subject);
         let manifest = convert::manifest("manifest", &req.manifest).map_err(status)?;
         let id = manifest.id.clone();
-        self.authorize(&subject, &owner, &id, "update").await?;
+        self.authorize(&subject, &owner, &id, Action::Update)
+            .await?;
         self.registry.update(&owner, manifest).map_err(status)?;
         let tool = self.current(&subject, &owner, &id)?;
         Ok(Response::new(proto::UpdateToolResponse {
@@ -170,11 +171,10 @@ impl ToolRegistry for RegistryService {
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
-        type Move = fn(&Registry, &ToolOwner, &ToolId) -> Result<(), SoulError>;
-        let (action, apply): (&str, Move) = match req.change() {
-            proto::StateChange::Enable => ("enable", Registry::enable),
-            proto::StateChange::Pause => ("disable", Registry::pause),
-            proto::StateChange::Deprecate => ("deprecate", Registry::deprecate),
+        let change = match req.change() {
+            proto::StateChange::Enable => StateChange::Enable,
+            proto::StateChange::Pause => StateChange::Pause,
+            proto::StateChange::Deprecate => StateChange::Deprecate,
             proto::StateChange::Unspecified => {
                 return Err(status(convert::invalid(
                     "change",
@@ -182,8 +182,16 @@ impl ToolRegistry for RegistryService {
                 )));
             }
         };
-        self.authorize(&subject, &owner, &id, action).await?;
-        apply(&self.registry, &owner, &id).map_err(status)?;
+        admin::change_state(
+            self.authorizer.as_ref(),
+            &self.registry,
+            &subject,
+            &owner,
+            &id,
+            change,
+        )
+        .await
+        .map_err(status)?;
         let tool = self.current(&subject, &owner, &id)?;
         Ok(Response::new(proto::SetToolStateResponse {
             tool: Some(convert::tool_to_proto(&tool, false)),
@@ -198,7 +206,8 @@ impl ToolRegistry for RegistryService {
         let req = request.into_inner();
         let owner = convert::write_owner(req.owner(), &subject);
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
-        self.authorize(&subject, &owner, &id, "unregister").await?;
+        self.authorize(&subject, &owner, &id, Action::Unregister)
+            .await?;
         self.registry.unregister(&owner, &id).map_err(status)?;
         Ok(Response::new(proto::UnregisterToolResponse {}))
     }
@@ -221,14 +230,18 @@ impl ToolRegistry for RegistryService {
         request: Request<proto::ListToolsRequest>,
     ) -> Result<Response<proto::ListToolsResponse>, Status> {
         let subject = self.subject(&request).await?;
+        let binding = CallMeta::from_headers(&request.metadata().clone().into_headers()).binding;
         let req = request.into_inner();
         let filter = convert::filter(&req).map_err(status)?;
         let page = match req.page_size {
             0 => DEFAULT_PAGE,
             n => (n as usize).min(MAX_PAGE),
         };
-        let mut tools = self.registry.list(&subject.tenant, &filter);
-        tools.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+        let tools = self
+            .stack
+            .list(Surface::Grpc, &subject, &binding, &filter)
+            .await
+            .map_err(status)?;
         let start = if req.page_token.is_empty() {
             0
         } else {

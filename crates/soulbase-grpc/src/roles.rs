@@ -267,13 +267,19 @@ impl auth_pb::auth_server::Auth for AuthRoleService {
         if r.action.is_empty() {
             return Err(convert::invalid("action", "is required").to_status());
         }
+        let action: soulbase_auth::Action =
+            r.action
+                .parse()
+                .map_err(|e: soulbase_auth::action::UnknownAction| {
+                    convert::invalid("action", e.to_string()).to_status()
+                })?;
         let decision = self
             .authorizer
             .authorize(AuthzRequest {
                 subject: &subject,
                 tool: &tool,
                 tool_tenant: tool_tenant.as_ref(),
-                action: &r.action,
+                action,
             })
             .await
             .map_err(|e| e.to_status())?;
@@ -330,6 +336,10 @@ impl RemoteAuth {
 
     /// The subject of a credential, as the auth role sees it.
     pub async fn authenticate(&self, credential: Credential<'_>) -> Result<Subject, SoulError> {
+        self.check(credential).await
+    }
+
+    async fn check(&self, credential: Credential<'_>) -> Result<Subject, SoulError> {
         let body = match credential {
             Credential::ApiKey(k) => auth_pb::AuthenticateRequest {
                 api_key: k.to_owned(),
@@ -352,13 +362,20 @@ impl RemoteAuth {
 }
 
 #[tonic::async_trait]
+impl soulbase_edge::CredentialCheck for RemoteAuth {
+    async fn authenticate(&self, credential: Credential<'_>) -> Result<Subject, SoulError> {
+        self.check(credential).await
+    }
+}
+
+#[tonic::async_trait]
 impl Authorizer for RemoteAuth {
     async fn authorize(&self, req: AuthzRequest<'_>) -> Result<Decision, SoulError> {
         let body = auth_pb::AuthorizeRequest {
             subject: Some(subject_to_proto(req.subject)),
             tool_id: req.tool.to_string(),
             tool_tenant: req.tool_tenant.map(ToString::to_string).unwrap_or_default(),
-            action: req.action.to_owned(),
+            action: req.action.as_str().to_owned(),
         };
         let response = self
             .client

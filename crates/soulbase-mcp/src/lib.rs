@@ -1,26 +1,28 @@
 //! Soulbase's MCP server (rmcp, pinned `~3.9`).
 //!
 //! [`McpServer`] is an rmcp [`ServerHandler`]:
-//! - `tools/list` — the caller's available tools (visible to its tenant and enabled;
-//!   R2 AvailableSpec), in id order, paginated by cursor, with `inputSchema`,
+//! - `tools/list` — the caller's governed tool list (R2 AvailableSpec: visible to
+//!   its tenant, enabled, shown by the skills' terms, and permitted by policy for
+//!   the caller to `list` and `invoke`), in id order, paginated by cursor, with `inputSchema`,
 //!   `outputSchema` (when it describes an object) and annotations derived from the
 //!   manifest (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`);
-//! - `tools/call` — through the governed [`Invoker`] (our input schema validation
-//!   runs; rmcp does none), answering `structuredContent` plus a text copy, and
-//!   failures as `isError` results whose structured content is the public error
-//!   (R5: `code`, `message`, `retry`, …);
+//! - `tools/call` — through the one governed [`Stack`] (our input schema
+//!   validation runs; rmcp does none), with the request's `_meta` options
+//!   (`soulbase/idempotencyKey`, `soulbase/consent`, `traceparent`), answering
+//!   `structuredContent` plus a text copy, and failures as `isError` results whose
+//!   structured content is the public error (R5: `code`, `message`, `retry`, …);
 //! - `notifications/tools/list_changed` — fed from the registry's tenant-filtered
 //!   event stream (`Registry::subscribe_for`), through `subscriptions/listen`
 //!   (protocol 2026-07-28) and, for legacy sessions, pushed on the session after
 //!   `initialized`;
 //! - skills ([`McpServer::with_skills`]): the seed 002 protocol tools
-//!   `list_skills`, `get_skill_info`, `run_skill`; `skills.*` calls through the
-//!   [`SkillGateway`] with the session's calling skill (see [`skills`] for how a
-//!   session is bound to a skill); tools of disabled skills, and of skills a bound
-//!   session does not import, are not listed.
+//!   `list_skills`, `get_skill_info`, `run_skill`; a session's binding to a skill
+//!   (the operator's over stdio, a scoped header over HTTP) makes its calls as that
+//!   skill, and its list that skill's tool set (see [`skills`]).
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
-//! request's headers by the [`SubjectResolver`] (streamable HTTP). Over HTTP the
+//! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the
+//! `execute_tool` span are the stack's, like every surface's. Over HTTP the
 //! live sessions are bounded in total and per tenant, and idle ones closed
 //! ([`sessions::McpSessions`]).
 
@@ -29,28 +31,28 @@ pub mod skills;
 mod tools;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, ServerNotification,
-    SubscriptionFilter, ToolListChangedNotification,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ServerNotification, SubscriptionFilter, ToolListChangedNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
+use soulbase_edge::{
+    Binding, CallMeta, CallRequest, SKILL_HEADER, Stack, SubjectResolver, Surface,
+};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_grpc::{CallObserver, NoopObserver, SubjectResolver, Surface};
-use soulbase_skills::SkillGateway;
+use soulbase_skills::SkillTerms;
 use soulbase_tools::Registry;
-use soulbase_tools::pipeline::{CallResult, Invoker, ToolCall};
+use soulbase_tools::pipeline::CallResult;
 use soulbase_tools::registry::TenantEvents;
-use soulbase_types::{Origin, Subject, ToolId, TraceContext};
+use soulbase_types::{Origin, Subject};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
 
-pub use skills::SKILL_HEADER;
+pub use soulbase_edge::meta::{META_CONSENT, META_IDEMPOTENCY_KEY, META_TRACEPARENT};
 pub use tools::{PAGE_SIZE, annotations, page, to_mcp_tool};
 
 /// Re-exported rmcp transports for serving.
@@ -63,34 +65,19 @@ pub mod transport {
     };
 }
 
-/// The `_meta` key carrying an idempotency key on `tools/call`.
-pub const META_IDEMPOTENCY_KEY: &str = "soulbase/idempotencyKey";
-/// The `_meta` key carrying a consent token on `tools/call`.
-pub const META_CONSENT: &str = "soulbase/consent";
-
-/// The MCP server over a registry and an invoker. Cheap to clone.
+/// The MCP server over the one governed [`Stack`]. Cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {
+    /// For `list_changed` (the tenant's registry events).
     registry: Registry,
-    invoker: Invoker,
+    stack: Stack,
     auth: Option<Arc<dyn SubjectResolver>>,
     subject: Option<Subject>,
-    observer: Arc<dyn CallObserver>,
     stop: CancellationToken,
-    skills: Option<Arc<SkillGateway>>,
+    skills: Option<Arc<SkillTerms>>,
     /// The skill a stdio session is bound to (set by the operator).
     bound_skill: Option<String>,
-    /// Whether [`SKILL_HEADER`] is honoured without a scope (development identities).
-    trust_dev_skill: bool,
-    /// Makes the tracing span each `tools/call` invocation runs in.
-    call_span: Option<CallSpan>,
 }
-
-/// Makes the span a `tools/call` invocation runs in (e.g. an OpenTelemetry
-/// `execute_tool` span). When the call fails, its stable code is recorded on the
-/// span as `error.type` and `otel.status_code = "ERROR"` (fields the span must
-/// declare, else the records are ignored).
-pub type CallSpan = Arc<dyn Fn(&ToolCall) -> tracing::Span + Send + Sync>;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,34 +106,28 @@ impl McpServer {
     /// `auth`, unless a gate in front has already authenticated the request and
     /// put the [`Subject`] in its extensions (as `soulbased`'s `/mcp` does); only
     /// server-side code can set extensions, so a client cannot supply one.
-    pub fn for_http(registry: Registry, invoker: Invoker, auth: Arc<dyn SubjectResolver>) -> Self {
+    pub fn for_http(registry: Registry, stack: Stack, auth: Arc<dyn SubjectResolver>) -> Self {
         Self {
             registry,
-            invoker,
+            stack,
             auth: Some(auth),
             subject: None,
-            observer: Arc::new(NoopObserver),
             stop: CancellationToken::new(),
             skills: None,
             bound_skill: None,
-            trust_dev_skill: false,
-            call_span: None,
         }
     }
 
     /// A server for stdio: every request acts for `subject` (the process's owner).
-    pub fn for_subject(registry: Registry, invoker: Invoker, subject: Subject) -> Self {
+    pub fn for_subject(registry: Registry, stack: Stack, subject: Subject) -> Self {
         Self {
             registry,
-            invoker,
+            stack,
             auth: None,
             subject: Some(subject),
-            observer: Arc::new(NoopObserver),
             stop: CancellationToken::new(),
             skills: None,
             bound_skill: None,
-            trust_dev_skill: false,
-            call_span: None,
         }
     }
 
@@ -156,24 +137,9 @@ impl McpServer {
         self
     }
 
-    /// Reports every call to `observer` (metrics).
-    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
-        self.observer = observer;
-        self
-    }
-
-    /// Runs every `tools/call` invocation inside the span `make` returns for it.
-    pub fn with_call_span(mut self, make: CallSpan) -> Self {
-        self.call_span = Some(make);
-        self
-    }
-
-    /// Serves skills: the protocol tools, and every call through `gateway`.
-    /// `trust_dev` honours [`SKILL_HEADER`] without a scope (only for servers that
-    /// trust development identities anyway).
-    pub fn with_skills(mut self, gateway: Arc<SkillGateway>, trust_dev: bool) -> Self {
-        self.skills = Some(gateway);
-        self.trust_dev_skill = trust_dev;
+    /// Serves the skill protocol tools over `terms` (the invoker's skill terms).
+    pub fn with_skills(mut self, terms: Arc<SkillTerms>) -> Self {
+        self.skills = Some(terms);
         self
     }
 
@@ -184,19 +150,20 @@ impl McpServer {
         self
     }
 
-    /// The calling skill of a request (see [`skills`]).
-    fn calling_skill(
-        &self,
-        ext: &rmcp::model::Extensions,
-        subject: &Subject,
-    ) -> Result<Option<String>, SoulError> {
+    /// The skill binding of a request: the operator's over stdio, the
+    /// [`SKILL_HEADER`] claim over HTTP (checked by the stack).
+    fn binding(&self, ext: &rmcp::model::Extensions) -> Binding {
         if self.subject.is_some() {
-            return Ok(self.bound_skill.clone());
+            return self
+                .bound_skill
+                .clone()
+                .map_or(Binding::None, Binding::Operator);
         }
-        match ext.get::<http::request::Parts>() {
-            Some(parts) => skills::skill_binding(&parts.headers, subject, self.trust_dev_skill),
-            None => Ok(None),
-        }
+        let claim = ext
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get(SKILL_HEADER))
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        Binding::claimed(claim)
     }
 
     async fn subject_from(&self, ext: &rmcp::model::Extensions) -> Result<Subject, SoulError> {
@@ -268,112 +235,109 @@ impl McpServer {
         &self,
         request: &CallToolRequestParams,
         subject: &Subject,
-        calling: Option<&str>,
+        meta: &CallMeta,
     ) -> Option<CallToolResult> {
-        let gateway = self.skills.as_ref()?;
-        let empty = rmcp::model::JsonObject::new();
+        let terms = self.skills.as_ref()?;
+        let empty = JsonObject::new();
         let args = request.arguments.as_ref().unwrap_or(&empty);
-        match request.name.as_ref() {
-            skills::LIST_SKILLS => {
-                let v = skills::list_skills(&self.registry, gateway, &subject.tenant);
-                let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
-                r.structured_content = Some(v);
-                Some(r)
-            }
-            skills::GET_SKILL_INFO => Some(
-                match skills::get_skill_info(&self.registry, gateway, &subject.tenant, args) {
-                    Ok((v, text)) => {
-                        let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                        r.structured_content = Some(v);
-                        r
+        let name = request.name.as_ref();
+        if name != skills::LIST_SKILLS
+            && name != skills::GET_SKILL_INFO
+            && name != skills::RUN_SKILL
+        {
+            return None;
+        }
+        if name == skills::RUN_SKILL {
+            let result = match skills::run_skill_args(args) {
+                Ok((skill, tool, arguments)) => match terms.run_target(&skill, tool.as_deref()) {
+                    Ok(id) => {
+                        self.stack
+                            .invoke(CallRequest {
+                                surface: Surface::Mcp,
+                                subject: subject.clone(),
+                                tool: id.to_string(),
+                                args: arguments,
+                                origin: Origin::Llm,
+                                meta: meta.clone(),
+                            })
+                            .await
                     }
-                    Err(e) => Self::error_result(&e),
+                    Err(e) => {
+                        let named = format!("skills.{skill}.{}", tool.unwrap_or_default());
+                        self.stack.refuse(Surface::Mcp, subject, &named, e).await
+                    }
                 },
-            ),
-            skills::RUN_SKILL => Some(match skills::run_skill_args(args) {
-                Ok((skill, tool, arguments)) => {
-                    let started = Instant::now();
-                    self.observer.call_started(Surface::Mcp);
-                    let result = gateway
-                        .run_skill(subject.clone(), calling, &skill, tool.as_deref(), arguments)
-                        .await;
-                    if let Some(id) = tool
-                        .as_deref()
-                        .and_then(|t| ToolId::new(format!("skills.{skill}.{t}")).ok())
-                    {
-                        self.observer
-                            .call_finished(Surface::Mcp, &id, &result, started.elapsed());
-                    }
-                    Self::result_of(&result)
+                Err(e) => {
+                    self.stack
+                        .refuse(Surface::Mcp, subject, skills::RUN_SKILL, e)
+                        .await
+                }
+            };
+            return Some(Self::result_of(&result));
+        }
+        let available = match self
+            .stack
+            .available(Surface::Mcp, subject, &meta.binding)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => return Some(Self::error_result(&e)),
+        };
+        let set = terms.catalog().current();
+        Some(if name == skills::LIST_SKILLS {
+            let v = skills::list_skills(&set, &available);
+            let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
+            r.structured_content = Some(v);
+            r
+        } else {
+            match skills::get_skill_info(&set, &available, args) {
+                Ok((v, text)) => {
+                    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                    r.structured_content = Some(v);
+                    r
                 }
                 Err(e) => Self::error_result(&e),
-            }),
-            _ => None,
-        }
+            }
+        })
     }
 
+    /// `tools/call` for `subject`, with the options of `meta` (the request's
+    /// `_meta` and binding).
     async fn call(
         &self,
         request: CallToolRequestParams,
         subject: Subject,
-        calling: Option<String>,
+        meta: CallMeta,
     ) -> CallToolResult {
-        if let Some(r) = self
-            .protocol_call(&request, &subject, calling.as_deref())
-            .await
-        {
+        if let Some(r) = self.protocol_call(&request, &subject, &meta).await {
             return r;
         }
-        let tool = match ToolId::new(request.name.as_ref()) {
-            Ok(t) => t,
-            Err(_) => {
-                let e = SoulError::of(ErrorCode::ToolNotFound).with_field("tool_id", request.name);
-                self.observer.refused(Surface::Mcp, e.code());
-                return Self::error_result(&e);
-            }
-        };
-        let args = Value::Object(request.arguments.unwrap_or_default());
-        let mut call = ToolCall::new(subject, tool.clone(), args).with_origin(Origin::Llm);
-        if let Some(meta) = &request.meta {
-            let text = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_owned);
-            call.idempotency_key = text(META_IDEMPOTENCY_KEY);
-            call.consent = text(META_CONSENT);
-            if let Some(tp) = text("traceparent") {
-                match TraceContext::parse_traceparent(&tp) {
-                    Ok(t) => call.trace = Some(t),
-                    Err(_) => {
-                        let e = SoulError::new(
-                            ErrorCode::SchemaValidationFailed,
-                            "_meta.traceparent is malformed",
-                        )
-                        .with_field("field", "_meta.traceparent");
-                        return Self::error_result(&e);
-                    }
-                }
-            }
-        }
-        let started = Instant::now();
-        self.observer.call_started(Surface::Mcp);
-        let span = self
-            .call_span
-            .as_ref()
-            .map_or_else(tracing::Span::none, |make| make(&call));
-        let result = match &self.skills {
-            Some(gateway) => {
-                gateway
-                    .invoke(calling.as_deref(), call)
-                    .instrument(span.clone())
-                    .await
-            }
-            None => self.invoker.invoke(call).instrument(span.clone()).await,
-        };
-        if let Some(code) = result.error_code {
-            span.record("error.type", code.as_str());
-            span.record("otel.status_code", "ERROR");
-        }
-        self.observer
-            .call_finished(Surface::Mcp, &tool, &result, started.elapsed());
+        let result = self
+            .stack
+            .invoke(CallRequest {
+                surface: Surface::Mcp,
+                subject,
+                tool: request.name.to_string(),
+                args: Value::Object(request.arguments.unwrap_or_default()),
+                origin: Origin::Llm,
+                meta,
+            })
+            .await;
         Self::result_of(&result)
+    }
+}
+
+/// The `_meta` of a `tools/call`: rmcp moves the request's `_meta` into the
+/// request context; one still in the parameters (a request built in-process) is
+/// taken first.
+fn request_meta(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallMeta, SoulError> {
+    let from_context = CallMeta::from_mcp_meta(&context.meta.0.0)?;
+    match &request.meta {
+        Some(m) => Ok(CallMeta::from_mcp_meta(&m.0.0)?.or(from_context)),
+        None => Ok(from_context),
     }
 }
 
@@ -401,20 +365,17 @@ impl ServerHandler for McpServer {
             .await
             .map_err(|e| rpc_error(&e))?;
         let cursor = request.and_then(|r| r.cursor);
-        let Some(gateway) = &self.skills else {
-            return Ok(tools::list(
-                &self.registry,
-                &subject.tenant,
-                cursor.as_deref(),
-            ));
-        };
-        let calling = self
-            .calling_skill(&context.extensions, &subject)
+        let binding = self.binding(&context.extensions);
+        let available = self
+            .stack
+            .available(Surface::Mcp, &subject, &binding)
+            .await
             .map_err(|e| rpc_error(&e))?;
-        let all =
-            skills::session_tools(&self.registry, gateway, &subject.tenant, calling.as_deref())
-                .map_err(|e| rpc_error(&e))?;
-        Ok(tools::page(all, cursor.as_deref()))
+        let mut tools: Vec<_> = available.iter().map(|s| to_mcp_tool(&s.tool)).collect();
+        if self.skills.is_some() {
+            tools.extend(skills::protocol_tools());
+        }
+        Ok(tools::page(tools, cursor.as_deref()))
     }
 
     async fn call_tool(
@@ -425,18 +386,22 @@ impl ServerHandler for McpServer {
         let subject = match self.subject_from(&context.extensions).await {
             Ok(s) => s,
             Err(e) => {
-                self.observer.refused(Surface::Mcp, e.code());
+                self.stack.observer().refused(Surface::Mcp, e.code());
                 return Ok(Self::error_result(&e).into());
             }
         };
-        let calling = match self.calling_skill(&context.extensions, &subject) {
-            Ok(c) => c,
+        let mut meta = match request_meta(&request, &context) {
+            Ok(m) => m,
             Err(e) => {
-                self.observer.refused(Surface::Mcp, e.code());
-                return Ok(Self::error_result(&e).into());
+                let refused = self
+                    .stack
+                    .refuse(Surface::Mcp, &subject, request.name.as_ref(), e)
+                    .await;
+                return Ok(Self::result_of(&refused).into());
             }
         };
-        Ok(self.call(request, subject, calling).await.into())
+        meta.binding = self.binding(&context.extensions);
+        Ok(self.call(request, subject, meta).await.into())
     }
 
     fn accepted_subscription_filter(

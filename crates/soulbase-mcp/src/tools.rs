@@ -1,12 +1,11 @@
-//! `tools/list`: the registry's available specs as MCP tools.
+//! `tools/list`: governed tool lists as MCP tools, a page at a time.
 
 use std::sync::Arc;
 
 use rmcp::model::{ListToolsResult, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
+use soulbase_tools::CompiledTool;
 use soulbase_tools::manifest::{Idempotency, SideEffect};
-use soulbase_tools::{CompiledTool, Registry};
-use soulbase_types::TenantId;
 
 /// Tools per `tools/list` page.
 pub const PAGE_SIZE: usize = 200;
@@ -57,16 +56,6 @@ pub fn to_mcp_tool(tool: &CompiledTool) -> Tool {
     t
 }
 
-/// One page of `tenant`'s available tools after `cursor` (a tool id), in id order.
-pub fn list(registry: &Registry, tenant: &TenantId, cursor: Option<&str>) -> ListToolsResult {
-    let tools = registry
-        .available_specs(tenant)
-        .iter()
-        .map(|s| to_mcp_tool(&s.tool))
-        .collect();
-    page(tools, cursor)
-}
-
 /// One page of `tools` after `cursor` (a tool name), in name order.
 pub fn page(mut tools: Vec<Tool>, cursor: Option<&str>) -> ListToolsResult {
     tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -86,7 +75,17 @@ pub fn page(mut tools: Vec<Tool>, cursor: Option<&str>) -> ListToolsResult {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use soulbase_tools::{ToolManifest, ToolOwner};
+    use soulbase_tools::{Registry, ToolManifest, ToolOwner};
+    use soulbase_types::TenantId;
+
+    fn list(registry: &Registry, tenant: &TenantId, cursor: Option<&str>) -> ListToolsResult {
+        let tools = registry
+            .available_specs(tenant)
+            .iter()
+            .map(|s| to_mcp_tool(&s.tool))
+            .collect();
+        page(tools, cursor)
+    }
 
     fn register(registry: &Registry, id: &str, extra: Value) {
         let mut m = json!({

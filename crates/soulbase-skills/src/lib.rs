@@ -25,9 +25,11 @@
 //! **Contracts.** [`contracts`] checks providers, imports ⊆ exports, api versions,
 //! cycles, schemas, deprecation windows and names — at start-up, on every reload,
 //! and in `soulbase skills check` ([`check_dir`]); imports failing them authorize
-//! nothing at runtime. At runtime [`SkillGateway`] wraps the invoker and takes the
-//! calling skill as an explicit argument its caller sets from server-side context
-//! (never from the client): `SKILL.NOT_IMPORTED`; a provider's access terms —
+//! nothing at runtime. At runtime [`SkillTerms`] are the invoker's `CallTerms`
+//! seam, consulted inside the one governed pipeline (so their refusals are evidenced,
+//! refunded, traced and preflighted like any other), with the calling skill the
+//! surface set from the caller's authorized binding (never a client claim):
+//! `SKILL.NOT_IMPORTED`; a provider's access terms —
 //! `SUBSCRIPTION.REQUIRED` ([`SubscriptionStore`]) and per-tool rate limits
 //! through a QoS `QuotaGate` — on every call of its exported tools by anyone but
 //! the provider itself; a [`CrossSkillRecord`] per cross-skill call. A `skills.`
@@ -48,7 +50,6 @@ pub mod confine;
 pub mod contracts;
 pub mod descriptor;
 pub mod examples;
-pub mod gateway;
 pub mod load;
 pub mod model;
 pub mod package;
@@ -56,6 +57,7 @@ pub mod problem;
 pub mod risk;
 pub mod service;
 pub mod set;
+pub mod terms;
 pub mod views;
 pub mod watch;
 pub mod yaml;
@@ -67,9 +69,9 @@ pub use access::{
 pub use catalog::{
     CatalogOptions, ReloadReport, RunningSkills, SkillCatalog, check_dir, check_dir_at, start,
 };
-pub use gateway::SkillGateway;
 pub use model::{RiskLevel, Skill, SkillKind, SkillTool};
 pub use problem::{Severity, SkillProblem};
 pub use set::{SkillSet, SkillSummary};
+pub use terms::{SkillTerms, rate_limits};
 pub use views::{SkillInfo, get_skill_info, list_skills, system_prompt_sections, tools_for_skill};
 pub use watch::{SkillWatcher, watch};

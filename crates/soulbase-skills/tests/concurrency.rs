@@ -126,7 +126,7 @@ async fn reloads_racing_with_invocations_never_expose_a_half_loaded_set() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_closed() {
+async fn adding_and_removing_skills_while_calling_through_the_pipeline_fails_closed() {
     let dir = tempfile::tempdir().unwrap();
     write_generation(dir.path(), 0);
     // A provider with a subscription-bound tool that comes and goes.
@@ -134,10 +134,7 @@ async fn adding_and_removing_skills_while_calling_through_the_gateway_fails_clos
     write(dir.path(), "paid/SKILL.md", paid);
     write(dir.path(), "extra.yaml", &descriptor("extra", "extra"));
     let e = Arc::new(env(dir.path()));
-    let gw = Arc::new(soulbase_skills::SkillGateway::new(
-        e.catalog.clone(),
-        e.invoker.clone(),
-    ));
+    let gw = Arc::new(Calls::of(&e));
     let stop = Arc::new(AtomicBool::new(false));
     let reloads = Arc::new(AtomicUsize::new(0));
     let reloader_done = Arc::new(AtomicBool::new(false));

@@ -396,7 +396,7 @@ async fn failing_imports_authorize_nothing_at_runtime() {
     };
     assert!(!tools("b").contains(&"skills.a.t".to_owned()));
     assert!(!tools("c").contains(&"skills.d.td".to_owned()));
-    let gw = soulbase_skills::SkillGateway::new(e.catalog.clone(), e.invoker.clone());
+    let gw = Calls::of(&e);
     for (caller, tool) in [
         ("b", "skills.a.t"),
         ("c", "skills.d.td"),

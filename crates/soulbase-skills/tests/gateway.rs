@@ -1,5 +1,6 @@
-//! Runtime cross-skill enforcement (seed 000 §5.2 and §9): imports, subscriptions,
-//! per-tool rate limits, audit, and `run_skill`.
+//! Runtime cross-skill enforcement (seed 000 §5.2 and §9) by the skills' terms
+//! inside the governed pipeline: imports, subscriptions, per-tool rate limits,
+//! audit, and `run_skill`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -9,24 +10,24 @@ use std::sync::Arc;
 use common::*;
 use serde_json::json;
 use soulbase_observe::EvidenceEvent;
-use soulbase_skills::{MemoryAudit, SkillGateway, StaticSubscriptions};
+use soulbase_skills::{MemoryAudit, StaticSubscriptions};
 use soulbase_tools::pipeline::{CallResult, CallStatus, ToolCall};
 
 struct G {
     e: Env,
-    gateway: SkillGateway,
+    gateway: Calls,
     subs: Arc<StaticSubscriptions>,
     audit: MemoryAudit,
 }
 
 fn gateway() -> G {
-    let e = env(&repo_skills());
     let subs = Arc::new(StaticSubscriptions::new());
     let audit = MemoryAudit::new();
-    let gateway = SkillGateway::new(e.catalog.clone(), e.invoker.clone())
-        .with_subscriptions(subs.clone())
-        .with_audit(Arc::new(audit.clone()))
-        .with_evidence(Arc::new(e.sink.clone()));
+    let e = env_with(&repo_skills(), |t| {
+        t.with_subscriptions(subs.clone())
+            .with_audit(Arc::new(audit.clone()))
+    });
+    let gateway = Calls::of(&e);
     G {
         e,
         gateway,
@@ -42,7 +43,7 @@ fn call_from(skill: &str, tool: &str, args: serde_json::Value) -> ToolCall {
 }
 
 /// Invokes `c` as its calling skill (the server-side context in these tests).
-async fn inv(gw: &SkillGateway, c: ToolCall) -> CallResult {
+async fn inv(gw: &Calls, c: ToolCall) -> CallResult {
     let caller = c.calling_skill.clone();
     gw.invoke(caller.as_deref(), c).await
 }
@@ -223,10 +224,9 @@ async fn per_tool_rate_limits_apply_to_cross_skill_calls() {
         "c/SKILL.md",
         "---\nname: c\ndescription: consumer\nimports:\n  - from: p\n    tools: [t]\n---\n",
     );
-    let e = env(dir.path());
     let audit = MemoryAudit::new();
-    let gw =
-        SkillGateway::new(e.catalog.clone(), e.invoker.clone()).with_audit(Arc::new(audit.clone()));
+    let e = env_with(dir.path(), |t| t.with_audit(Arc::new(audit.clone())));
+    let gw = Calls::of(&e);
     for _ in 0..2 {
         let r = inv(&gw, call_from("c", "skills.p.t", json!({}))).await;
         assert!(r.is_ok(), "{r:?}");
@@ -377,21 +377,15 @@ async fn a_direct_call_without_a_subscription_is_refused() {
 }
 
 #[tokio::test]
-async fn a_spoofed_calling_skill_is_still_checked() {
+async fn the_calling_skill_is_checked_and_audited_as_set() {
     let g = gateway();
-    // The client claims to be zodiac; the server-side context says no skill.
-    let mut c = ToolCall::new(
+    // A call made for jungastro (the binding its surface established): its
+    // imports hold, the provider's terms bind it, and the audit names it.
+    let c = ToolCall::new(
         subject(),
         id("skills.zodiac.calculate_zodiac"),
         chart_args(),
     );
-    c.calling_skill = Some("zodiac".into());
-    let r = g.gateway.invoke(None, c.clone()).await;
-    assert_eq!(
-        r.error_code.map(|c| c.as_str()),
-        Some("SUBSCRIPTION.REQUIRED")
-    );
-    // Server-side context says jungastro: the claim is overwritten, still checked.
     let r = g.gateway.invoke(Some("jungastro"), c).await;
     assert_eq!(
         r.error_code.map(|c| c.as_str()),
@@ -399,6 +393,15 @@ async fn a_spoofed_calling_skill_is_still_checked() {
     );
     let rec = g.audit.records();
     assert_eq!(rec.last().map(|r| r.caller.as_str()), Some("jungastro"));
+    // The same refusal in preflight: the terms are one of its checks.
+    let mut c = ToolCall::new(
+        subject(),
+        id("skills.zodiac.calculate_zodiac"),
+        chart_args(),
+    );
+    c.calling_skill = Some("jungastro".into());
+    let err = g.e.invoker.preflight(&c).await.unwrap_err();
+    assert_eq!(err.code().as_str(), "SUBSCRIPTION.REQUIRED");
 }
 
 #[tokio::test]
@@ -514,22 +517,21 @@ async fn rate_limits_go_through_the_given_quota_gate() {
         "p/SKILL.md",
         "---\nname: p\ndescription: provider\nprovider: {type: builtin, handler: echo}\nexports:\n  api_version: \"1.0\"\n  tools:\n    - name: t\n      description: x\n      input_schema: {type: object}\n      output_schema: {type: object}\n  access:\n    rate_limit:\n      t: 2/min\n---\n",
     );
-    let e = env(dir.path());
     let local = Arc::new(soulbase_qos::LocalQuota::new(&[]));
     let gate = Arc::new(CountingGate {
         inner: local.clone(),
         reserves: Default::default(),
     });
     let synced = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sync: soulbase_skills::gateway::RateLimitSync = {
+    let sync: soulbase_skills::terms::RateLimitSync = {
         let synced = synced.clone();
         Arc::new(move |limits: &[soulbase_config::QuotaLimit]| {
             local.update(limits);
             *synced.lock().unwrap() = limits.to_vec();
         })
     };
-    let gw = SkillGateway::new(e.catalog.clone(), e.invoker.clone())
-        .with_quota(gate.clone(), Some(sync));
+    let e = env_with(dir.path(), |t| t.with_quota(gate.clone(), Some(sync)));
+    let gw = Calls::of(&e);
     // Direct calls (no calling skill) are rate limited too.
     for _ in 0..2 {
         let r = gw
@@ -545,14 +547,11 @@ async fn rate_limits_go_through_the_given_quota_gate() {
     let limits = synced.lock().unwrap().clone();
     assert_eq!(limits.len(), 1);
     assert_eq!(limits[0].tool, "skills.p.t");
-    assert_eq!(
-        soulbase_skills::gateway::rate_limits(&e.catalog.current()),
-        limits
-    );
+    assert_eq!(soulbase_skills::rate_limits(&e.catalog.current()), limits);
 }
 
 #[tokio::test]
-async fn a_disabled_skills_tools_are_refused_at_the_gateway() {
+async fn a_disabled_skills_tools_are_refused_by_its_terms() {
     let g = gateway();
     g.e.catalog.set_enabled("zodiac", false).unwrap();
     let r = g

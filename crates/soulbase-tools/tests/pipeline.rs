@@ -1077,8 +1077,9 @@ async fn available_specs_leave_out_what_policy_denies() {
     let h = harness();
     let offered: Vec<String> = h
         .invoker
-        .available_specs(&acme())
+        .available(&acme(), None)
         .await
+        .unwrap()
         .iter()
         .map(|s| s.id().to_string())
         .collect();

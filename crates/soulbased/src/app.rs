@@ -13,8 +13,9 @@
 //!
 //! With the `tools` role, the skills directory (`skills.dir`, `SKILLS_DIR`,
 //! `./skills`) is loaded into the registry at start ([`Skills`]), watched when
-//! `skills.watch` is set, and every invocation runs through the
-//! [`SkillGateway`] (cross-skill imports, subscriptions, per-tool rate limits).
+//! `skills.watch` is set, and its [`SkillTerms`] (cross-skill imports,
+//! subscriptions, per-tool rate limits) are a seam of the one invoker. Every
+//! surface calls through [`App::stack`].
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,11 +26,12 @@ use soulbase_auth::{
     Authenticator, Authorizer, CedarPolicy, ConsentVerifier, HmacConsent, StaticPolicy,
 };
 use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, QuotaLimit, ReloadStatus, Role};
+use soulbase_edge::{MetadataAuth, Stack, SubjectResolver};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::roles::role_channel;
 use soulbase_grpc::{
-    AuthRoleService, EvidenceRoleService, MetadataAuth, QosRoleService, RemoteAuth, RemoteEvidence,
-    RemoteQuotaGate, RemoteSandbox, SandboxRoleService, SubjectResolver,
+    AuthRoleService, EvidenceRoleService, QosRoleService, RemoteAuth, RemoteEvidence,
+    RemoteQuotaGate, RemoteSandbox, SandboxRoleService,
 };
 use soulbase_observe::{EvidenceSink, EvidenceStore};
 use soulbase_qos::{LocalQuota, QuotaGate, QuotaPlan};
@@ -41,13 +43,11 @@ use soulbase_sandbox_http::{HttpExecutor, HttpOptions};
 use soulbase_sandbox_process::{ProcessExecutor, ProcessOptions};
 use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
 use soulbase_skills::{
-    CatalogOptions, ReloadReport, SkillCatalog, SkillGateway, SkillWatcher, StaticSubscriptions,
+    CatalogOptions, ReloadReport, SkillCatalog, SkillTerms, SkillWatcher, StaticSubscriptions,
 };
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
-use soulbase_tools::pipeline::{
-    CallResult, IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall,
-};
+use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency};
 
 use crate::builtins;
 use crate::evidence::{self, EvidenceFlush};
@@ -67,8 +67,8 @@ enum PolicySeam {
 pub struct Skills {
     /// The live catalog (loaded into [`App::registry`]).
     pub catalog: SkillCatalog,
-    /// Every invocation runs through it.
-    pub gateway: Arc<SkillGateway>,
+    /// The skills' terms, held by the invoker on every call.
+    pub terms: Arc<SkillTerms>,
     /// `skills.subscriptions`, replaced on each configuration reload.
     pub subscriptions: Arc<StaticSubscriptions>,
     /// The directory watcher (`skills.watch`); dropping it stops watching.
@@ -83,66 +83,6 @@ impl std::fmt::Debug for Skills {
     }
 }
 
-/// Runs gRPC invocations through the skills gateway. The request's
-/// `calling_skill` is a client claim: honoured only when the subject may act as
-/// that skill (`soulbase_mcp::skills::authorize_binding`), else the call is refused
-/// with `AUTH.FORBIDDEN` before anything runs.
-struct GatewayRunner {
-    gateway: Arc<SkillGateway>,
-    trust_dev: bool,
-}
-
-impl soulbase_grpc::CallRunner for GatewayRunner {
-    fn run(
-        &self,
-        call: ToolCall,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallResult> + Send + '_>> {
-        Box::pin(async move {
-            let calling = match &call.calling_skill {
-                None => None,
-                Some(name) => match soulbase_mcp::skills::authorize_binding(
-                    name,
-                    &call.subject,
-                    self.trust_dev,
-                ) {
-                    Ok(n) => Some(n),
-                    Err(e) => return refused(&call, &e),
-                },
-            };
-            let span = crate::telemetry::execute_tool_span(&call);
-            crate::telemetry::traced(span, self.gateway.invoke(calling.as_deref(), call)).await
-        })
-    }
-}
-
-/// Runs gRPC invocations through the invoker (no skills served), traced.
-struct InvokerRunner(Invoker);
-
-impl soulbase_grpc::CallRunner for InvokerRunner {
-    fn run(
-        &self,
-        call: ToolCall,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = CallResult> + Send + '_>> {
-        let span = crate::telemetry::execute_tool_span(&call);
-        Box::pin(crate::telemetry::traced(span, self.0.invoke(call)))
-    }
-}
-
-/// The result of a call refused before the pipeline (nothing executed).
-fn refused(call: &ToolCall, e: &SoulError) -> CallResult {
-    let mut public = e.public();
-    public.correlation_id = Some(call.call_id.to_string());
-    CallResult {
-        call_id: call.call_id.clone(),
-        status: soulbase_tools::pipeline::CallStatus::Denied,
-        error_code: Some(e.code()),
-        error: Some(public),
-        output: None,
-        evidence_ref: None,
-        replayed: false,
-    }
-}
-
 /// Everything the servers share.
 pub struct App {
     /// The configuration in force.
@@ -153,6 +93,8 @@ pub struct App {
     pub registry: Registry,
     /// The governed invoker.
     pub invoker: Invoker,
+    /// The one outer stack around it that every surface calls.
+    pub stack: Stack,
     /// Authorizes calls and registry writes.
     pub authorizer: Arc<dyn Authorizer>,
     /// Maps request metadata to subjects.
@@ -351,7 +293,7 @@ impl App {
         // Credentials are checked where the keys are: by the auth role when it is
         // remote, so the tools process needs no `auth` configuration of its own.
         let auth: Arc<dyn SubjectResolver> = Arc::new(match &remote_auth {
-            Some(r) => MetadataAuth::remote(r.clone(), dev_insecure),
+            Some(r) => MetadataAuth::remote(Arc::new(r.clone()), dev_insecure),
             None => MetadataAuth::new(Some(authenticator.clone()), dev_insecure),
         });
         if remote_auth.is_some() && (!cfg.auth.api_keys.is_empty() || !cfg.auth.jwt.is_empty()) {
@@ -406,6 +348,15 @@ impl App {
         };
         let metrics = Arc::new(Metrics::new());
         metrics.watch_evidence(flush.stats());
+        let skills = if tools_role {
+            let tools_redis = match &local_gate {
+                Some(LocalGate::Redis(q)) => Some(q.as_ref()),
+                _ => None,
+            };
+            start_skills(cfg, &registry, tools_redis)?
+        } else {
+            None
+        };
         let invoker = InvokerBuilder::new(
             Arc::new(registry.clone()),
             authorizer.clone(),
@@ -413,29 +364,31 @@ impl App {
             consent,
             profiles,
             sandbox,
-            sink.clone(),
+            sink,
             idempotency,
         )
         .config_hash(snap.hash());
+        let invoker = match &skills {
+            Some(s) => invoker.terms(s.terms.clone()),
+            None => invoker,
+        };
         let invoker = match builtins::fault_hook_from_env() {
             Some(hook) => invoker.fault_hook(hook),
             None => invoker,
         }
         .build();
-        let skills = if tools_role {
-            let tools_redis = match &local_gate {
-                Some(LocalGate::Redis(q)) => Some(q.as_ref()),
-                _ => None,
-            };
-            start_skills(cfg, &registry, &invoker, sink, tools_redis)?
-        } else {
-            None
-        };
+        // The one outer stack every surface serves calls through.
+        let stack = Stack::builder(invoker.clone())
+            .observer(metrics.clone())
+            .span(Arc::new(crate::telemetry::execute_tool_span))
+            .trust_dev_skills(dev_insecure)
+            .build();
         let app = Arc::new(App {
             config,
             loader,
             registry,
             invoker,
+            stack,
             authorizer,
             auth,
             metrics,
@@ -501,27 +454,6 @@ impl App {
     pub async fn reload_skills(&self) -> Option<Result<ReloadReport, SoulError>> {
         let s = self.skills.as_ref()?;
         Some(s.catalog.reload_async().await)
-    }
-
-    /// Runs `call` through the skills gateway (when skills are served) with the
-    /// calling skill the server established, else through the invoker.
-    pub async fn invoke(&self, calling_skill: Option<&str>, call: ToolCall) -> CallResult {
-        let span = crate::telemetry::execute_tool_span(&call);
-        match &self.skills {
-            Some(s) => crate::telemetry::traced(span, s.gateway.invoke(calling_skill, call)).await,
-            None => crate::telemetry::traced(span, self.invoker.invoke(call)).await,
-        }
-    }
-
-    /// What gRPC invocations run through.
-    pub fn call_runner(&self) -> Arc<dyn soulbase_grpc::CallRunner> {
-        match &self.skills {
-            Some(s) => Arc::new(GatewayRunner {
-                gateway: s.gateway.clone(),
-                trust_dev: self.dev_insecure,
-            }),
-            None => Arc::new(InvokerRunner(self.invoker.clone())),
-        }
     }
 
     /// Whether the server accepts new work.
@@ -610,18 +542,18 @@ fn local_quota(
     })
 }
 
-/// The skills gateway enforcing the skills' per-tool rate limits where the tool
+/// The skills' terms enforcing their per-tool rate limits where the tool
 /// quotas are: with `quota.backend: redis`, in the same Redis under a key prefix of
 /// their own, so every replica shares them; otherwise in this process. `tools` is
 /// the tool quotas' Redis backend when it runs in this process: the skills' limits
 /// then share its connection, so a call finding Redis down waits for it once.
 fn with_skill_rates(
-    gateway: SkillGateway,
+    terms: SkillTerms,
     cfg: &soulbase_config::Config,
     tools: Option<&RedisQuota>,
-) -> Result<SkillGateway, SoulError> {
+) -> Result<SkillTerms, SoulError> {
     if cfg.quota.backend != QuotaBackend::Redis {
-        return Ok(gateway);
+        return Ok(terms);
     }
     let no_limits = QuotaPlan::new(&[], &[]);
     let redis = Arc::new(match tools {
@@ -633,7 +565,7 @@ fn with_skill_rates(
         }
     });
     let sync = redis.clone();
-    Ok(gateway.with_quota(
+    Ok(terms.with_quota(
         redis,
         Some(Arc::new(move |limits: &[QuotaLimit]| sync.update(limits))),
     ))
@@ -667,14 +599,12 @@ fn internal_token(cfg: &soulbase_config::Config) -> Result<Option<String>, SoulE
     }
 }
 
-/// Loads the skills directory into `registry` and wires the gateway. A missing
+/// Loads the skills directory into `registry` and builds the skills' terms. A missing
 /// *default* directory (`./skills`) only logs a warning (no skills are served); a
 /// configured directory that is missing or unusable refuses start-up.
 fn start_skills(
     cfg: &soulbase_config::Config,
     registry: &Registry,
-    invoker: &Invoker,
-    sink: Arc<dyn EvidenceSink>,
     tools_redis: Option<&RedisQuota>,
 ) -> Result<Option<Skills>, SoulError> {
     let dir = &cfg.skills.dir;
@@ -699,10 +629,8 @@ fn start_skills(
         "skills loaded"
     );
     let subscriptions = Arc::new(StaticSubscriptions::from_config(&cfg.skills.subscriptions));
-    let gateway = SkillGateway::new(catalog.clone(), invoker.clone())
-        .with_subscriptions(subscriptions.clone())
-        .with_evidence(sink);
-    let gateway = with_skill_rates(gateway, cfg, tools_redis)?;
+    let terms = SkillTerms::new(catalog.clone()).with_subscriptions(subscriptions.clone());
+    let terms = with_skill_rates(terms, cfg, tools_redis)?;
     let watcher = cfg.skills.watch.then(|| {
         soulbase_skills::watch(
             catalog.clone(),
@@ -711,7 +639,7 @@ fn start_skills(
     });
     Ok(Some(Skills {
         catalog,
-        gateway: Arc::new(gateway),
+        terms: Arc::new(terms),
         subscriptions,
         _watcher: watcher,
     }))

@@ -2,24 +2,28 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /api/tools` | the caller's visible tools (query: `state`, `keyword`, `tag`, `group`) |
+//! | `GET /api/tools` | the caller's governed tool list (query: `keyword`, `tag`, `group`; `state` other than `enabled`: the operator's view of the tools it may administer) |
 //! | `POST /api/tools/{id}/preflight` | body = arguments object; the dry run |
 //! | `POST /api/tools/{id}/invoke` | body = arguments object; `Idempotency-Key`, `X-Soulbase-Consent`, `traceparent`, `X-Soulbase-Skill` headers |
-//! | `GET /api/skills` | the loaded skills with their `enabled` flag and tools |
-//! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (role `admin`, or any caller in dev mode) |
-//! | `POST /api/reload` | re-read the configuration and the skills directory (role `admin`, or any caller in dev mode) |
-//! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only; action `read_evidence` on the call's tool) |
+//! | `GET /api/skills` | the skills that show to the caller, with their tools (`?all=true`: every loaded skill, enabled or not, for a caller who may administer them) |
+//! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (action `enable` / `disable` on each of the skill's tools) |
+//! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
+//! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool) |
 //! | `GET /healthz` / `GET /readyz` | liveness / readiness (503 while starting or draining) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `/mcp` | MCP streamable HTTP (Origin validated; sessions bounded per tenant and in total, idle ones closed) |
 //!
-//! Invocations run through the skills gateway. `X-Soulbase-Skill: NAME` makes the
-//! call on behalf of skill `NAME` (its imports are checked), honoured only for a
-//! subject holding scope `skill:NAME` (see `soulbase_mcp::skills`).
+//! Invocations, preflights and the tool list go through the one stack
+//! ([`soulbase_edge::Stack`]), like every surface's. `X-Soulbase-Skill: NAME` makes
+//! the call on behalf of skill `NAME` (its imports are checked), honoured only for
+//! a subject holding scope `skill:NAME` (see [`soulbase_edge::binding`]).
+//! Administration is authorized by the `Authorizer` like everything else.
 //!
 //! Errors are the public view of R5 (`{"error": {code, message, fields, retry,
 //! retry_after_ms, correlation_id}}`) with the code's HTTP status; an invoke answers
-//! the whole normalized `CallResult` with that status. A body over
+//! the whole normalized `CallResult` with that status. An unknown route is 404 and
+//! a wrong method 405, in the same envelope (`SCHEMA.VALIDATION_FAILED`, field
+//! `path` / `method`). A body over
 //! `server.max_body_bytes` is answered 413 in the same envelope
 //! (`SCHEMA.VALIDATION_FAILED`, field `body`) on every route, and so is a body not
 //! received whole within `server.body_read_timeout_ms` with 408 (closing an
@@ -29,7 +33,7 @@
 //! `QUOTA.RATE_LIMITED` (429) naming the limit, with a retry hint.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -40,14 +44,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use soulbase_auth::{ACTION_READ_EVIDENCE, AuthzRequest};
+use soulbase_auth::{Action, AuthzRequest};
 use soulbase_config::ReloadStatus;
+use soulbase_edge::{CallMeta, CallObserver, CallRequest, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_grpc::convert::{self, CallMeta};
-use soulbase_grpc::{CallObserver, Surface};
+use soulbase_grpc::convert;
 use soulbase_mcp::sessions::McpSessions;
 use soulbase_observe::EvidenceEvent;
-use soulbase_tools::pipeline::ToolCall;
 use soulbase_tools::{ResolvedTool, ToolFilter, ToolOwner};
 use soulbase_types::{CallId, Subject, ToolId};
 
@@ -279,59 +282,46 @@ async fn list_tools(
         group: q.group,
         ..ToolFilter::default()
     };
-    let mut tools = app.registry.list(&subject.tenant, &filter);
-    tools.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+    let binding = CallMeta::from_headers(&headers).binding;
+    let tools = match app
+        .stack
+        .list(Surface::Http, &subject, &binding, &filter)
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
     let list: Vec<Value> = tools.iter().map(tool_json).collect();
     json_response(StatusCode::OK, &json!({ "tools": list }))
 }
 
-async fn build_call(
+/// The request of an invoke or preflight: its subject (or why there is none),
+/// and the call it makes (or why it is malformed).
+async fn call_request(
     app: &App,
     id: &str,
     headers: &HeaderMap,
     body: &Bytes,
-) -> Result<ToolCall, SoulError> {
+) -> Result<(Subject, Result<CallRequest, SoulError>), SoulError> {
     let subject = subject(app, headers).await?;
-    let refuse = |e: SoulError| {
-        app.metrics.refused(Surface::Http, e.code());
-        e
-    };
-    let tool = convert::tool_id("id", id).map_err(refuse)?;
-    let text = std::str::from_utf8(body)
-        .map_err(|_| refuse(convert::invalid("body", "the body is not UTF-8")))?;
-    let args = convert::arguments("body", text).map_err(refuse)?;
-    if !args.is_object() {
-        return Err(refuse(convert::invalid(
-            "body",
-            "the body must be a JSON object of arguments",
-        )));
-    }
-    let meta = CallMeta::from_headers(headers);
-    let mut call = ToolCall::new(subject, tool, args);
-    call.idempotency_key = meta.idempotency_key;
-    call.consent = meta.consent;
-    if let Some(tp) = meta.traceparent {
-        let trace = soulbase_types::TraceContext::parse_traceparent(&tp).map_err(|_| {
-            refuse(convert::invalid(
-                "traceparent",
-                "the traceparent header is malformed",
-            ))
-        })?;
-        call = call.with_trace(trace);
-    }
-    if let Some(c) = headers
-        .get("x-soulbase-call-id")
-        .and_then(|v| v.to_str().ok())
-    {
-        let id = CallId::new(c).map_err(|_| {
-            refuse(convert::invalid(
-                "x-soulbase-call-id",
-                "the call id is malformed",
-            ))
-        })?;
-        call = call.with_call_id(id);
-    }
-    Ok(call)
+    let args = std::str::from_utf8(body)
+        .map_err(|_| convert::invalid("body", "the body is not UTF-8"))
+        .and_then(|text| convert::arguments("body", text))
+        .and_then(|args| {
+            if args.is_object() {
+                Ok(args)
+            } else {
+                Err(convert::invalid(
+                    "body",
+                    "the body must be a JSON object of arguments",
+                ))
+            }
+        });
+    let call = args.map(|args| CallRequest {
+        meta: CallMeta::from_headers(headers),
+        ..CallRequest::new(Surface::Http, subject.clone(), id, args)
+    });
+    Ok((subject, call))
 }
 
 async fn preflight(
@@ -340,23 +330,20 @@ async fn preflight(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let call = match build_call(&app, &id, &headers, &body).await {
-        Ok(c) => c,
+    let call = match call_request(&app, &id, &headers, &body).await {
+        Ok((_, Ok(call))) => call,
+        Ok((_, Err(e))) => {
+            app.metrics.refused(Surface::Http, e.code());
+            return error_response(&e);
+        }
         Err(e) => return error_response(&e),
     };
-    match app.invoker.preflight(&call).await {
-        Ok(report) => {
-            app.metrics
-                .budget_seen(&call.subject.tenant, &call.tool, &report.budget);
-            json_response(
-                StatusCode::OK,
-                &serde_json::to_value(&report).unwrap_or(Value::Null),
-            )
-        }
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e.with_correlation_id(call.call_id.as_str()))
-        }
+    match app.stack.preflight(call).await {
+        Ok(report) => json_response(
+            StatusCode::OK,
+            &serde_json::to_value(&report).unwrap_or(Value::Null),
+        ),
+        Err(e) => error_response(&e),
     }
 }
 
@@ -366,24 +353,11 @@ async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let call = match build_call(&app, &id, &headers, &body).await {
-        Ok(c) => c,
+    let result = match call_request(&app, &id, &headers, &body).await {
+        Ok((_, Ok(call))) => app.stack.invoke(call).await,
+        Ok((subject, Err(e))) => app.stack.refuse(Surface::Http, &subject, &id, e).await,
         Err(e) => return error_response(&e),
     };
-    let calling =
-        match soulbase_mcp::skills::skill_binding(&headers, &call.subject, app.dev_insecure) {
-            Ok(c) => c,
-            Err(e) => {
-                app.metrics.refused(Surface::Http, e.code());
-                return error_response(&e);
-            }
-        };
-    let tool = call.tool.clone();
-    let started = Instant::now();
-    app.metrics.call_started(Surface::Http);
-    let result = app.invoke(calling.as_deref(), call).await;
-    app.metrics
-        .call_finished(Surface::Http, &tool, &result, started.elapsed());
     let status = result.error_code.map_or(StatusCode::OK, http_status);
     json_response(
         status,
@@ -391,16 +365,49 @@ async fn invoke(
     )
 }
 
-/// The caller, when it may administer the server (role `admin`, or dev mode).
-async fn admin(app: &App, headers: &HeaderMap, what: &str) -> Result<Subject, SoulError> {
+/// The caller, when policy lets it perform `action` on every one of `tools`
+/// (their owners as `tenant` sees them): administration goes through the
+/// `Authorizer` like every other decision.
+async fn administer(
+    app: &App,
+    headers: &HeaderMap,
+    action: Action,
+    tools: &[ToolId],
+) -> Result<Subject, SoulError> {
     let subject = subject(app, headers).await?;
-    if !app.dev_insecure && !subject.roles.contains("admin") {
-        return Err(SoulError::new(
-            ErrorCode::AuthForbidden,
-            format!("{what} needs the admin role"),
-        ));
+    for tool in tools {
+        let owner = app
+            .registry
+            .get(&subject.tenant, tool)
+            .ok()
+            .map(|t| t.owner);
+        app.authorizer
+            .authorize(AuthzRequest {
+                subject: &subject,
+                tool,
+                tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
+                action,
+            })
+            .await
+            .inspect_err(|e| app.metrics.refused(Surface::Http, e.code()))?;
     }
     Ok(subject)
+}
+
+/// The resource a [`Action::Reload`] is asked about.
+fn reload_resource() -> Result<ToolId, SoulError> {
+    ToolId::new(Action::RELOAD_RESOURCE).map_err(SoulError::internal)
+}
+
+/// The resources administering `skill` is asked about: its tools, or for a skill
+/// of instructions only, `skills.<name>.instructions`.
+fn skill_resources(skill: &soulbase_skills::Skill) -> Result<Vec<ToolId>, SoulError> {
+    if skill.tools.is_empty() {
+        let id = ToolId::new(format!("skills.{}.instructions", skill.name))
+            .map_err(SoulError::internal)?;
+        return Ok(vec![id]);
+    }
+    Ok(skill.tools.iter().map(|t| t.id().clone()).collect())
 }
 
 fn skills_json(report: &soulbase_skills::ReloadReport) -> Value {
@@ -414,7 +421,11 @@ fn skills_json(report: &soulbase_skills::ReloadReport) -> Value {
 }
 
 async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = admin(&app, &headers, "reloading the configuration").await {
+    let allowed = match reload_resource() {
+        Ok(r) => administer(&app, &headers, Action::Reload, &[r]).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = allowed {
         return error_response(&e);
     }
     let status = app.reload();
@@ -463,16 +474,84 @@ fn no_skills() -> SoulError {
     SoulError::new(ErrorCode::ToolNotFound, "this server serves no skills")
 }
 
-/// `GET /api/skills`: every loaded skill, enabled or not, in name order.
-async fn list_skills(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = subject(&app, &headers).await {
-        return error_response(&e);
-    }
+fn no_skill(name: &str) -> SoulError {
+    SoulError::new(ErrorCode::ToolNotFound, format!("skill {name} not found"))
+        .with_field("skill", name.to_owned())
+}
+
+/// `GET /api/skills` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillsQuery {
+    /// Every loaded skill, enabled or not (the operator's view).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// `GET /api/skills`: the skills that show to the caller (enabled, with at least
+/// one tool in its governed list, or instructions only), in name order; with
+/// `?all=true`, every loaded skill the caller may administer (`enable`).
+async fn list_skills(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<SkillsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let subject = match subject(&app, &headers).await {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (all)",
+        ));
+    };
     let Some(skills) = &app.skills else {
         return json_response(StatusCode::OK, &json!({"skills": [], "generation": 0}));
     };
     let set = skills.catalog.current();
-    let list: Vec<Value> = set.skills().map(|s| skill_json(&set, s)).collect();
+    let mut list = Vec::new();
+    if q.all {
+        for s in set.skills() {
+            let may = match skill_resources(s) {
+                Ok(tools) => {
+                    let mut ok = true;
+                    for t in &tools {
+                        let owner = app.registry.get(&subject.tenant, t).ok().map(|r| r.owner);
+                        let owner = owner.unwrap_or(ToolOwner::Global);
+                        if !app
+                            .invoker
+                            .permits(&subject, t, &owner, Action::Enable)
+                            .await
+                        {
+                            ok = false;
+                            break;
+                        }
+                    }
+                    ok
+                }
+                Err(_) => false,
+            };
+            if may {
+                list.push(skill_json(&set, s));
+            }
+        }
+    } else {
+        let binding = CallMeta::from_headers(&headers).binding;
+        let available = match app.stack.available(Surface::Http, &subject, &binding).await {
+            Ok(a) => a,
+            Err(e) => return error_response(&e),
+        };
+        for s in set.skills().filter(|s| set.is_enabled(&s.name)) {
+            let shows = s.tools.is_empty()
+                || s.tools
+                    .iter()
+                    .any(|t| available.iter().any(|a| a.id() == t.id()));
+            if shows {
+                list.push(skill_json(&set, s));
+            }
+        }
+    }
     json_response(
         StatusCode::OK,
         &json!({"skills": list, "generation": set.generation()}),
@@ -494,9 +573,6 @@ async fn patch_skill(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(e) = admin(&app, &headers, "enabling or disabling a skill").await {
-        return error_response(&e);
-    }
     let patch: SkillPatch = match serde_json::from_slice(&body) {
         Ok(p) => p,
         Err(e) => {
@@ -509,6 +585,24 @@ async fn patch_skill(
     let Some(skills) = &app.skills else {
         return error_response(&no_skills());
     };
+    let resources = match skills
+        .catalog
+        .current()
+        .get(&name)
+        .map(|s| skill_resources(s))
+    {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => return error_response(&e),
+        None => return error_response(&no_skill(&name)),
+    };
+    let action = if patch.enabled {
+        Action::Enable
+    } else {
+        Action::Disable
+    };
+    if let Err(e) = administer(&app, &headers, action, &resources).await {
+        return error_response(&e);
+    }
     if let Err(e) = skills.catalog.set_enabled_async(&name, patch.enabled).await {
         return error_response(&e);
     }
@@ -523,11 +617,7 @@ async fn patch_skill(
 const EVIDENCE_READ_WAIT: Duration = Duration::from_secs(2);
 
 fn no_evidence() -> SoulError {
-    SoulError::new(
-        ErrorCode::ToolNotFound,
-        "no evidence is recorded for this call",
-    )
-    .with_field("field", "call_id")
+    SoulError::of(ErrorCode::EvidenceNotFound).with_field("field", "call_id")
 }
 
 /// `GET /api/evidence/{call_id}`: the records of one call of the caller's tenant
@@ -587,7 +677,7 @@ async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<
             subject: &subject,
             tool: &tool,
             tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
-            action: ACTION_READ_EVIDENCE,
+            action: Action::ReadEvidence,
         })
         .await?;
     let replay = soulbase_observe::replay(&evidence)?;
@@ -596,6 +686,30 @@ async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<
         "records": evidence.records,
         "replay": replay,
     }))
+}
+
+/// An unknown route: 404 in the JSON error envelope.
+async fn no_route(uri: axum::http::Uri) -> Response {
+    error_response_with(
+        StatusCode::NOT_FOUND,
+        &SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            format!("there is no route {}", uri.path()),
+        )
+        .with_field("field", "path"),
+    )
+}
+
+/// A route asked with a method it does not serve: 405 in the JSON error envelope.
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
+    error_response_with(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &SoulError::new(
+            ErrorCode::SchemaValidationFailed,
+            format!("{} does not serve {method}", uri.path()),
+        )
+        .with_field("field", "method"),
+    )
 }
 
 async fn healthz() -> Response {
@@ -782,6 +896,8 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
                 .route("/healthz", get(healthz))
                 .route("/readyz", get(readyz))
                 .route("/metrics", get(metrics))
+                .fallback(no_route)
+                .method_not_allowed_fallback(wrong_method)
                 .with_state(app),
         );
     }
@@ -805,6 +921,8 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(app)
-        .merge(mcp_routes);
+        .merge(mcp_routes)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method);
     limit(all)
 }

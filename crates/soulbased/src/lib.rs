@@ -40,7 +40,7 @@
 //!   exported over OTLP/gRPC.
 //! - Sandbox: profiles are Grant ∩ Manifest ∩ PolicyConfig (`sandbox.*`), executed
 //!   by the builtin, HTTP, WASM and process executors.
-//! - Authentication from metadata through the [`soulbase_grpc::SubjectResolver`]
+//! - Authentication from metadata through the [`soulbase_edge::SubjectResolver`]
 //!   seam: API keys / JWTs (`auth.*`), development headers only with
 //!   `server.dev_insecure: true`.
 

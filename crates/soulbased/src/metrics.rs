@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::ErrorCode;
-use soulbase_grpc::{CallObserver, Surface};
 use soulbase_qos::BudgetSnapshot;
 use soulbase_tools::pipeline::{CallResult, CallStatus};
 use soulbase_types::{TenantId, ToolId};
@@ -56,21 +56,22 @@ impl Histogram {
     }
 }
 
-const SURFACES: [Surface; 3] = [Surface::Grpc, Surface::Http, Surface::Mcp];
+const SURFACES: [Surface; 4] = [Surface::Grpc, Surface::Http, Surface::Mcp, Surface::Cli];
 
 fn surface_index(s: Surface) -> usize {
     match s {
         Surface::Grpc => 0,
         Surface::Http => 1,
         Surface::Mcp => 2,
+        Surface::Cli => 3,
     }
 }
 
 /// The process's metrics. Cheap to update from any thread.
 #[derive(Default)]
 pub struct Metrics {
-    calls: [[AtomicU64; 3]; 3],
-    latency: [Histogram; 3],
+    calls: [[AtomicU64; 3]; SURFACES.len()],
+    latency: [Histogram; SURFACES.len()],
     denials: Mutex<BTreeMap<(Surface, ErrorCode), u64>>,
     errors: Mutex<BTreeMap<(Surface, ErrorCode), u64>>,
     budgets: Mutex<BTreeMap<(String, String), u64>>,
@@ -356,7 +357,7 @@ impl CallObserver for Metrics {
     }
 
     fn refused(&self, surface: Surface, code: ErrorCode) {
-        if soulbase_grpc::is_denial(code) {
+        if soulbase_tools::pipeline::is_denial(code) {
             bump(&self.denials, (surface, code));
         } else {
             bump(&self.errors, (surface, code));

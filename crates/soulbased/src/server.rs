@@ -117,13 +117,10 @@ async fn grpc_deadline(request: axum::extract::Request, next: Next) -> axum::res
 /// bounded by `server.mcp_max_sessions`, `server.mcp_max_sessions_per_tenant` and
 /// `server.mcp_session_idle_ms` (idle ones closed by a sweeper until `stop`).
 pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> http_api::Mcp {
-    let mut server =
-        McpServer::for_http(app.registry.clone(), app.invoker.clone(), app.auth.clone())
-            .with_observer(app.metrics.clone())
-            .with_call_span(Arc::new(crate::telemetry::execute_tool_span))
-            .with_shutdown(stop.clone());
+    let mut server = McpServer::for_http(app.registry.clone(), app.stack.clone(), app.auth.clone())
+        .with_shutdown(stop.clone());
     if let Some(s) = &app.skills {
-        server = server.with_skills(s.gateway.clone(), app.dev_insecure);
+        server = server.with_skills(s.terms.clone());
     }
     let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop.clone());
     if !loopback {
@@ -202,13 +199,12 @@ pub async fn run(
     if tools {
         let registry = RegistryService::new(
             app.registry.clone(),
+            app.stack.clone(),
             app.authorizer.clone(),
             app.auth.clone(),
         )
         .with_shutdown(stop_rx.clone());
-        let invoker = InvokerService::new(app.invoker.clone(), app.auth.clone())
-            .with_runner(app.call_runner())
-            .with_observer(app.metrics.clone());
+        let invoker = InvokerService::new(app.stack.clone(), app.auth.clone());
         routes = routes
             .add_service(registry.into_server())
             .add_service(invoker.into_server());

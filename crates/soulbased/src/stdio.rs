@@ -14,8 +14,7 @@ use crate::evidence::EvidenceFlush;
 ///
 /// With `skill`, the session is bound to that skill: its tool set is the skill's
 /// and its calls are made as that skill (imports checked). Calls run through the
-/// skills gateway when `app` serves skills, with the app's metrics observer and
-/// `execute_tool` spans.
+/// app's one stack (metrics, `execute_tool` spans, the skills' terms).
 ///
 /// Errors are human-readable: `--tenant: …` / `--actor: …` for a malformed id, or
 /// `CODE: message` when the stdio transport fails.
@@ -30,14 +29,12 @@ pub async fn serve_mcp(
     let actor = ActorId::new(actor).map_err(|e| format!("--actor: {}", e.reason))?;
     let mut server = soulbase_mcp::McpServer::for_subject(
         app.registry.clone(),
-        app.invoker.clone(),
+        app.stack.clone(),
         Subject::new(tenant, actor),
     )
-    .with_observer(app.metrics.clone())
-    .with_call_span(Arc::new(crate::telemetry::execute_tool_span))
     .with_bound_skill(skill);
     if let Some(s) = &app.skills {
-        server = server.with_skills(s.gateway.clone(), false);
+        server = server.with_skills(s.terms.clone());
     }
     soulbase_mcp::serve_stdio(server)
         .await

@@ -38,8 +38,10 @@ async fn stdio_lists_and_calls_as_the_configured_subject() {
     let stdout = child.stdout.take().unwrap();
     let stdin = child.stdin.take().unwrap();
     let client = ().serve((stdout, stdin)).await.unwrap();
+    // The list is the subject's governed list: only what policy lets it call.
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 3);
+    let names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names, ["soulbase.builtin.echo"]);
     let ok = client
         .call_tool(
             CallToolRequestParams::new("soulbase.builtin.echo")

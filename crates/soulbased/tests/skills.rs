@@ -29,7 +29,7 @@ skills:
   watch: false
 policy:
   rules:
-    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate] }
+    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate, reload] }
     - { effect: allow, tenant: beta, tools: ["*"], actions: [invoke, preflight, register, enable] }
 "#;
 
@@ -78,7 +78,7 @@ async fn json_of(
 }
 
 async fn skills(server: &Server) -> Vec<(String, bool)> {
-    let (status, v) = json_of(server, "GET", "/api/skills", &ACME, "").await;
+    let (status, v) = json_of(server, "GET", "/api/skills?all=true", &ACME, "").await;
     assert_eq!(status, 200, "{v}");
     v["skills"]
         .as_array()

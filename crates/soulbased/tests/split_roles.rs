@@ -26,7 +26,7 @@ fn invoke_req(tool: &str, args: Value) -> proto::InvokeRequest {
 
 /// [`DEV_CONFIG`], where `acme` may also read its evidence.
 fn config() -> String {
-    DEV_CONFIG.replace("deprecate]", "deprecate, read_evidence]")
+    DEV_CONFIG.replace("reload]", "reload, read_evidence]")
 }
 
 /// GETs a call's evidence from `server`'s HTTP API as `acme`, as JSON.

@@ -11,9 +11,9 @@ use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_observe::MemorySink;
 use soulbase_qos::LocalQuota;
 use soulbase_sandbox::{BuiltinExecutor, DeclaredProfiles, LocalSandbox, handler_fn};
-use soulbase_skills::{CatalogOptions, ReloadReport, SkillCatalog};
+use soulbase_skills::{CatalogOptions, ReloadReport, SkillCatalog, SkillTerms};
 use soulbase_tools::Registry;
-use soulbase_tools::pipeline::{Invoker, InvokerBuilder, MemoryIdempotency};
+use soulbase_tools::pipeline::{CallResult, Invoker, InvokerBuilder, MemoryIdempotency, ToolCall};
 use soulbase_types::{ActorId, Subject, TenantId, ToolId};
 
 /// The repository's example skills directory.
@@ -103,13 +103,22 @@ pub struct Env {
     pub report: ReloadReport,
     pub invoker: Invoker,
     pub sink: MemorySink,
+    /// The skills' terms the invoker holds every call to.
+    pub terms: Arc<SkillTerms>,
 }
 
-/// A catalog over `dir` (confined to it) with an invoker over `builtins()`.
+/// A catalog over `dir` (confined to it) with an invoker over `builtins()`
+/// holding calls to the skills' default terms.
 pub fn env(dir: &Path) -> Env {
+    env_with(dir, |t| t)
+}
+
+/// [`env`] with the skills' terms shaped by `terms` (subscriptions, audit, quota).
+pub fn env_with(dir: &Path, terms: impl FnOnce(SkillTerms) -> SkillTerms) -> Env {
     let registry = Registry::new();
     let (catalog, report) = SkillCatalog::open(registry.clone(), CatalogOptions::new(dir)).unwrap();
     let sink = MemorySink::new();
+    let terms = Arc::new(terms(SkillTerms::new(catalog.clone())));
     let invoker = InvokerBuilder::new(
         Arc::new(registry.clone()),
         Arc::new(StaticPolicy::new(&allow_all())),
@@ -122,6 +131,7 @@ pub fn env(dir: &Path) -> Env {
         Arc::new(sink.clone()),
         Arc::new(MemoryIdempotency::new()),
     )
+    .terms(terms.clone())
     .build();
     Env {
         registry,
@@ -129,5 +139,45 @@ pub fn env(dir: &Path) -> Env {
         report,
         invoker,
         sink,
+        terms,
+    }
+}
+
+/// Calls through the invoker as a surface would: the calling skill (what the
+/// surface established from the caller's binding) set on the call, and
+/// `run_skill` resolved by the terms.
+pub struct Calls {
+    pub invoker: Invoker,
+    pub terms: Arc<SkillTerms>,
+}
+
+impl Calls {
+    pub fn of(e: &Env) -> Self {
+        Self {
+            invoker: e.invoker.clone(),
+            terms: e.terms.clone(),
+        }
+    }
+
+    /// `call` made on behalf of `calling` (`None`: a model or client directly).
+    pub async fn invoke(&self, calling: Option<&str>, mut call: ToolCall) -> CallResult {
+        call.calling_skill = calling.map(str::to_owned);
+        self.invoker.invoke(call).await
+    }
+
+    /// The protocol's `run_skill`: tool `tool` of `skill` (its only tool when
+    /// `None`), refused with its code when the skill or tool is not there.
+    pub async fn run_skill(
+        &self,
+        subject: Subject,
+        calling: Option<&str>,
+        skill: &str,
+        tool: Option<&str>,
+        args: serde_json::Value,
+    ) -> CallResult {
+        match self.terms.run_target(skill, tool) {
+            Ok(id) => self.invoke(calling, ToolCall::new(subject, id, args)).await,
+            Err(e) => CallResult::refused(soulbase_types::CallId::generate(), &e),
+        }
     }
 }

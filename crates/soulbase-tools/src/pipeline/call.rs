@@ -182,6 +182,13 @@ impl CallResult {
         }
     }
 
+    /// The result of a call refused before execution with `err` (status
+    /// `denied`, no evidence reference). Only the pipeline decides refusals; this is
+    /// for answering one it decided (e.g. a stored replay) in the same shape.
+    pub fn refused(call_id: CallId, err: &SoulError) -> Self {
+        Self::failed(call_id, err, None)
+    }
+
     /// The error as a [`SoulError`] (public view only), when not ok.
     pub fn error(&self) -> Option<SoulError> {
         self.error.clone().map(SoulError::from_public)

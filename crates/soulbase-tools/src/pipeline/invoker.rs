@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use serde_json::Value;
-use soulbase_auth::{ACTION_INVOKE, Authorizer, AuthzRequest, ConsentRequest, ConsentVerifier};
+use soulbase_auth::{Action, Authorizer, AuthzRequest, ConsentRequest, ConsentVerifier};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
     BudgetUsage, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
@@ -27,9 +27,10 @@ use super::idempotency::{Claim, IdempotencyKey, IdempotencyStore, StoredOutcome}
 use super::inflight::{InFlight, OpenCall};
 use super::obligations::apply_obligations;
 use super::stage::{self, stage_span};
+use super::terms::{self as quota_terms, Admission, CallTerms, QuotaHold};
 use super::{CallResult, PreflightReport, ToolCall};
 use crate::manifest::{CompiledTool, Concurrency, Idempotency, SafetyClass, SideEffect};
-use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolOwner};
+use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolFilter, ToolOwner, ToolState};
 
 /// Finds the enabled tool a tenant may see: `TOOL.NOT_FOUND` when invisible,
 /// `TOOL.DISABLED` when visible but not enabled. The registry implements it.
@@ -38,6 +39,8 @@ pub trait ToolResolver: Send + Sync + 'static {
     fn resolve(&self, tenant: &TenantId, id: &ToolId) -> Result<ResolvedTool, SoulError>;
     /// The enabled tools `tenant` sees (before authorization).
     fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec>;
+    /// The tools `tenant` sees that match `filter` (before authorization).
+    fn list(&self, tenant: &TenantId, filter: &ToolFilter) -> Vec<ResolvedTool>;
 }
 
 impl ToolResolver for Registry {
@@ -47,6 +50,10 @@ impl ToolResolver for Registry {
 
     fn available_specs(&self, tenant: &TenantId) -> Vec<AvailableSpec> {
         Registry::available_specs(self, tenant)
+    }
+
+    fn list(&self, tenant: &TenantId, filter: &ToolFilter) -> Vec<ResolvedTool> {
+        Registry::list(self, tenant, filter)
     }
 }
 
@@ -59,6 +66,7 @@ struct Seams {
     sandbox: Arc<dyn Sandbox>,
     evidence: Arc<dyn EvidenceSink>,
     idempotency: Arc<dyn IdempotencyStore>,
+    terms: Option<Arc<dyn CallTerms>>,
     config_hash: ArcSwap<String>,
     limiter: ConcurrencyLimiter,
     inflight: InFlight,
@@ -99,6 +107,7 @@ impl InvokerBuilder {
                 sandbox,
                 evidence,
                 idempotency,
+                terms: None,
                 config_hash: ArcSwap::from_pointee(String::new()),
                 limiter: ConcurrencyLimiter::default(),
                 inflight: InFlight::default(),
@@ -110,6 +119,13 @@ impl InvokerBuilder {
     /// The hash of the configuration in force, recorded in every Begin.
     pub fn config_hash(self, hash: impl Into<String>) -> Self {
         self.seams.config_hash.store(Arc::new(hash.into()));
+        self
+    }
+
+    /// The provider terms (the skills' imports, subscriptions and rate limits)
+    /// every call is held to, at stage `terms` and `quota` (see [`CallTerms`]).
+    pub fn terms(mut self, terms: Arc<dyn CallTerms>) -> Self {
+        self.seams.terms = Some(terms);
         self
     }
 
@@ -133,6 +149,7 @@ struct Cleared {
     bytes_in: u64,
     args_digest: String,
     policy_hash: String,
+    admission: Admission,
 }
 
 /// A keyed call's key, arguments digest and Begin, carried to its End.
@@ -324,30 +341,118 @@ impl Invoker {
         self.seams.tools.resolve(tenant, id)
     }
 
-    /// The AvailableSpec view (R2) for `subject`: the enabled tools its tenant sees
-    /// (manifest ∩ tenant config) that policy lets it invoke — what a model should
-    /// be offered. A tool the authorizer refuses (or cannot decide) is left out.
-    pub async fn available_specs(&self, subject: &Subject) -> Vec<AvailableSpec> {
+    /// The AvailableSpec view (R2, SB-08 §3.3) for `subject` acting as
+    /// `calling_skill` (`None`: a model or client acting directly): what it may be
+    /// offered, in id order — [`list`](Self::list) of the enabled tools.
+    pub async fn available(
+        &self,
+        subject: &Subject,
+        calling_skill: Option<&str>,
+    ) -> Result<Vec<AvailableSpec>, SoulError> {
+        let tools = self
+            .list(subject, calling_skill, &ToolFilter::default())
+            .await?;
+        Ok(tools
+            .into_iter()
+            .map(|r| AvailableSpec {
+                tool: r.tool,
+                owner: r.owner,
+            })
+            .collect())
+    }
+
+    /// The governed listing every surface serves, in id order.
+    ///
+    /// - Without a state in `filter`, or with `enabled`: the tools `subject`'s
+    ///   tenant sees enabled (manifest ∩ tenant config) that match `filter`, that
+    ///   the provider's terms show to a caller acting as `calling_skill`, and that
+    ///   policy lets `subject` both `list` and `invoke`.
+    /// - With another state (`registered`, `paused`, `deprecated`): the operator's
+    ///   view of those tools — each one `subject` may `list` and administer
+    ///   (`enable`).
+    ///
+    /// A tool the authorizer refuses (or cannot decide) is left out. A binding to a
+    /// skill that is not loaded or is disabled is `TOOL.NOT_FOUND`.
+    pub async fn list(
+        &self,
+        subject: &Subject,
+        calling_skill: Option<&str>,
+        filter: &ToolFilter,
+    ) -> Result<Vec<ResolvedTool>, SoulError> {
         let s = &self.seams;
+        if let (Some(terms), Some(skill)) = (&s.terms, calling_skill) {
+            terms.check_binding(skill)?;
+        }
+        let operator = filter.state.is_some_and(|st| st != ToolState::Enabled);
+        let filter = ToolFilter {
+            state: Some(filter.state.unwrap_or(ToolState::Enabled)),
+            ..filter.clone()
+        };
+        let needed = if operator {
+            Action::Enable
+        } else {
+            Action::Invoke
+        };
         let mut out = Vec::new();
-        for spec in s.tools.available_specs(&subject.tenant) {
-            let decision = s
-                .authorizer
-                .authorize(AuthzRequest {
-                    subject,
-                    tool: spec.id(),
-                    tool_tenant: match &spec.owner {
-                        ToolOwner::Tenant(t) => Some(t),
-                        ToolOwner::Global => None,
-                    },
-                    action: ACTION_INVOKE,
-                })
-                .await;
-            if decision.is_ok() {
-                out.push(spec);
+        for tool in s.tools.list(&subject.tenant, &filter) {
+            if !operator
+                && let Some(terms) = &s.terms
+                && !terms.visible(tool.id(), calling_skill)
+            {
+                continue;
+            }
+            if self
+                .permits(subject, tool.id(), &tool.owner, Action::List)
+                .await
+                && self.permits(subject, tool.id(), &tool.owner, needed).await
+            {
+                out.push(tool);
             }
         }
-        out
+        out.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+        Ok(out)
+    }
+
+    /// Whether policy lets `subject` perform `action` on tool `id` of `owner`.
+    pub async fn permits(
+        &self,
+        subject: &Subject,
+        id: &ToolId,
+        owner: &ToolOwner,
+        action: Action,
+    ) -> bool {
+        self.seams
+            .authorizer
+            .authorize(AuthzRequest {
+                subject,
+                tool: id,
+                tool_tenant: owner.tenant_id(),
+                action,
+            })
+            .await
+            .is_ok()
+    }
+
+    /// Answers a call refused before it reached the pipeline (a malformed tool
+    /// id, a skill binding the caller may not claim, a malformed trace context):
+    /// records its denial like the pipeline's own refusals and returns the
+    /// `denied` result. `tool` is the id as the caller gave it.
+    pub async fn refuse(
+        &self,
+        subject: &Subject,
+        origin: Origin,
+        call_id: &CallId,
+        tool: &str,
+        err: SoulError,
+    ) -> CallResult {
+        let header = Header {
+            tenant: subject.tenant.clone(),
+            actor: subject.actor.clone(),
+            origin,
+            trace: None,
+        };
+        self.record_denial(&header, call_id, tool, &err).await;
+        CallResult::failed(call_id.clone(), &err, None)
     }
 
     /// Cuts off every call still running (a server whose shutdown grace expired):
@@ -391,8 +496,10 @@ impl Invoker {
         }
     }
 
-    /// Resolve, input schema, authorization: the checks every path shares.
-    async fn clear(&self, call: &ToolCall) -> Result<Cleared, SoulError> {
+    /// Resolve, input schema, authorization, the provider's terms: the checks
+    /// every path shares. A preflight must be allowed to `preflight` as well as
+    /// to `invoke`.
+    async fn clear(&self, call: &ToolCall, preflight: bool) -> Result<Cleared, SoulError> {
         let s = &self.seams;
         let resolved = stage::sync(stage_span!("resolve"), || {
             s.tools.resolve(&call.subject.tenant, &call.tool)
@@ -400,22 +507,35 @@ impl Invoker {
         let args_bytes = stage::sync(stage_span!("schema"), || {
             Self::check_input(call, &resolved.tool)
         })?;
-        let authorize = s.authorizer.authorize(AuthzRequest {
-            subject: &call.subject,
-            tool: &call.tool,
-            tool_tenant: match &resolved.owner {
-                ToolOwner::Tenant(t) => Some(t),
-                ToolOwner::Global => None,
-            },
-            action: ACTION_INVOKE,
-        });
+        let ask = |action| {
+            s.authorizer.authorize(AuthzRequest {
+                subject: &call.subject,
+                tool: &call.tool,
+                tool_tenant: match &resolved.owner {
+                    ToolOwner::Tenant(t) => Some(t),
+                    ToolOwner::Global => None,
+                },
+                action,
+            })
+        };
+        let authorize = async {
+            if preflight {
+                ask(Action::Preflight).await?;
+            }
+            ask(Action::Invoke).await
+        };
         let decision = stage::run(stage_span!("authorize"), authorize).await?;
+        let admission = match &s.terms {
+            Some(terms) => stage::sync(stage_span!("terms"), || terms.admit(call))?,
+            None => Admission::default(),
+        };
         let args_digest = digest_bytes(&args_bytes);
         Ok(Cleared {
             resolved,
             bytes_in: args_bytes.len() as u64,
             args_digest,
             policy_hash: decision.policy_hash,
+            admission,
         })
     }
 
@@ -525,9 +645,15 @@ impl Invoker {
 
     async fn preflight_stages(&self, call: &ToolCall) -> Result<PreflightReport, SoulError> {
         let s = &self.seams;
-        let cleared = self.clear(call).await?;
+        let cleared = self.clear(call, true).await?;
         let tool = &cleared.resolved.tool;
-        let check = s.quota.check(Self::quota_request(call));
+        let check = async {
+            let budget = s.quota.check(Self::quota_request(call)).await?;
+            if let Some(gate) = &cleared.admission.metered {
+                gate.check(Self::quota_request(call)).await?;
+            }
+            Ok::<_, SoulError>(budget)
+        };
         let budget = stage::run(stage_span!("quota"), check).await?;
         self.check_consent(call, &cleared).await?;
         let profile = self.guarded_profile(call, tool)?;
@@ -545,13 +671,25 @@ impl Invoker {
     /// Runs one call through the whole pipeline. Never panics; every failure is a
     /// result with a stable code.
     pub async fn invoke(&self, mut call: ToolCall) -> CallResult {
-        let header = Self::header(&call);
-        let cleared = match self.clear(&call).await {
+        let result = self.govern(&mut call).await;
+        if call.calling_skill.is_some()
+            && let Some(terms) = &self.seams.terms
+        {
+            terms.finished(&call, &result);
+        }
+        result
+    }
+
+    /// [`invoke`](Self::invoke) but for telling the terms how it ended.
+    async fn govern(&self, call: &mut ToolCall) -> CallResult {
+        let header = Self::header(call);
+        let cleared = match self.clear(call, false).await {
             Ok(c) => c,
-            Err(e) => return self.denied(&header, &call, e).await,
+            Err(e) => return self.denied(&header, call, e).await,
         };
         // Validated, measured and digested: from here on only the executor needs them.
         let args = std::mem::take(&mut call.args);
+        let call = &*call;
         let key = match (
             &cleared.resolved.tool.manifest.idempotency,
             &call.idempotency_key,
@@ -593,7 +731,7 @@ impl Invoker {
                         ..stored.result.clone()
                     };
                 }
-                Err(e) => return self.denied(&header, &call, e).await,
+                Err(e) => return self.denied(&header, call, e).await,
             }
         }
         let args_digest = cleared.args_digest.clone();
@@ -603,7 +741,7 @@ impl Invoker {
             begin: None,
         });
         let result = self
-            .execute_cleared(&header, &call, cleared, args, keyed)
+            .execute_cleared(&header, call, cleared, args, keyed)
             .await;
         claim_guard.key = None;
         // An executed keyed call stored its outcome with its End; one refused
@@ -616,7 +754,7 @@ impl Invoker {
         }
         match result {
             Ok(r) => r,
-            Err(e) => self.denied(&header, &call, e).await,
+            Err(e) => self.denied(&header, call, e).await,
         }
     }
 
@@ -635,8 +773,23 @@ impl Invoker {
         let s = &self.seams;
         let tool = cleared.resolved.tool.clone();
         let manifest = &tool.manifest;
-        let reserve = s.quota.reserve(Self::quota_request(call));
-        let reservation = stage::run(stage_span!("quota"), reserve).await?;
+        // The tool's quota, then what the provider's terms meter; each given back
+        // if the call does not run (a hold refunds on drop unless spent).
+        let reserve = async {
+            let tool_hold = QuotaHold::new(
+                s.quota.clone(),
+                s.quota.reserve(Self::quota_request(call)).await?,
+            );
+            let terms_hold = match &cleared.admission.metered {
+                Some(gate) => Some(QuotaHold::new(
+                    gate.clone(),
+                    gate.reserve(Self::quota_request(call)).await?,
+                )),
+                None => None,
+            };
+            Ok::<_, SoulError>((tool_hold, terms_hold))
+        };
+        let (tool_hold, terms_hold) = stage::run(stage_span!("quota"), reserve).await?;
         let before_exec = async {
             self.check_consent(call, &cleared).await?;
             let profile = self.guarded_profile(call, &tool)?;
@@ -696,13 +849,19 @@ impl Invoker {
         {
             Ok(v) => v,
             Err(e) => {
-                let refund = s.quota.refund(reservation);
-                if let Err(r) = refund.instrument(stage_span!("quota.refund")).await {
-                    tracing::warn!(error = ?r, "quota refund failed");
+                tool_hold.refund().await;
+                if let Some(h) = terms_hold {
+                    h.refund().await;
                 }
                 return Err(e);
             }
         };
+        // The call runs from here: what it reserved is spent.
+        let spent: Vec<_> = [Some(tool_hold), terms_hold]
+            .into_iter()
+            .flatten()
+            .filter_map(|mut h| h.spent())
+            .collect();
         let keyed = keyed.map(|k| Keyed {
             begin: keyed_begin,
             ..k
@@ -718,7 +877,7 @@ impl Invoker {
             args,
             cleared.bytes_in,
             (begin_id, begin_durable, open),
-            reservation,
+            spent,
             permit,
             keyed,
         )
@@ -735,7 +894,7 @@ impl Invoker {
         args: Value,
         bytes_in: u64,
         (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
-        reservation: Reservation,
+        spent: Vec<(Arc<dyn QuotaGate>, Reservation)>,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
         keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {
@@ -924,20 +1083,14 @@ impl Invoker {
         if let Some(durable) = begin_durable
             && let Err(e) = durable.await
         {
-            let refund = s.quota.refund(reservation);
-            if let Err(r) = refund.instrument(stage_span!("quota.refund")).await {
-                tracing::warn!(error = ?r, "quota refund failed");
-            }
+            quota_terms::refund(spent).await;
             return Err(SoulError::new(
                 ErrorCode::EvidenceUnavailable,
                 "evidence cannot be recorded; the call's result is withheld",
             )
             .with_note(e.audit().causes.join("; ")));
         }
-        let settle = s.quota.settle(reservation, usage);
-        if let Err(e) = settle.instrument(stage_span!("quota.settle")).await {
-            tracing::warn!(error = ?e, "quota settle failed");
-        }
+        quota_terms::settle(spent, usage).await;
         // The tool ran but its End is not durable (a full disk): the answer never
         // runs ahead of the evidence. The caller learns that the tool ran and its
         // End is pending (the durable sink keeps it and writes it once there is
@@ -963,11 +1116,18 @@ impl Invoker {
 
     /// A call refused before execution: a denial event, no Begin/End.
     async fn denied(&self, header: &Header, call: &ToolCall, err: SoulError) -> CallResult {
+        self.record_denial(header, &call.call_id, call.tool.as_str(), &err)
+            .await;
+        CallResult::failed(call.call_id.clone(), &err, None)
+    }
+
+    /// Records the denial of call `call_id` of `tool` (as the caller named it).
+    async fn record_denial(&self, header: &Header, call_id: &CallId, tool: &str, err: &SoulError) {
         let denial = stamp(
             header,
             EvidenceEvent::Denied(Denial {
-                call_id: call.call_id.clone(),
-                tool: call.tool.to_string(),
+                call_id: call_id.clone(),
+                tool: tool.to_owned(),
                 code: err.code(),
             }),
         );
@@ -975,7 +1135,6 @@ impl Invoker {
         if let Err(e) = record.instrument(stage_span!("evidence.denial")).await {
             tracing::warn!(error = ?e, "could not record a denial");
         }
-        CallResult::failed(call.call_id.clone(), &err, None)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The governed invocation pipeline (R4): the orchestrator and its seams.
 //!
-//! Order, exactly as R4: resolve → input schema → authorization → quota → consent →
+//! Order, exactly as R4: resolve → input schema → authorization → provider terms → quota → consent →
 //! profile (Grant ∩ Manifest ∩ PolicyConfig) → sandbox guard → **EvidenceBegin** →
 //! sandboxed execution → output checks → **EvidenceEnd** → obligations → result.
 //! Idempotent replays are answered right after authorization (so only an authorized
@@ -26,9 +26,10 @@
 //! |---------------------|-----------------------------------------------------------|
 //! | `resolve`           | registry lookup (`TOOL.NOT_FOUND`, `TOOL.DISABLED`)        |
 //! | `schema`            | input schema, `max_bytes_in`, required idempotency key    |
-//! | `authorize`         | the `Authorizer`                                          |
+//! | `authorize`         | the `Authorizer` (`invoke`; `preflight` too in preflight) |
+//! | `terms`             | the provider's terms (`CallTerms`: skills' imports, subscriptions) |
 //! | `idempotency`       | claiming the idempotency key (keyed tools only)           |
-//! | `quota`             | quota reservation (a check, in preflight)                 |
+//! | `quota`             | quota reservation, then the terms' metered gate (a check, in preflight) |
 //! | `consent`           | the `ConsentVerifier` (tools requiring consent only)       |
 //! | `profile`           | Grant ∩ Manifest ∩ PolicyConfig                           |
 //! | `guard`             | the sandbox's guard                                       |
@@ -59,6 +60,7 @@ mod invoker;
 mod obligations;
 mod router;
 mod stage;
+mod terms;
 
 pub use call::{CallResult, CallStatus, PreflightReport, ToolCall, is_denial};
 pub use fault::{FaultHook, FaultPoint};
@@ -69,3 +71,4 @@ pub use invoker::{Invoker, InvokerBuilder, ToolResolver};
 pub use obligations::apply_obligations;
 pub use router::{ToolCallRouter, ToolMessage};
 pub use stage::STAGE_TARGET;
+pub use terms::{Admission, CallTerms};

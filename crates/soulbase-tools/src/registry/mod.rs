@@ -20,6 +20,7 @@
 //! Schemas are compiled by [`compile`] *before* the writer lock is
 //! taken, so slow manifests never hold up other writers.
 
+pub mod admin;
 mod export;
 mod snapshot;
 mod types;

@@ -21,7 +21,7 @@ server:
   shutdown_grace_ms: 10000
 policy:
   rules:
-    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate] }
+    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, preflight, register, update, unregister, enable, disable, deprecate, reload] }
     - { effect: allow, tenant: limited, tools: ["*"] }
 quota:
   limits:

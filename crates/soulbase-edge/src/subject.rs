@@ -4,21 +4,20 @@
 //! serves the gRPC services, the HTTP/JSON API and MCP over HTTP. Credentials:
 //! `x-api-key: sbk_<id>_<secret>` or `authorization: Bearer <jwt>`, checked by an
 //! in-process [`Authenticator`] (which follows configuration reloads) or by the auth
-//! role over gRPC ([`RemoteAuth`], when this process does not serve that role: the
-//! keys and JWT settings then live with the auth role only). The development headers
+//! role elsewhere (a [`CredentialCheck`]: `soulbase-grpc`'s `RemoteAuth`, when this
+//! process does not serve that role: the keys and JWT settings then live with the
+//! auth role only). The development headers
 //! `x-soulbase-tenant` / `x-soulbase-actor` are honoured **only** when the resolver
 //! was built with `dev_headers = true` (`server.dev_insecure` in configuration);
 //! otherwise a request without valid credentials is `AUTH.UNAUTHENTICATED`.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use http::HeaderMap;
 use soulbase_auth::{Authenticator, Credential};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, Subject, TenantId};
-use tonic::async_trait;
-
-use crate::roles::RemoteAuth;
 
 /// Header carrying an API key.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -39,6 +38,14 @@ pub trait SubjectResolver: Send + Sync + 'static {
     async fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError>;
 }
 
+/// Checks a credential somewhere else (the auth role over gRPC). Only a refused
+/// credential is `AUTH.UNAUTHENTICATED`; an unreachable checker is an outage.
+#[async_trait]
+pub trait CredentialCheck: Send + Sync + 'static {
+    /// The subject `credential` establishes.
+    async fn authenticate(&self, credential: Credential<'_>) -> Result<Subject, SoulError>;
+}
+
 /// Where credentials are checked.
 enum Checker {
     /// Every credential is refused.
@@ -46,7 +53,7 @@ enum Checker {
     /// In this process.
     Local(Arc<Authenticator>),
     /// By the auth role.
-    Remote(RemoteAuth),
+    Remote(Arc<dyn CredentialCheck>),
 }
 
 /// The standard resolver: API keys and JWTs, plus development headers when enabled.
@@ -86,7 +93,7 @@ impl MetadataAuth {
     /// A resolver having the auth role check credentials (`Authenticate` over
     /// gRPC, one call per request) and, only if `dev_headers`, accepting the
     /// development headers itself.
-    pub fn remote(auth: RemoteAuth, dev_headers: bool) -> Self {
+    pub fn remote(auth: Arc<dyn CredentialCheck>, dev_headers: bool) -> Self {
         Self {
             checker: Checker::Remote(auth),
             dev_headers,

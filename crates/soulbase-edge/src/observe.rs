@@ -13,8 +13,10 @@ pub enum Surface {
     Grpc,
     /// The HTTP/JSON API.
     Http,
-    /// MCP `tools/call`.
+    /// MCP `tools/call` (streamable HTTP or stdio).
     Mcp,
+    /// The CLI's local mode.
+    Cli,
 }
 
 impl Surface {
@@ -24,6 +26,7 @@ impl Surface {
             Surface::Grpc => "grpc",
             Surface::Http => "http",
             Surface::Mcp => "mcp",
+            Surface::Cli => "cli",
         }
     }
 }
@@ -49,7 +52,8 @@ pub trait CallObserver: Send + Sync + 'static {
         let _ = (tenant, tool, budget);
     }
 
-    /// A request was refused before reaching the pipeline (e.g. unauthenticated).
+    /// A request or preflight was refused (a call refused before the pipeline,
+    /// e.g. unauthenticated or malformed; a preflight or listing refused).
     fn refused(&self, surface: Surface, code: soulbase_errors::ErrorCode) {
         let _ = (surface, code);
     }

@@ -1,0 +1,30 @@
+//! The edge every surface shares, without a wire protocol of its own.
+//!
+//! HTTP (axum), gRPC (tonic), MCP (rmcp, over streamable HTTP and stdio) and the
+//! CLI's local mode all serve the same governed call through one [`Stack`]:
+//!
+//! - [`subject`]: request metadata → [`Subject`](soulbase_types::Subject) (API
+//!   keys, JWTs, development headers only when enabled), checked in-process or by
+//!   the auth role ([`CredentialCheck`]);
+//! - [`binding`]: which skill a call is made for, and who may claim one;
+//! - [`meta`]: a call's options as headers, metadata or MCP `_meta` carry them;
+//! - [`observe`]: the metrics hook, labelled by [`Surface`];
+//! - [`stack`]: the outer stack — binding, option checks, metrics, the
+//!   `execute_tool` span — around the one [`Invoker`](soulbase_tools::pipeline::Invoker),
+//!   and the governed tool list.
+//!
+//! This crate knows `http::HeaderMap` (the common currency of HTTP headers and
+//! gRPC metadata) and nothing of tonic, axum, rmcp or a database: every edge crate
+//! can use it.
+
+pub mod binding;
+pub mod meta;
+pub mod observe;
+pub mod stack;
+pub mod subject;
+
+pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
+pub use meta::CallMeta;
+pub use observe::{CallObserver, NoopObserver, Surface};
+pub use stack::{CallRequest, SpanMaker, Stack, StackBuilder};
+pub use subject::{CredentialCheck, MetadataAuth, SubjectResolver};

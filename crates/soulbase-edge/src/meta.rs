@@ -1,0 +1,137 @@
+//! What a call carries besides its tool and arguments, as each transport delivers
+//! it: HTTP headers and gRPC metadata (both an [`http::HeaderMap`]), gRPC request
+//! fields, MCP `params._meta`.
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use soulbase_errors::{ErrorCode, SoulError};
+
+use crate::binding::{Binding, SKILL_HEADER};
+
+/// The header / metadata key carrying an idempotency key.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// The header / metadata key carrying a consent token.
+pub const CONSENT_HEADER: &str = "x-soulbase-consent";
+/// The header / metadata key carrying a W3C trace context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The header naming the call (its id, e.g. a model's `tool_call.id`).
+pub const CALL_ID_HEADER: &str = "x-soulbase-call-id";
+/// The MCP `_meta` key carrying an idempotency key on `tools/call`.
+pub const META_IDEMPOTENCY_KEY: &str = "soulbase/idempotencyKey";
+/// The MCP `_meta` key carrying a consent token on `tools/call`.
+pub const META_CONSENT: &str = "soulbase/consent";
+/// The MCP `_meta` key carrying a W3C trace context (SEP-414).
+pub const META_TRACEPARENT: &str = "traceparent";
+
+/// A call's options as received, unparsed: the [`Stack`](crate::Stack) checks
+/// them, the same way whichever door they came through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallMeta {
+    /// The call id the caller chose, if any.
+    pub call_id: Option<String>,
+    /// The idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The consent token.
+    pub consent: Option<String>,
+    /// The caller's `traceparent`.
+    pub traceparent: Option<String>,
+    /// The skill the call is made for.
+    pub binding: Binding,
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+impl CallMeta {
+    /// Reads the call options from HTTP headers or gRPC metadata: `idempotency-key`,
+    /// `x-soulbase-consent`, `traceparent`, `x-soulbase-call-id` and the
+    /// [`SKILL_HEADER`] claim.
+    pub fn from_headers(headers: &HeaderMap) -> Self {
+        Self {
+            call_id: header(headers, CALL_ID_HEADER),
+            idempotency_key: header(headers, IDEMPOTENCY_KEY_HEADER),
+            consent: header(headers, CONSENT_HEADER),
+            traceparent: header(headers, TRACEPARENT_HEADER),
+            binding: Binding::claimed(header(headers, SKILL_HEADER)),
+        }
+    }
+
+    /// Reads the call options from an MCP request's `_meta`
+    /// ([`META_IDEMPOTENCY_KEY`], [`META_CONSENT`], [`META_TRACEPARENT`]); a value
+    /// that is not a string is `SCHEMA.VALIDATION_FAILED` naming its key.
+    pub fn from_mcp_meta(meta: &Map<String, Value>) -> Result<Self, SoulError> {
+        let text = |key: &str| match meta.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                format!("_meta.{key} must be a string"),
+            )
+            .with_field("field", format!("_meta.{key}"))),
+        };
+        Ok(Self {
+            call_id: None,
+            idempotency_key: text(META_IDEMPOTENCY_KEY)?,
+            consent: text(META_CONSENT)?,
+            traceparent: text(META_TRACEPARENT)?,
+            binding: Binding::None,
+        })
+    }
+
+    /// Each option of `self`, else `fallback`'s (e.g. a gRPC request's fields over
+    /// its metadata).
+    pub fn or(self, fallback: CallMeta) -> CallMeta {
+        CallMeta {
+            call_id: self.call_id.or(fallback.call_id),
+            idempotency_key: self.idempotency_key.or(fallback.idempotency_key),
+            consent: self.consent.or(fallback.consent),
+            traceparent: self.traceparent.or(fallback.traceparent),
+            binding: match self.binding {
+                Binding::None => fallback.binding,
+                b => b,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mcp_meta_values_must_be_strings() {
+        let meta = json!({"soulbase/idempotencyKey": "k", "traceparent": "tp"});
+        let m = CallMeta::from_mcp_meta(meta.as_object().unwrap()).unwrap();
+        assert_eq!(m.idempotency_key.as_deref(), Some("k"));
+        assert_eq!(m.traceparent.as_deref(), Some("tp"));
+        let bad = json!({"soulbase/consent": 7});
+        let err = CallMeta::from_mcp_meta(bad.as_object().unwrap()).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+        assert_eq!(err.field("field"), Some("_meta.soulbase/consent"));
+    }
+
+    #[test]
+    fn request_fields_win_over_metadata() {
+        let body = CallMeta {
+            consent: Some("body".into()),
+            ..CallMeta::default()
+        };
+        let md = CallMeta {
+            consent: Some("md".into()),
+            idempotency_key: Some("k".into()),
+            binding: Binding::Claimed("s".into()),
+            ..CallMeta::default()
+        };
+        let m = body.or(md);
+        assert_eq!(m.consent.as_deref(), Some("body"));
+        assert_eq!(m.idempotency_key.as_deref(), Some("k"));
+        assert_eq!(m.binding, Binding::Claimed("s".into()));
+    }
+}
