@@ -6,7 +6,7 @@
 //!   for a `sqlite:` URL) to `DATABASE_URL`.
 //! - `test [ARGS…]` — fmt check, clippy `-D warnings`, codegen check, then the whole test
 //!   suite with Postgres and Redis provisioned (see [`services`]) and the deploy scan's
-//!   Python tools installed (`.ci/deploy-tools`, cached) unless `SOULBASE_DEPLOY_TOOLS`
+//!   Python tools installed (`.ci/python-tools`, cached) unless `SOULBASE_PYTHON_TOOLS`
 //!   names them.
 //! - `fixtures` — rebuild the sandbox test fixtures (`fixtures/wasm/*.wat` → `.wasm`).
 //! - `bench [ARGS…]` — benchmarks, with the same services provisioned.
@@ -105,11 +105,11 @@ fn test(extra: &[String]) -> Result<()> {
         ]),
     )?;
     codegen::run(true)?;
-    let deploy_tools = deploy_tools()?;
+    let python_tools = python_tools()?;
     let services = services::Services::provision()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(extra);
-    cmd.env("SOULBASE_DEPLOY_TOOLS", deploy_tools);
+    cmd.env("SOULBASE_PYTHON_TOOLS", python_tools);
     services.apply(&mut cmd);
     let outcome = run_cmd("cargo test", &mut cmd);
     drop(services);
@@ -122,22 +122,22 @@ fn test(extra: &[String]) -> Result<()> {
 }
 
 /// The directory holding the deploy scan's Python tools (kubernetes-validate,
-/// checkov): `SOULBASE_DEPLOY_TOOLS` when set, else the virtualenv `.ci/deploy-tools`
+/// checkov): `SOULBASE_PYTHON_TOOLS` when set, else the virtualenv `.ci/python-tools`
 /// installs them into (once; later runs reuse it).
-fn deploy_tools() -> Result<String> {
-    if let Ok(dir) = std::env::var("SOULBASE_DEPLOY_TOOLS") {
+fn python_tools() -> Result<String> {
+    if let Ok(dir) = std::env::var("SOULBASE_PYTHON_TOOLS") {
         return Ok(dir);
     }
-    eprintln!("xtask: ▶ .ci/deploy-tools (the deploy scan's Python tools)");
-    let out = Command::new(root().join(".ci/deploy-tools"))
+    eprintln!("xtask: ▶ .ci/python-tools (the Python tools and clients the tests use)");
+    let out = Command::new(root().join(".ci/python-tools"))
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| {
-            format!(".ci/deploy-tools could not run: {e}; it needs python3 with venv and pip")
+            format!(".ci/python-tools could not run: {e}; it needs python3 with venv and pip")
         })?;
     if !out.status.success() {
         return Err(format!(
-            ".ci/deploy-tools failed ({}); it needs python3 with venv and pip, and PyPI",
+            ".ci/python-tools failed ({}); it needs python3 with venv and pip, and PyPI",
             out.status
         ));
     }

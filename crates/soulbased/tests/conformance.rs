@@ -8,10 +8,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 
-use common::{Server, http};
+use common::{Server, cli, http};
 use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, RequestMetaObject};
@@ -186,17 +186,6 @@ fn prepare(dir: &Path) {
     std::fs::write(skills.join("off.yaml"), note("off")).unwrap();
 }
 
-/// The `soulbase` CLI, built beside `soulbased` by the workspace's test run.
-fn cli_bin() -> PathBuf {
-    let bin = Path::new(env!("CARGO_BIN_EXE_soulbased")).with_file_name("soulbase");
-    assert!(
-        bin.exists(),
-        "{} is missing: run the workspace's tests (cargo xtask test), which build the CLI",
-        bin.display()
-    );
-    bin
-}
-
 /// What a door answered: the stable code and the call id, when it names one.
 #[derive(Debug)]
 struct Answer {
@@ -320,34 +309,11 @@ async fn mcp_stdio_client(
     (().serve((stdout, stdin)).await.unwrap(), child)
 }
 
-/// `soulbase` in local mode in `dir` (the server's configuration and data).
-fn cli(dir: &Path, args: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(cli_bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SOULBASE_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.current_dir(dir)
-        .arg("--config")
-        .arg(dir.join("config.yaml"))
-        .args(["--tenant", "acme", "--actor", "bob", "--json"])
-        .args(args)
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap()
-}
-
-/// The evidence records of `call_id` (read from the database, the server stopped).
+/// The kinds of the evidence records of `call_id` (read from the database, the
+/// server stopped).
 fn evidence_kinds(dir: &Path, call_id: &str) -> Vec<String> {
-    let out = cli(dir, &["evidence", "show", call_id, "--format", "json"]);
-    assert!(
-        out.status.success(),
-        "evidence of {call_id}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+    common::evidence_lines(dir, call_id)
+        .iter()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
             v["payload"]["event"].as_str().unwrap().to_owned()
@@ -688,4 +654,44 @@ async fn the_router_and_evidence_reads_answer_in_the_envelope() {
     );
     assert_eq!(status, 404);
     assert_eq!(v["error"]["code"], "EVIDENCE.NOT_FOUND", "{v}");
+}
+
+/// rmcp's client passes an idempotency key in `_meta`: the keyed tool runs once
+/// across retries of that key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_tool_over_mcp_runs_once_per_meta_key() {
+    let server = Server::start(common::DEV_CONFIG);
+    let mut headers = HashMap::new();
+    headers.insert(
+        HeaderName::from_static("x-soulbase-tenant"),
+        HeaderValue::from_static("acme"),
+    );
+    headers.insert(
+        HeaderName::from_static("x-soulbase-actor"),
+        HeaderValue::from_static("bob"),
+    );
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http))
+            .custom_headers(headers);
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let keyed = |key: &str| {
+        let mut meta = RequestMetaObject::new();
+        meta.0
+            .0
+            .insert("soulbase/idempotencyKey".into(), json!(key));
+        let mut p = CallToolRequestParams::new("soulbase.builtin.counter")
+            .with_arguments(serde_json::Map::new());
+        p.meta = Some(meta);
+        p
+    };
+    let mut counts = Vec::new();
+    for key in ["rmcp-1", "rmcp-1", "rmcp-1", "rmcp-2"] {
+        let r = client.call_tool(keyed(key)).await.unwrap();
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        counts.push(r.structured_content.unwrap()["count"].as_u64().unwrap());
+    }
+    assert_eq!(counts[0], counts[1]);
+    assert_eq!(counts[0], counts[2]);
+    assert_eq!(counts[3], counts[0] + 1);
+    client.cancel().await.unwrap();
 }

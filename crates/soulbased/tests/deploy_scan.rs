@@ -5,7 +5,7 @@
 //! may fail only the checks `docs/deploy.md` lists with a reason.
 //!
 //! The tools are Python packages; `.ci/run` installs the pinned versions
-//! (`.ci/deploy-tools`) and exports `SOULBASE_DEPLOY_TOOLS`, the directory holding
+//! (`.ci/python-tools`) and exports `SOULBASE_PYTHON_TOOLS`, the directory holding
 //! them. Without them this test fails and says how to get them: it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -32,9 +32,9 @@ fn overlays() -> Vec<String> {
     names
 }
 
-/// The path of `tool`: in `SOULBASE_DEPLOY_TOOLS` when set, else on `PATH`.
+/// The path of `tool`: in `SOULBASE_PYTHON_TOOLS` when set, else on `PATH`.
 fn tool(name: &str) -> PathBuf {
-    let dirs: Vec<PathBuf> = match std::env::var_os("SOULBASE_DEPLOY_TOOLS") {
+    let dirs: Vec<PathBuf> = match std::env::var_os("SOULBASE_PYTHON_TOOLS") {
         Some(d) => vec![PathBuf::from(d)],
         None => std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).collect(),
     };
@@ -43,9 +43,9 @@ fn tool(name: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "{name} is not installed (looked in {dirs:?}). Run `.ci/deploy-tools` (it \
+                "{name} is not installed (looked in {dirs:?}). Run `.ci/python-tools` (it \
                  installs the pinned kubernetes-validate and checkov into a venv and prints \
-                 the directory) and set SOULBASE_DEPLOY_TOOLS to it, or run the suite \
+                 the directory) and set SOULBASE_PYTHON_TOOLS to it, or run the suite \
                  through `.ci/run`, which does both"
             )
         })

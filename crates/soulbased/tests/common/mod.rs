@@ -329,6 +329,51 @@ pub fn raise_own_nofile() -> u64 {
     nofile_limit(pid).0
 }
 
+/// The `soulbase` CLI, built beside `soulbased` by the workspace's test run.
+pub fn cli_bin() -> std::path::PathBuf {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_soulbased")).with_file_name("soulbase");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the workspace's tests (cargo xtask test), which build the CLI",
+        bin.display()
+    );
+    bin
+}
+
+/// `soulbase` in local mode in `dir` (a server's configuration and data, the
+/// server stopped), acting for `acme/bob`, printing JSON.
+pub fn cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(cli_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SOULBASE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.current_dir(dir)
+        .arg("--config")
+        .arg(dir.join("config.yaml"))
+        .args(["--tenant", "acme", "--actor", "bob", "--json"])
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+/// The evidence records of `call_id` as JSON lines, read from the database of the
+/// server stopped in `dir`.
+pub fn evidence_lines(dir: &std::path::Path, call_id: &str) -> Vec<String> {
+    let out = cli(dir, &["evidence", "show", call_id, "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "evidence of {call_id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// A request carrying the development identity headers.
 pub fn as_dev<T>(body: T, tenant: &str, actor: &str) -> tonic::Request<T> {
     let mut req = tonic::Request::new(body);
