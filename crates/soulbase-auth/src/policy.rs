@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
-use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
+use soulbase_config::{ConfigHandle, PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::ToolPattern;
 
@@ -93,9 +93,13 @@ impl Compiled {
 }
 
 /// Deny-by-default rules from configuration: allowed only when some allow rule matches
-/// and no deny rule does. Swappable at runtime without blocking readers.
+/// and no deny rule does. Swappable at runtime without blocking readers; bound to a
+/// `ConfigHandle` ([`follow`](Self::follow)) it picks up each new snapshot's rules
+/// on the next decision, as the Cedar engine and the authenticator do.
 pub struct StaticPolicy {
     compiled: ArcSwap<Compiled>,
+    /// The followed configuration, and the hash of the snapshot compiled.
+    handle: Option<(ConfigHandle, ArcSwap<String>)>,
 }
 
 impl StaticPolicy {
@@ -103,6 +107,17 @@ impl StaticPolicy {
     pub fn new(config: &PolicyConfig) -> Self {
         Self {
             compiled: ArcSwap::from_pointee(Compiled::new(config)),
+            handle: None,
+        }
+    }
+
+    /// The rules of `handle`'s current snapshot, recompiled when a new one is
+    /// accepted (checked on each decision: one pointer comparison).
+    pub fn follow(handle: ConfigHandle) -> Self {
+        let snap = handle.current();
+        Self {
+            compiled: ArcSwap::from_pointee(Compiled::new(&snap.config().policy)),
+            handle: Some((handle, ArcSwap::from_pointee(snap.hash().to_owned()))),
         }
     }
 
@@ -113,14 +128,26 @@ impl StaticPolicy {
 
     /// The hash of the rules in force.
     pub fn hash(&self) -> String {
-        self.compiled.load().hash.clone()
+        self.current().hash.clone()
+    }
+
+    /// The rules in force, recompiled first if the followed configuration changed.
+    fn current(&self) -> Arc<Compiled> {
+        if let Some((handle, seen)) = &self.handle {
+            let snap = handle.current();
+            if snap.hash() != seen.load().as_str() {
+                self.update(&snap.config().policy);
+                seen.store(Arc::new(snap.hash().to_owned()));
+            }
+        }
+        self.compiled.load_full()
     }
 
     /// The decision, synchronously.
     pub fn decide(&self, req: &AuthzRequest<'_>) -> Result<Decision, SoulError> {
         // Structural isolation: no rule can grant another tenant's tool.
         crate::isolation::check_tenant(req)?;
-        let compiled = self.compiled.load();
+        let compiled = self.current();
         let mut allowed = false;
         // Deny wins whatever the order, so scanning the two groups in turn is exact.
         for rule in compiled
@@ -155,6 +182,53 @@ mod tests {
 
     use super::*;
     use crate::Action;
+
+    fn asking<'a>(subject: &'a Subject, tool: &'a ToolId, action: Action) -> AuthzRequest<'a> {
+        AuthzRequest {
+            subject,
+            tool,
+            tool_tenant: None,
+            action,
+        }
+    }
+
+    #[test]
+    fn a_followed_configuration_is_picked_up_on_the_next_decision() {
+        let snapshot = |rules: Vec<PolicyRule>| {
+            let mut c = soulbase_config::Config::default();
+            c.policy.rules = rules;
+            soulbase_config::ConfigSnapshot::new(c, vec![])
+        };
+        let handle = ConfigHandle::new(snapshot(vec![]));
+        let policy = StaticPolicy::follow(handle.clone());
+        let who = Subject::new(TenantId::new("acme").unwrap(), ActorId::new("bob").unwrap());
+        let tool = ToolId::new("a.b.c").unwrap();
+        assert!(policy.decide(&asking(&who, &tool, Action::Invoke)).is_err());
+        handle.publish(snapshot(vec![rule(
+            PolicyEffect::Allow,
+            "acme",
+            &["*"],
+            &["*"],
+        )]));
+        assert!(policy.decide(&asking(&who, &tool, Action::Invoke)).is_ok());
+        // Invoke implies list and preflight; not administration.
+        assert!(policy.decide(&asking(&who, &tool, Action::List)).is_ok());
+        assert!(
+            policy
+                .decide(&asking(&who, &tool, Action::Preflight))
+                .is_ok()
+        );
+        assert!(policy.decide(&asking(&who, &tool, Action::Enable)).is_err());
+        // A deny rule on list hides the tool though invoke is allowed.
+        let mut deny_list = rule(PolicyEffect::Deny, "acme", &["*"], &["*"]);
+        deny_list.actions = vec!["list".into()];
+        handle.publish(snapshot(vec![
+            rule(PolicyEffect::Allow, "acme", &["*"], &["*"]),
+            deny_list,
+        ]));
+        assert!(policy.decide(&asking(&who, &tool, Action::List)).is_err());
+        assert!(policy.decide(&asking(&who, &tool, Action::Invoke)).is_ok());
+    }
 
     fn rule(effect: PolicyEffect, tenant: &str, actors: &[&str], tools: &[&str]) -> PolicyRule {
         PolicyRule {

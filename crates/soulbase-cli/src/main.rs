@@ -20,7 +20,7 @@
 //! (`$SOULBASE_TOKEN`, sent as `authorization: Bearer …`) or, for a development
 //! server (`server.dev_insecure: true`), `--tenant` / `--actor` sent as
 //! `x-soulbase-tenant` / `x-soulbase-actor`. Without a server they run locally: the
-//! server's own in-process assembly ([`soulbased::app::App`]) is built from the
+//! server's own in-process assembly ([`soulbase_app::App`]) is built from the
 //! configuration (`--config FILE`, else `$SOULBASE_CONFIG`, else `./config.yaml`
 //! when present; `SOULBASE_*` variables; `--skills-dir`), with the registry state,
 //! idempotency records and evidence under `data_dir` (default `./data`), and the

@@ -1,10 +1,10 @@
 //! `soulbase mcp`: MCP over stdin/stdout for one tenant and actor, on the local
-//! configuration (the same session as `soulbased mcp`, [`soulbased::stdio::serve_mcp`]).
+//! configuration (the same session as `soulbased mcp`, [`soulbase_app::stdio::serve_mcp`]).
 
 use std::process::ExitCode;
 
 use clap::Args;
-use soulbased::app::App;
+use soulbase_app::App;
 
 use crate::target::{self, Failure, Global, soul_detailed};
 
@@ -35,11 +35,11 @@ pub fn run(global: &Global, args: McpArgs) -> ExitCode {
         rt.block_on(async {
             // A long-lived session: the skills directory and the file are watched.
             let loader = global.loader(false);
-            let (app, flush) = App::build(loader.clone())
+            let (app, flush) = App::build(loader.clone(), Default::default())
                 .await
                 .map_err(|e| soul_detailed(&e))?;
             let _watcher = app.follow_config(loader);
-            soulbased::stdio::serve_mcp(
+            soulbase_app::stdio::serve_mcp(
                 app,
                 flush,
                 subject.tenant.as_str(),

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use soulbase_app::App;
+use soulbase_app::evidence::EvidenceFlush;
 use soulbase_config::ConfigLoader;
 use soulbase_errors::SoulError;
 use soulbase_grpc::Credentials;
 use soulbase_types::{ActorId, Subject, TenantId};
-use soulbased::app::App;
-use soulbased::evidence::EvidenceFlush;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
@@ -221,7 +221,7 @@ impl Local {
     /// Builds the app from the local configuration, acting as `--tenant` / `--actor`.
     pub async fn open(global: &Global) -> Result<Local, Failure> {
         let subject = global.subject()?;
-        let (app, flush) = App::build(global.loader(true))
+        let (app, flush) = App::build(global.loader(true), Default::default())
             .await
             .map_err(|e| soul_detailed(&e))?;
         Ok(Local {

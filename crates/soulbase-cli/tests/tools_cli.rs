@@ -1,14 +1,12 @@
 //! `soulbase tools|invoke|preflight` end to end: the real binary, locally on a
-//! temporary directory and against an in-process `soulbased` over gRPC.
+//! temporary directory. (Against a running server over gRPC: soulbased's
+//! `tests/cli_remote.rs`, which starts the real server.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use soulbase_config::ConfigLoader;
-use soulbased::app::App;
 
 /// `acme` may do everything; `other` has no rule (denied).
 const CONFIG: &str = r#"
@@ -238,173 +236,6 @@ fn local_idempotency_key_replays() {
     let second = json(&local(d, &args));
     assert_eq!(second["replayed"], true, "{second}");
     assert_eq!(second["output"], first["output"]);
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// An in-process `soulbased` (development headers on) serving until dropped.
-struct Server {
-    url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _data: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let data = tempfile::tempdir().unwrap();
-        let grpc = free_addr();
-        let http = free_addr();
-        let loader = ConfigLoader::new()
-            .with_flag("data_dir", data.path().to_str().unwrap())
-            // skills.dir stays ./skills, absent in the crate directory: no skills.
-            .with_flag("server.grpc_addr", &grpc)
-            .with_flag("server.http_addr", &http)
-            .with_flag("server.dev_insecure", "true")
-            .with_flag(
-                "policy.rules",
-                r#"[{"effect":"allow","tenant":"acme","tools":["*"],"actions":["invoke","preflight","enable","disable"]}]"#,
-            );
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let (app, flush) = App::build(loader).await.unwrap();
-                soulbased::server::run(app, flush, async move {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
-            });
-        });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(&grpc).is_err() {
-            assert!(
-                Instant::now() < deadline && !thread.is_finished(),
-                "the server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server {
-            url: format!("http://{grpc}"),
-            stop: Some(stop),
-            thread: Some(thread),
-            _data: data,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-#[test]
-fn server_mode_over_grpc() {
-    let server = Server::start();
-    let cwd = tempfile::tempdir().unwrap();
-    let d = cwd.path();
-    let remote = |args: &[&str]| {
-        let all: Vec<&str> = [
-            "--server",
-            server.url.as_str(),
-            "--tenant",
-            "acme",
-            "--actor",
-            "me",
-        ]
-        .iter()
-        .chain(args)
-        .copied()
-        .collect();
-        soulbase(d, &all)
-    };
-
-    let list = json(&remote(&["tools", "list", "--json"]));
-    let ids: Vec<&str> = list["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap())
-        .collect();
-    assert!(ids.contains(&"soulbase.builtin.echo"), "{ids:?}");
-    let table = remote(&["tools", "list"]);
-    assert_eq!(table.status.code(), Some(0), "{}", err(&table));
-    assert!(out(&table).starts_with("ID "), "{}", out(&table));
-
-    let r = json(&remote(&[
-        "invoke",
-        "soulbase.builtin.echo",
-        "--args",
-        r#"{"n":1}"#,
-        "--json",
-    ]));
-    assert_eq!(r["status"], "ok");
-    assert_eq!(r["output"]["echo"]["n"], 1);
-
-    let p = json(&remote(&["preflight", "soulbase.builtin.echo", "--json"]));
-    assert_eq!(p["tool"], "soulbase.builtin.echo");
-
-    let off = json(&remote(&[
-        "tools",
-        "disable",
-        "soulbase.builtin.echo",
-        "--json",
-    ]));
-    assert_eq!(off["state"], "paused");
-    let call = remote(&["invoke", "soulbase.builtin.echo"]);
-    assert_eq!(call.status.code(), Some(1), "{}", err(&call));
-    assert!(err(&call).contains("TOOL.DISABLED"), "{}", err(&call));
-    let on = json(&remote(&[
-        "tools",
-        "enable",
-        "soulbase.builtin.echo",
-        "--json",
-    ]));
-    assert_eq!(on["state"], "enabled");
-
-    // Another tenant: denied by the policy, exit 1 with the stable code.
-    let denied = soulbase(
-        d,
-        &[
-            "--server",
-            &server.url,
-            "--tenant",
-            "other",
-            "--actor",
-            "me",
-            "invoke",
-            "soulbase.builtin.echo",
-        ],
-    );
-    assert_eq!(denied.status.code(), Some(1), "{}", err(&denied));
-    assert!(
-        err(&denied).contains("POLICY.DENY_TOOL"),
-        "{}",
-        err(&denied)
-    );
-
-    // No credentials at all: the server refuses.
-    let anon = soulbase(d, &["--server", &server.url, "tools", "list"]);
-    assert_eq!(anon.status.code(), Some(1), "{}", err(&anon));
-    assert!(
-        err(&anon).contains("AUTH.UNAUTHENTICATED"),
-        "{}",
-        err(&anon)
-    );
 }
 
 #[test]

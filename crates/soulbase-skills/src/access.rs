@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::Serialize;
-use soulbase_config::SkillSubscription;
+use soulbase_config::{ConfigHandle, SkillSubscription};
 use soulbase_errors::ErrorCode;
 use soulbase_tools::pipeline::CallStatus;
 use soulbase_types::{ActorId, CallId, EnvelopeId, TenantId, ToolId, UnixMillis};
@@ -16,12 +16,23 @@ pub trait SubscriptionStore: Send + Sync + 'static {
     fn is_subscribed(&self, tenant: &TenantId, actor: &ActorId, skill: &str) -> bool;
 }
 
-/// Subscriptions held in memory: from `skills.subscriptions` in the configuration,
-/// replaceable on config reload, or granted at runtime.
-#[derive(Debug, Default)]
+/// Subscriptions held in memory: from `skills.subscriptions` in the configuration
+/// (following its reloads when built with [`follow`](Self::follow)), or granted at
+/// runtime.
+#[derive(Default)]
 pub struct StaticSubscriptions {
     /// (tenant, actor or `*`, skill).
     entries: RwLock<BTreeSet<(String, String, String)>>,
+    /// The followed configuration, and the hash of the snapshot read.
+    handle: Option<(ConfigHandle, RwLock<String>)>,
+}
+
+impl std::fmt::Debug for StaticSubscriptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticSubscriptions")
+            .field("entries", &self.entries)
+            .finish_non_exhaustive()
+    }
 }
 
 impl StaticSubscriptions {
@@ -35,6 +46,33 @@ impl StaticSubscriptions {
         let s = Self::new();
         s.replace(subs);
         s
+    }
+
+    /// The subscriptions of `handle`'s current snapshot, replaced when a new one is
+    /// accepted (checked on each question). Runtime grants last until then.
+    pub fn follow(handle: ConfigHandle) -> Self {
+        let snap = handle.current();
+        let s = Self::from_config(&snap.config().skills.subscriptions);
+        Self {
+            handle: Some((handle, RwLock::new(snap.hash().to_owned()))),
+            ..s
+        }
+    }
+
+    /// Re-reads the followed configuration if it changed.
+    fn refresh(&self) {
+        let Some((handle, seen)) = &self.handle else {
+            return;
+        };
+        let snap = handle.current();
+        if *seen.read().unwrap_or_else(PoisonError::into_inner) == snap.hash() {
+            return;
+        }
+        let mut seen = seen.write().unwrap_or_else(PoisonError::into_inner);
+        if *seen != snap.hash() {
+            self.replace(&snap.config().skills.subscriptions);
+            *seen = snap.hash().to_owned();
+        }
     }
 
     /// Replaces every subscription (config hot reload).
@@ -65,6 +103,7 @@ impl StaticSubscriptions {
 
 impl SubscriptionStore for StaticSubscriptions {
     fn is_subscribed(&self, tenant: &TenantId, actor: &ActorId, skill: &str) -> bool {
+        self.refresh();
         let e = self.entries.read().unwrap_or_else(PoisonError::into_inner);
         let t = tenant.as_str().to_owned();
         e.contains(&(t.clone(), actor.as_str().to_owned(), skill.to_owned()))

@@ -196,7 +196,7 @@ fn main() {
                 loader
             }
         };
-        let (app, flush) = App::build(loader).await.unwrap();
+        let (app, flush) = App::build(loader, Default::default()).await.unwrap();
         let server = tokio::spawn(async move {
             soulbased::server::run(app, flush, stopped)
                 .await

@@ -80,7 +80,7 @@ fn main() {
                 "policy.rules",
                 r#"[{"effect":"allow","tenant":"acme","tools":["*"]}]"#,
             );
-        let (app, flush) = App::build(loader).await.unwrap();
+        let (app, flush) = App::build(loader, Default::default()).await.unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(soulbased::server::run(app, flush, async move {
             let _ = stopped.await;

@@ -44,14 +44,11 @@
 //!   seam: API keys / JWTs (`auth.*`), development headers only with
 //!   `server.dev_insecure: true`.
 
-pub mod app;
-pub mod builtins;
-pub mod evidence;
+pub use soulbase_app::{app, builtins, evidence, metrics, stdio};
+
 pub mod http_api;
 #[cfg(feature = "tls")]
 pub mod https;
 pub mod listener;
-pub mod metrics;
 pub mod server;
-pub mod stdio;
 pub mod telemetry;

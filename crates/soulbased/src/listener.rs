@@ -276,6 +276,12 @@ impl Drop for RequestGuard {
     }
 }
 
+impl soulbase_app::metrics::Held for Connections {
+    fn held(&self) -> usize {
+        self.len()
+    }
+}
+
 /// The live connections of a listener, at most `cap` of them.
 #[derive(Debug)]
 pub struct Connections {

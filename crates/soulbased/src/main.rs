@@ -125,7 +125,10 @@ fn init_tracing(
 /// Serves until stopped; `Ok(false)` when the shutdown did not drain (calls were
 /// cancelled at the end of the grace period).
 async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<bool, String> {
-    let (app, flush) = App::build(loader.clone()).await.map_err(|e| {
+    let options = soulbase_app::Options {
+        span: Some(std::sync::Arc::new(soulbased::telemetry::execute_tool_span)),
+    };
+    let (app, flush) = App::build(loader.clone(), options).await.map_err(|e| {
         let a = e.audit();
         format!(
             "{}: {} {}",

@@ -1,8 +1,8 @@
 //! One governed call behind every door: each refusal that can happen before
 //! execution gives the same stable code on HTTP, gRPC, MCP over streamable HTTP,
-//! MCP over stdio and the CLI's local mode, leaves exactly one `Denied` evidence
-//! record and no Begin/End, and preflight agrees with invoke; every list a caller
-//! sees is its governed list.
+//! MCP over stdio, the CLI's local mode and a split-roles deployment, leaves
+//! exactly one `Denied` evidence record and no Begin/End, and preflight agrees
+//! with invoke; every list a caller sees is its governed list.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -694,4 +694,99 @@ async fn a_keyed_tool_over_mcp_runs_once_per_meta_key() {
     assert_eq!(counts[0], counts[2]);
     assert_eq!(counts[3], counts[0] + 1);
     client.cancel().await.unwrap();
+}
+
+const TOKEN_ENV: &str = "SB_TEST_INTERNAL_TOKEN";
+const TOKEN: &str = "internal-token-for-tests-0123456789";
+
+/// `config` served as `roles` only, behind the internal token.
+fn serving(config: &str, roles: &str) -> String {
+    format!("server:\n  roles: [{roles}]\n  internal_token_env: {TOKEN_ENV}\n{config}")
+}
+
+/// The event kinds the evidence role stores for `call_id` of `acme`, once the
+/// tools process's spool has drained them there (bounded wait).
+async fn stored_kinds(evidence: &Server, call_id: &str) -> Vec<String> {
+    use soulbase_observe::EvidenceStore;
+    let remote = soulbase_grpc::RemoteEvidence::new(evidence.channel().await, Some(TOKEN.into()));
+    let tenant = TenantId::new("acme").unwrap();
+    let id = soulbase_types::CallId::new(call_id).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let records = remote.call(Some(&tenant), &id).await.unwrap().records;
+        if !records.is_empty() || std::time::Instant::now() >= deadline {
+            return records
+                .iter()
+                .map(|r| {
+                    serde_json::to_value(r).unwrap()["payload"]["event"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+                .collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The same refusals through a split deployment: a tools process whose auth and
+/// quota, sandbox and evidence each run in a process of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_split_deployment_refuses_alike_and_evidences_once() {
+    let keys = Keys::new();
+    let token = [(TOKEN_ENV, TOKEN)];
+    let policy = Server::start_env(&serving(&config(&keys), "auth, qos"), |_| {}, &token);
+    let sandbox = Server::start_env(&serving("", "sandbox"), |_| {}, &token);
+    let evidence = Server::start_env(&serving("", "evidence"), |_| {}, &token);
+    let tools_config = format!(
+        "server:\n  roles: [tools]\n  internal_token_env: {TOKEN_ENV}\n  remote:\n    auth: http://{}\n    qos: http://{}\n    sandbox: http://{}\n    evidence: http://{}\nskills:\n  dir: ./skills\n  watch: false\n",
+        policy.grpc, policy.grpc, sandbox.grpc, evidence.grpc
+    );
+    let tools = Server::start_env(&tools_config, prepare, &token);
+    let (status, v) = json_answer(
+        http(
+            &tools.http,
+            "PATCH",
+            "/api/skills/off",
+            &[("x-api-key", keys.bob.key.as_str())],
+            r#"{"enabled": false}"#,
+        )
+        .await,
+    );
+    assert_eq!(status, 200, "{v}");
+    let mut invoker = tools.invoker().await;
+    let mut ids = Vec::new();
+    for row in &rows() {
+        let (_, v) = over_http(&tools, &keys, row, "invoke").await;
+        assert_eq!(v["error_code"], row.code, "{} over http: {v}", row.name);
+        ids.push((row.name, "http", v["call_id"].as_str().unwrap().to_owned()));
+        let (_, v) = over_http(&tools, &keys, row, "preflight").await;
+        assert_eq!(
+            v["error"]["code"], row.code,
+            "{} http preflight: {v}",
+            row.name
+        );
+        let a = grpc_answer(&invoker.invoke(grpc_request(&keys, row)).await.unwrap_err());
+        assert_eq!(a.code, row.code, "{} over grpc", row.name);
+        ids.push((row.name, "grpc", a.call_id.unwrap()));
+        let a = grpc_answer(
+            &invoker
+                .preflight(grpc_request(&keys, row))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(a.code, row.code, "{} grpc preflight", row.name);
+        let client = mcp_http_client(&tools, &keys, row).await;
+        let a = mcp_answer(&client.call_tool(mcp_request(row)).await.unwrap());
+        client.cancel().await.unwrap();
+        assert_eq!(a.code, row.code, "{} over mcp", row.name);
+        ids.push((row.name, "mcp", a.call_id.unwrap()));
+    }
+    for (name, door, id) in &ids {
+        assert_eq!(
+            stored_kinds(&evidence, id).await,
+            ["denied"],
+            "{name} over {door} ({id})"
+        );
+    }
 }

@@ -68,6 +68,8 @@ struct Seams {
     idempotency: Arc<dyn IdempotencyStore>,
     terms: Option<Arc<dyn CallTerms>>,
     config_hash: ArcSwap<String>,
+    /// When set, the configuration whose current hash every Begin records.
+    config: Option<soulbase_config::ConfigHandle>,
     limiter: ConcurrencyLimiter,
     inflight: InFlight,
     fault: Option<FaultHook>,
@@ -109,6 +111,7 @@ impl InvokerBuilder {
                 idempotency,
                 terms: None,
                 config_hash: ArcSwap::from_pointee(String::new()),
+                config: None,
                 limiter: ConcurrencyLimiter::default(),
                 inflight: InFlight::default(),
                 fault: None,
@@ -119,6 +122,13 @@ impl InvokerBuilder {
     /// The hash of the configuration in force, recorded in every Begin.
     pub fn config_hash(self, hash: impl Into<String>) -> Self {
         self.seams.config_hash.store(Arc::new(hash.into()));
+        self
+    }
+
+    /// Records in every Begin the hash of `handle`'s current snapshot, following
+    /// its reloads.
+    pub fn follow_config(mut self, handle: soulbase_config::ConfigHandle) -> Self {
+        self.seams.config = Some(handle);
         self
     }
 
@@ -815,7 +825,10 @@ impl Invoker {
                     manifest_digest: tool.digest.clone(),
                     profile_hash: profile.hash().to_owned(),
                     policy_hash: cleared.policy_hash.clone(),
-                    config_hash: s.config_hash.load().as_ref().clone(),
+                    config_hash: match &s.config {
+                        Some(handle) => handle.current().hash().to_owned(),
+                        None => s.config_hash.load().as_ref().clone(),
+                    },
                     args_digest: cleared.args_digest.clone(),
                     idempotency_key: call.idempotency_key.clone(),
                     calling_skill: call.calling_skill.clone(),

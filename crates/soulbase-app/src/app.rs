@@ -1,4 +1,5 @@
-//! Assembling the in-process seams behind the `tools` role.
+//! Configuration → seams (each local, or the gRPC client of a role served
+//! elsewhere, chosen here and nowhere else) → the one invoker and its [`Stack`].
 //!
 //! Each seam is chosen here from configuration, so a role served elsewhere later
 //! only swaps one `Arc<dyn …>` for its gRPC client:
@@ -26,7 +27,7 @@ use soulbase_auth::{
     Authenticator, Authorizer, CedarPolicy, ConsentVerifier, HmacConsent, StaticPolicy,
 };
 use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, QuotaLimit, ReloadStatus, Role};
-use soulbase_edge::{MetadataAuth, Stack, SubjectResolver};
+use soulbase_edge::{MetadataAuth, SpanMaker, Stack, SubjectResolver};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::roles::role_channel;
 use soulbase_grpc::{
@@ -57,19 +58,13 @@ use crate::metrics::Metrics;
 /// it a random per-process key is used, so no consent token verifies (fail closed).
 pub const CONSENT_KEY_ENV: &str = "SOULBASED_CONSENT_HMAC_KEY";
 
-/// How the static policy is kept current.
-enum PolicySeam {
-    Static(Arc<StaticPolicy>),
-    Cedar,
-}
-
 /// The skills subsystem of a `tools` server.
 pub struct Skills {
     /// The live catalog (loaded into [`App::registry`]).
     pub catalog: SkillCatalog,
     /// The skills' terms, held by the invoker on every call.
     pub terms: Arc<SkillTerms>,
-    /// `skills.subscriptions`, replaced on each configuration reload.
+    /// `skills.subscriptions`, following configuration reloads.
     pub subscriptions: Arc<StaticSubscriptions>,
     /// The directory watcher (`skills.watch`); dropping it stops watching.
     _watcher: Option<SkillWatcher>,
@@ -81,6 +76,14 @@ impl std::fmt::Debug for Skills {
             .field("catalog", &self.catalog)
             .finish_non_exhaustive()
     }
+}
+
+/// What the binary adds to the assembly.
+#[derive(Default)]
+pub struct Options {
+    /// Makes the span each invocation runs in (the server's OpenTelemetry
+    /// `execute_tool` span); none for the CLI.
+    pub span: Option<SpanMaker>,
 }
 
 /// Everything the servers share.
@@ -118,7 +121,6 @@ pub struct App {
     /// Evidence, idempotency and registry persistence (with the `tools` or
     /// `evidence` role).
     pub persistence: Option<Arc<Persistence>>,
-    policy: PolicySeam,
 }
 
 impl std::fmt::Debug for App {
@@ -156,7 +158,10 @@ impl App {
     /// spool recovery, drainer), and with `tools` restores the registry. Role
     /// services are built only behind the internal token (or `dev_insecure`).
     /// Returns the app and the evidence flush handle for shutdown.
-    pub async fn build(loader: ConfigLoader) -> Result<(Arc<App>, EvidenceFlush), SoulError> {
+    pub async fn build(
+        loader: ConfigLoader,
+        options: Options,
+    ) -> Result<(Arc<App>, EvidenceFlush), SoulError> {
         let snapshot = loader.load().map_err(|e| {
             SoulError::new(ErrorCode::ConfigInvalid, "the configuration is invalid")
                 .with_note(e.to_string())
@@ -218,15 +223,11 @@ impl App {
         if tools_role {
             builtins::register_tools(&registry)?;
         }
-        let (policy, local_authorizer): (PolicySeam, Arc<dyn Authorizer>) = match &cfg.auth.cedar {
-            Some(_) => (
-                PolicySeam::Cedar,
-                Arc::new(CedarPolicy::follow(config.clone())?),
-            ),
-            None => {
-                let p = Arc::new(StaticPolicy::new(&cfg.policy));
-                (PolicySeam::Static(p.clone()), p)
-            }
+        // Every seam that depends on the configuration follows its handle: an
+        // accepted reload is picked up on the next decision, in one style.
+        let local_authorizer: Arc<dyn Authorizer> = match &cfg.auth.cedar {
+            Some(_) => Arc::new(CedarPolicy::follow(config.clone())?),
+            None => Arc::new(StaticPolicy::follow(config.clone())),
         };
         let authenticator = Arc::new(Authenticator::follow(config.clone())?);
         let dev_insecure = cfg.server.dev_insecure;
@@ -353,7 +354,7 @@ impl App {
                 Some(LocalGate::Redis(q)) => Some(q.as_ref()),
                 _ => None,
             };
-            start_skills(cfg, &registry, tools_redis)?
+            start_skills(cfg, &config, &registry, tools_redis)?
         } else {
             None
         };
@@ -367,7 +368,7 @@ impl App {
             sink,
             idempotency,
         )
-        .config_hash(snap.hash());
+        .follow_config(config.clone());
         let invoker = match &skills {
             Some(s) => invoker.terms(s.terms.clone()),
             None => invoker,
@@ -380,9 +381,12 @@ impl App {
         // The one outer stack every surface serves calls through.
         let stack = Stack::builder(invoker.clone())
             .observer(metrics.clone())
-            .span(Arc::new(crate::telemetry::execute_tool_span))
-            .trust_dev_skills(dev_insecure)
-            .build();
+            .trust_dev_skills(dev_insecure);
+        let stack = match options.span {
+            Some(span) => stack.span(span),
+            None => stack,
+        }
+        .build();
         let app = Arc::new(App {
             config,
             loader,
@@ -400,28 +404,24 @@ impl App {
             sandbox_role,
             evidence_role,
             persistence,
-            policy,
         });
         Ok((app, flush))
     }
 
-    /// Applies the current snapshot to the seams that do not follow it themselves.
+    /// Reports what an accepted snapshot cannot change in a running process. Every
+    /// seam follows the configuration handle itself (policy, Cedar, credentials,
+    /// quotas, subscriptions, the hash recorded in evidence), so nothing is pushed.
     pub fn apply_current(&self) {
         let snap = self.config.current();
-        if let PolicySeam::Static(p) = &self.policy {
-            p.update(&snap.config().policy);
+        if let Some(s) = &self.skills
+            && snap.config().skills.dir != s.catalog.root()
+        {
+            tracing::warn!(
+                dir = %snap.config().skills.dir.display(),
+                serving = %s.catalog.root().display(),
+                "skills.dir changed: the new directory is used after a restart"
+            );
         }
-        if let Some(s) = &self.skills {
-            s.subscriptions.replace(&snap.config().skills.subscriptions);
-            if snap.config().skills.dir != s.catalog.root() {
-                tracing::warn!(
-                    dir = %snap.config().skills.dir.display(),
-                    serving = %s.catalog.root().display(),
-                    "skills.dir changed: the new directory is used after a restart"
-                );
-            }
-        }
-        self.invoker.set_config_hash(snap.hash());
     }
 
     /// Watches the configuration file (and polls) with `loader`, applying every
@@ -604,6 +604,7 @@ fn internal_token(cfg: &soulbase_config::Config) -> Result<Option<String>, SoulE
 /// configured directory that is missing or unusable refuses start-up.
 fn start_skills(
     cfg: &soulbase_config::Config,
+    config: &ConfigHandle,
     registry: &Registry,
     tools_redis: Option<&RedisQuota>,
 ) -> Result<Option<Skills>, SoulError> {
@@ -628,7 +629,7 @@ fn start_skills(
         skills = catalog.current().len(),
         "skills loaded"
     );
-    let subscriptions = Arc::new(StaticSubscriptions::from_config(&cfg.skills.subscriptions));
+    let subscriptions = Arc::new(StaticSubscriptions::follow(config.clone()));
     let terms = SkillTerms::new(catalog.clone()).with_subscriptions(subscriptions.clone());
     let terms = with_skill_rates(terms, cfg, tools_redis)?;
     let watcher = cfg.skills.watch.then(|| {

@@ -67,6 +67,12 @@ fn surface_index(s: Surface) -> usize {
     }
 }
 
+/// Something a listener holds a number of (its connections), reported as a gauge.
+pub trait Held: Send + Sync + 'static {
+    /// How many are held now.
+    fn held(&self) -> usize;
+}
+
 /// The process's metrics. Cheap to update from any thread.
 #[derive(Default)]
 pub struct Metrics {
@@ -78,8 +84,8 @@ pub struct Metrics {
     evidence: Mutex<Option<Arc<EvidenceStats>>>,
     registry_version: AtomicU64,
     in_flight: AtomicU64,
-    connections: Mutex<Option<Arc<crate::listener::Connections>>>,
-    grpc_connections: Mutex<Option<Arc<crate::listener::Connections>>>,
+    connections: Mutex<Option<Arc<dyn Held>>>,
+    grpc_connections: Mutex<Option<Arc<dyn Held>>>,
     mcp_sessions: Mutex<Option<Arc<soulbase_mcp::sessions::McpSessions>>>,
 }
 
@@ -107,7 +113,7 @@ fn escape(v: &str) -> String {
 }
 
 /// The size of a watched collection (0 until one is watched).
-fn watched_len<T>(slot: &Mutex<Option<Arc<T>>>, len: impl Fn(&T) -> usize) -> usize {
+fn watched_len<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>, len: impl Fn(&T) -> usize) -> usize {
     slot.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .as_ref()
@@ -131,7 +137,7 @@ impl Metrics {
     }
 
     /// Reports the HTTP listener's connections.
-    pub fn watch_connections(&self, c: Arc<crate::listener::Connections>) {
+    pub fn watch_connections(&self, c: Arc<dyn Held>) {
         *self
             .connections
             .lock()
@@ -139,7 +145,7 @@ impl Metrics {
     }
 
     /// Reports the gRPC listener's connections.
-    pub fn watch_grpc_connections(&self, c: Arc<crate::listener::Connections>) {
+    pub fn watch_grpc_connections(&self, c: Arc<dyn Held>) {
         *self
             .grpc_connections
             .lock()
@@ -299,12 +305,12 @@ impl Metrics {
             (
                 "soulbase_http_connections",
                 "Connections the HTTP listener holds.",
-                watched_len(&self.connections, |c| c.len()),
+                watched_len(&self.connections, |c| c.held()),
             ),
             (
                 "soulbase_grpc_connections",
                 "Connections the gRPC listener holds.",
-                watched_len(&self.grpc_connections, |c| c.len()),
+                watched_len(&self.grpc_connections, |c| c.held()),
             ),
             (
                 "soulbase_mcp_sessions",

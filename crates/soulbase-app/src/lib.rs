@@ -1,0 +1,27 @@
+//! The assembly: configuration → seams → the one governed stack, in one place.
+//!
+//! In the spirit of linkerd's `linkerd/app`, this crate is where Soulbase is put
+//! together, so the binaries stay thin: `soulbased` adds its listeners (HTTP, gRPC,
+//! TLS, shutdown) and OpenTelemetry; `soulbase` (the CLI) adds its commands. Both
+//! build the same [`app::App`]:
+//!
+//! - [`app`]: each seam chosen from configuration — in-process, or the gRPC client
+//!   of a role served elsewhere, decided here and nowhere else — the skills
+//!   directory and its terms, the invoker, and [`App::stack`](app::App::stack), the
+//!   one outer stack every surface calls; reload in one style: every seam follows
+//!   the `ConfigHandle` and picks up an accepted snapshot on its next use;
+//! - [`evidence`]: persistence (the durable spool into SQLite or Postgres,
+//!   idempotency, registry state) and its shutdown flush;
+//! - [`builtins`]: the builtin tools and the crash-drill hooks;
+//! - [`metrics`]: the Prometheus metrics (a `CallObserver`);
+//! - [`stdio`]: MCP over stdio for one subject (`soulbased mcp`, `soulbase mcp`).
+//!
+//! It knows no listener, no HTTP router and no OpenTelemetry exporter.
+
+pub mod app;
+pub mod builtins;
+pub mod evidence;
+pub mod metrics;
+pub mod stdio;
+
+pub use app::{App, Options};
