@@ -696,6 +696,10 @@ async fn idempotent_replay_conflict_and_concurrent_duplicates() {
     assert!(again.replayed);
     assert_eq!(again.output, first.output);
     assert_eq!(again.evidence_ref, first.evidence_ref);
+    assert_eq!(
+        again.call_id, first.call_id,
+        "a replay is the original call's answer"
+    );
     assert_eq!(h.executions.load(Ordering::SeqCst), 1);
     let conflict = h
         .invoker

@@ -309,8 +309,8 @@ fn a_keyed_call_runs_once_whichever_point_its_replica_is_killed_at() {
                 let r = k.answer.as_ref().expect(&what);
                 assert!(r.replayed, "{what}");
                 assert!(r.output_json.contains(&k.key), "{what}");
-                // The answer names the retry's call; its evidence is A's Begin.
-                assert_eq!(r.call_id, k.b_call.to_string(), "{what}");
+                // The answer is A's: its call id, whose evidence is A's Begin.
+                assert_eq!(r.call_id, k.a_call.to_string(), "{what}");
                 assert_eq!(runs, 1, "{what}");
                 assert_eq!(evidence_of(&k.a_call), Some("ok"), "{what}");
                 assert_eq!(evidence_of(&k.b_call), None, "{what}");

@@ -734,11 +734,13 @@ impl Invoker {
                     claim_guard.key = Some(key.clone());
                     self.fault(FaultPoint::Claimed);
                 }
+                // A replay is the original call's answer: its call id and its
+                // evidence, whatever id the retry carried (so the evidence read
+                // back by that id is the call that ran).
                 Ok(Claim::Completed(stored)) => {
                     return CallResult {
-                        call_id: call.call_id.clone(),
                         replayed: true,
-                        ..stored.result.clone()
+                        ..stored.result
                     };
                 }
                 Err(e) => return self.denied(&header, call, e).await,
