@@ -113,6 +113,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn configuration_validates_exactly_these_names() {
+        let names: Vec<&str> = Action::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(names, soulbase_config::POLICY_ACTIONS);
+    }
+
+    #[test]
     fn names_round_trip_and_unknown_ones_are_refused() {
         for a in Action::ALL {
             assert_eq!(a.as_str().parse::<Action>(), Ok(a));

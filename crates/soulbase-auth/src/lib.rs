@@ -70,4 +70,25 @@ pub struct Decision {
 pub trait Authorizer: Send + Sync + 'static {
     /// Answers one question.
     async fn authorize(&self, req: AuthzRequest<'_>) -> Result<Decision, SoulError>;
+
+    /// Whether `req`'s subject may perform every one of `actions` on its tool
+    /// (`req.action` is not consulted): the first refusal, else the last decision.
+    /// Engines that can decide them in one pass override it (the static rules).
+    async fn authorize_all(
+        &self,
+        req: AuthzRequest<'_>,
+        actions: &[Action],
+    ) -> Result<Decision, SoulError> {
+        let mut decision = None;
+        for action in actions {
+            decision = Some(
+                self.authorize(AuthzRequest {
+                    action: *action,
+                    ..req
+                })
+                .await?,
+            );
+        }
+        decision.ok_or_else(|| SoulError::of(soulbase_errors::ErrorCode::PolicyDenyTool))
+    }
 }

@@ -10,7 +10,7 @@ use soulbase_config::{ConfigHandle, PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::ToolPattern;
 
-use crate::{Authorizer, AuthzRequest, Decision};
+use crate::{Action, Authorizer, AuthzRequest, Decision};
 
 #[derive(Debug)]
 struct Rule {
@@ -18,7 +18,18 @@ struct Rule {
     tenant: Option<String>,
     actors: Option<HashSet<String>>,
     tools: Vec<ToolPattern>,
-    actions: HashSet<String>,
+    /// The actions it covers, one bit per [`Action`] ([`bit`]).
+    actions: u16,
+}
+
+/// The bit of `action` in a rule's action mask.
+fn bit(action: Action) -> u16 {
+    1 << (action as u16)
+}
+
+/// The mask of every action.
+fn all_actions() -> u16 {
+    Action::ALL.iter().fold(0, |m, a| m | bit(*a))
 }
 
 impl Rule {
@@ -34,11 +45,31 @@ impl Rule {
                 // Validation refused malformed patterns; one that slips through matches nothing.
                 .filter_map(|t| ToolPattern::parse(t).ok())
                 .collect(),
-            actions: r.actions.iter().cloned().collect(),
+            actions: Self::action_mask(r),
         }
     }
 
-    fn matches(&self, req: &AuthzRequest<'_>) -> bool {
+    /// The actions `r` names (`*`: all); an allow rule granting `invoke` also
+    /// grants `list` and `preflight`. An unknown name covers nothing.
+    fn action_mask(r: &PolicyRule) -> u16 {
+        let mut mask = r.actions.iter().fold(0, |m, name| {
+            if name == "*" {
+                m | all_actions()
+            } else {
+                m | name.parse::<Action>().map_or(0, bit)
+            }
+        });
+        if r.effect == PolicyEffect::Allow && mask & bit(Action::Invoke) != 0 {
+            mask |= Action::ALL
+                .iter()
+                .filter(|a| a.implied_by_invoke())
+                .fold(0, |m, a| m | bit(*a));
+        }
+        mask
+    }
+
+    /// Whether the rule is about this subject and tool (whatever the action).
+    fn applies(&self, req: &AuthzRequest<'_>) -> bool {
         self.tenant
             .as_deref()
             .is_none_or(|t| t == req.subject.tenant.as_str())
@@ -46,12 +77,6 @@ impl Rule {
                 .actors
                 .as_ref()
                 .is_none_or(|a| a.contains(req.subject.actor.as_str()))
-            && (self.actions.contains(req.action.as_str())
-                || self.actions.contains("*")
-                // An allow rule granting invoke grants seeing and preflighting.
-                || (!self.deny
-                    && req.action.implied_by_invoke()
-                    && self.actions.contains(crate::Action::Invoke.as_str())))
             && self.tools.iter().any(|p| p.matches(req.tool))
     }
 }
@@ -145,21 +170,28 @@ impl StaticPolicy {
 
     /// The decision, synchronously.
     pub fn decide(&self, req: &AuthzRequest<'_>) -> Result<Decision, SoulError> {
+        self.decide_all(req, bit(req.action))
+    }
+
+    /// Whether every action of `mask` is allowed on `req`'s subject and tool, in
+    /// one scan of the rules (`req.action` is not consulted).
+    fn decide_all(&self, req: &AuthzRequest<'_>, mask: u16) -> Result<Decision, SoulError> {
         // Structural isolation: no rule can grant another tenant's tool.
         crate::isolation::check_tenant(req)?;
         let compiled = self.current();
-        let mut allowed = false;
+        let mut allowed = 0u16;
         // Deny wins whatever the order, so scanning the two groups in turn is exact.
-        for rule in compiled
-            .candidates(req.subject.tenant.as_str())
-            .filter(|r| r.matches(req))
-        {
+        for rule in compiled.candidates(req.subject.tenant.as_str()) {
+            let hit = rule.actions & mask;
+            if hit == 0 || !rule.applies(req) {
+                continue;
+            }
             if rule.deny {
                 return Err(SoulError::of(ErrorCode::PolicyDenyTool));
             }
-            allowed = true;
+            allowed |= hit;
         }
-        if allowed {
+        if allowed == mask {
             Ok(Decision {
                 policy_hash: compiled.hash.clone(),
             })
@@ -174,6 +206,15 @@ impl Authorizer for StaticPolicy {
     async fn authorize(&self, req: AuthzRequest<'_>) -> Result<Decision, SoulError> {
         self.decide(&req)
     }
+
+    async fn authorize_all(
+        &self,
+        req: AuthzRequest<'_>,
+        actions: &[Action],
+    ) -> Result<Decision, SoulError> {
+        let mask = actions.iter().fold(0, |m, a| m | bit(*a));
+        self.decide_all(&req, mask)
+    }
 }
 
 #[cfg(test)]
@@ -181,7 +222,6 @@ mod tests {
     use soulbase_types::{ActorId, Subject, TenantId, ToolId};
 
     use super::*;
-    use crate::Action;
 
     fn asking<'a>(subject: &'a Subject, tool: &'a ToolId, action: Action) -> AuthzRequest<'a> {
         AuthzRequest {

@@ -473,10 +473,27 @@ pub struct PolicyRule {
     pub actors: Vec<String>,
     /// Tool id patterns: exact id, `group.*`, `group.pkg.*`, or `*`.
     pub tools: Vec<String>,
-    /// Actions (`invoke`, …); defaults to `invoke`.
+    /// Actions ([`POLICY_ACTIONS`] or `*`); defaults to `invoke`, which also grants
+    /// `list` and `preflight` in an allow rule.
     #[serde(default = "default_actions")]
     pub actions: Vec<String>,
 }
+
+/// The action names a policy rule may use: exactly `soulbase_auth::Action::ALL`
+/// (that crate's tests hold the two lists equal).
+pub const POLICY_ACTIONS: &[&str] = &[
+    "invoke",
+    "preflight",
+    "list",
+    "read_evidence",
+    "register",
+    "update",
+    "unregister",
+    "enable",
+    "disable",
+    "deprecate",
+    "reload",
+];
 
 fn default_actions() -> Vec<String> {
     vec!["invoke".to_owned()]
@@ -812,6 +829,17 @@ impl Config {
                     format!("policy.rules[{i}].actors"),
                     "must list at least one actor or *".into(),
                 );
+            }
+            for (j, a) in rule.actions.iter().enumerate() {
+                if a != "*" && !POLICY_ACTIONS.contains(&a.as_str()) {
+                    push(
+                        format!("policy.rules[{i}].actions[{j}]"),
+                        format!(
+                            "unknown action {a:?}; one of {}, or *",
+                            POLICY_ACTIONS.join(", ")
+                        ),
+                    );
+                }
             }
         }
         problems

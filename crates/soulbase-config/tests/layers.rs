@@ -335,3 +335,19 @@ fn secrets_are_read_from_files_named_by_the_config_or_the_environment() {
     let err = ConfigLoader::new().with_file(&token).load().unwrap_err();
     assert_eq!(err.problems[0].path, "server.internal_token_file", "{err}");
 }
+
+#[test]
+fn a_policy_rule_naming_an_unknown_action_is_refused_naming_it() {
+    let mut config = soulbase_config::Config::default();
+    config.policy.rules = vec![soulbase_config::PolicyRule {
+        effect: soulbase_config::PolicyEffect::Allow,
+        tenant: "acme".into(),
+        actors: vec!["*".into()],
+        tools: vec!["*".into()],
+        actions: vec!["invoke".into(), "invok".into()],
+    }];
+    let problems = config.validate();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].0, "policy.rules[0].actions[1]");
+    assert!(problems[0].1.contains("unknown action"), "{problems:?}");
+}

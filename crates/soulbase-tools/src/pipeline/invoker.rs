@@ -13,7 +13,7 @@ use soulbase_observe::{
     BudgetUsage, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
     EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
 };
-use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
+use soulbase_qos::{QuotaGate, QuotaRequest};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, ProviderKind, Sandbox};
 use soulbase_types::{
     ActorId, CallId, Envelope, EnvelopeId, Origin, Subject, TenantId, ToolId, TraceContext,
@@ -517,22 +517,23 @@ impl Invoker {
         let args_bytes = stage::sync(stage_span!("schema"), || {
             Self::check_input(call, &resolved.tool)
         })?;
-        let ask = |action| {
-            s.authorizer.authorize(AuthzRequest {
-                subject: &call.subject,
-                tool: &call.tool,
-                tool_tenant: match &resolved.owner {
-                    ToolOwner::Tenant(t) => Some(t),
-                    ToolOwner::Global => None,
-                },
-                action,
-            })
+        let req = AuthzRequest {
+            subject: &call.subject,
+            tool: &call.tool,
+            tool_tenant: match &resolved.owner {
+                ToolOwner::Tenant(t) => Some(t),
+                ToolOwner::Global => None,
+            },
+            action: Action::Invoke,
         };
         let authorize = async {
             if preflight {
-                ask(Action::Preflight).await?;
+                s.authorizer
+                    .authorize_all(req, &[Action::Preflight, Action::Invoke])
+                    .await
+            } else {
+                s.authorizer.authorize(req).await
             }
-            ask(Action::Invoke).await
         };
         let decision = stage::run(stage_span!("authorize"), authorize).await?;
         let admission = match &s.terms {
@@ -872,11 +873,8 @@ impl Invoker {
             }
         };
         // The call runs from here: what it reserved is spent.
-        let spent: Vec<_> = [Some(tool_hold), terms_hold]
-            .into_iter()
-            .flatten()
-            .filter_map(|mut h| h.spent())
-            .collect();
+        let mut tool_hold = tool_hold;
+        let spent = [tool_hold.spent(), terms_hold.and_then(|mut h| h.spent())];
         let keyed = keyed.map(|k| Keyed {
             begin: keyed_begin,
             ..k
@@ -909,7 +907,7 @@ impl Invoker {
         args: Value,
         bytes_in: u64,
         (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
-        spent: Vec<(Arc<dyn QuotaGate>, Reservation)>,
+        spent: quota_terms::Spent,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
         keyed: Option<Keyed<'_>>,
     ) -> Result<CallResult, SoulError> {

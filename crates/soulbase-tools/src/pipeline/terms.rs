@@ -110,9 +110,12 @@ impl Drop for QuotaHold {
     }
 }
 
+/// What a call that ran reserved: the tool's quota and the terms' metered gate.
+pub(crate) type Spent = [Option<(Arc<dyn QuotaGate>, Reservation)>; 2];
+
 /// Settles what a call that ran consumed.
-pub(crate) async fn settle(spent: Vec<(Arc<dyn QuotaGate>, Reservation)>, usage: BudgetUsage) {
-    for (gate, r) in spent {
+pub(crate) async fn settle(spent: Spent, usage: BudgetUsage) {
+    for (gate, r) in spent.into_iter().flatten() {
         let settle = gate.settle(r, usage);
         if let Err(e) = settle.instrument(stage_span!("quota.settle")).await {
             tracing::warn!(error = ?e, "quota settle failed");
@@ -121,8 +124,8 @@ pub(crate) async fn settle(spent: Vec<(Arc<dyn QuotaGate>, Reservation)>, usage:
 }
 
 /// Gives back what a call that ran but counts as refused consumed.
-pub(crate) async fn refund(spent: Vec<(Arc<dyn QuotaGate>, Reservation)>) {
-    for (gate, r) in spent {
+pub(crate) async fn refund(spent: Spent) {
+    for (gate, r) in spent.into_iter().flatten() {
         let refund = gate.refund(r);
         if let Err(e) = refund.instrument(stage_span!("quota.refund")).await {
             tracing::warn!(error = ?e, "quota refund failed");
