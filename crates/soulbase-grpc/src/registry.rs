@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 use soulbase_auth::{Action, Authorizer};
-use soulbase_errors::SoulError;
+use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_tools::registry::admin::{self, StateChange};
 use soulbase_tools::{Registry, ResolvedTool, ToolOwner};
 use soulbase_types::{Subject, ToolId};
@@ -220,6 +220,14 @@ impl ToolRegistry for RegistryService {
         let req = request.into_inner();
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
         let tool = self.registry.get(&subject.tenant, &id).map_err(status)?;
+        // Governed like the lists: a tool the caller may not `list` is not there.
+        let invoker = self.stack.invoker();
+        if !invoker
+            .permits(&subject, &id, &tool.owner, Action::List)
+            .await
+        {
+            return Err(status(SoulError::of(ErrorCode::ToolNotFound)));
+        }
         Ok(Response::new(proto::GetToolResponse {
             tool: Some(convert::tool_to_proto(&tool, req.include_manifest)),
         }))

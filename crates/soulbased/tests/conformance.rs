@@ -524,6 +524,20 @@ async fn every_list_is_the_callers_governed_list() {
         .into_inner();
     let ids: Vec<String> = listed.tools.iter().map(|t| t.id.clone()).collect();
     assert_eq!(ids, ALLOWED);
+    // GetTool is governed like the list: a tool the caller may not list is not there.
+    let get = |id: &str| proto::GetToolRequest {
+        tool_id: id.into(),
+        include_manifest: false,
+    };
+    let st = registry
+        .get_tool(common::as_dev(get("soulbase.builtin.sleep"), "acme", "bob"))
+        .await
+        .unwrap_err();
+    assert_eq!(common::code_of(&st), "TOOL.NOT_FOUND");
+    registry
+        .get_tool(common::as_dev(get("soulbase.builtin.echo"), "acme", "bob"))
+        .await
+        .unwrap();
     // MCP over streamable HTTP: the model is offered exactly these.
     let mut headers = HashMap::new();
     headers.insert(
