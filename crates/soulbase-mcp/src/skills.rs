@@ -31,18 +31,6 @@ fn skill_not_found(name: &str) -> SoulError {
         .with_field("skill", name.to_owned())
 }
 
-/// Whether skill `name` shows to a caller whose governed list is `available`.
-fn skill_visible(set: &SkillSet, available: &[AvailableSpec], name: &str) -> bool {
-    let Some(skill) = set.get(name).filter(|_| set.is_enabled(name)) else {
-        return false;
-    };
-    skill.tools.is_empty()
-        || skill
-            .tools
-            .iter()
-            .any(|t| available.iter().any(|a| a.id() == t.id()))
-}
-
 fn schema(v: Value) -> Arc<Map<String, Value>> {
     Arc::new(v.as_object().cloned().unwrap_or_default())
 }
@@ -124,7 +112,7 @@ pub fn protocol_tools() -> Vec<Tool> {
 pub fn list_skills(set: &SkillSet, available: &[AvailableSpec]) -> Value {
     let skills: Vec<Value> = soulbase_skills::list_skills(set)
         .iter()
-        .filter(|s| skill_visible(set, available, &s.name))
+        .filter(|s| soulbase_skills::skill_shows(set, available, &s.name))
         .map(|s| json!({"name": s.name, "description": s.description}))
         .collect();
     json!({ "skills": skills })
@@ -138,7 +126,7 @@ pub fn get_skill_info(
     args: &Map<String, Value>,
 ) -> Result<(Value, String), SoulError> {
     let name = string_arg(args, "name")?.ok_or_else(|| missing("name"))?;
-    if !skill_visible(set, available, &name) {
+    if !soulbase_skills::skill_shows(set, available, &name) {
         return Err(skill_not_found(&name));
     }
     let info = soulbase_skills::get_skill_info(set, &name)?;

@@ -73,5 +73,7 @@ pub use model::{RiskLevel, Skill, SkillKind, SkillTool};
 pub use problem::{Severity, SkillProblem};
 pub use set::{SkillSet, SkillSummary};
 pub use terms::{SkillTerms, rate_limits};
-pub use views::{SkillInfo, get_skill_info, list_skills, system_prompt_sections, tools_for_skill};
+pub use views::{
+    SkillInfo, get_skill_info, list_skills, skill_shows, system_prompt_sections, tools_for_skill,
+};
 pub use watch::{SkillWatcher, watch};

@@ -8,11 +8,27 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use soulbase_errors::{ErrorCode, SoulError, SoulResult};
+use soulbase_tools::registry::AvailableSpec;
 use soulbase_tools::{RegistryView, ToolSpec};
 use soulbase_types::TenantId;
 
 use crate::model::{SKILL_GROUP, Skill, SkillKind};
 use crate::set::{SkillSet, SkillSummary};
+
+/// Whether skill `name` shows to a caller whose governed tool list is `available`:
+/// loaded and enabled, and either instructions only or with at least one of its
+/// tools in that list. What `list_skills` / `get_skill_info` (MCP) and
+/// `GET /api/skills` (HTTP) show.
+pub fn skill_shows(set: &SkillSet, available: &[AvailableSpec], name: &str) -> bool {
+    let Some(skill) = set.get(name).filter(|_| set.is_enabled(name)) else {
+        return false;
+    };
+    skill.tools.is_empty()
+        || skill
+            .tools
+            .iter()
+            .any(|t| available.iter().any(|a| a.id() == t.id()))
+}
 
 /// Phase 1 (selection): name + short description of every enabled skill.
 pub fn list_skills(set: &SkillSet) -> Arc<[SkillSummary]> {

@@ -542,12 +542,8 @@ async fn list_skills(
             Ok(a) => a,
             Err(e) => return error_response(&e),
         };
-        for s in set.skills().filter(|s| set.is_enabled(&s.name)) {
-            let shows = s.tools.is_empty()
-                || s.tools
-                    .iter()
-                    .any(|t| available.iter().any(|a| a.id() == t.id()));
-            if shows {
+        for s in set.skills() {
+            if soulbase_skills::skill_shows(&set, &available, &s.name) {
                 list.push(skill_json(&set, s));
             }
         }
