@@ -49,6 +49,7 @@ use soulbase_skills::{
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
 use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency};
+use soulbase_tools::registry::admin::RegistryAdmin;
 
 use crate::builtins;
 use crate::evidence::{self, EvidenceFlush};
@@ -94,6 +95,9 @@ pub struct App {
     pub loader: ConfigLoader,
     /// The tool registry.
     pub registry: Registry,
+    /// Changes to it on someone's behalf: persisted first (shared with the other
+    /// replicas on Postgres), then applied.
+    pub admin: RegistryAdmin,
     /// The governed invoker.
     pub invoker: Invoker,
     /// The one outer stack around it that every surface calls.
@@ -311,9 +315,10 @@ impl App {
         };
         let sandbox_role = (sandbox_role && expose_roles)
             .then(|| SandboxRoleService::new(local_sandbox, profiles.clone(), token.clone()));
-        let (sink, idempotency, persistence, flush): (
+        let (sink, idempotency, persistence, flush, shared): (
             Arc<dyn EvidenceSink>,
             Arc<dyn IdempotencyStore>,
+            _,
             _,
             _,
         ) = if tools_role || evidence_role {
@@ -322,18 +327,22 @@ impl App {
                 .filter(|_| tools_role)
                 .map(|r| Arc::new(r) as Arc<dyn EvidenceStore>);
             let opened = evidence::open(cfg, drain_to).await?;
-            let saved_registry = if tools_role {
-                evidence::restore_registry(&opened.persistence, &registry).await?;
-                Some(&registry)
+            // Only the tools role keeps the registry: a process without it must
+            // never write the shared one.
+            let shared = if tools_role {
+                let admin = evidence::registry_admin(&opened.persistence, &registry);
+                evidence::restore_registry(&opened.persistence, &admin).await?;
+                Some(admin)
             } else {
                 None
             };
-            let flush = EvidenceFlush::start(&opened, saved_registry, cfg.evidence.retention_days);
+            let flush = EvidenceFlush::start(&opened, shared.as_ref(), cfg.evidence.retention_days);
             (
                 Arc::new(opened.sink.clone()),
                 opened.persistence.idempotency.clone(),
                 Some(opened.persistence.clone()),
                 flush,
+                shared,
             )
         } else {
             (
@@ -341,8 +350,10 @@ impl App {
                 Arc::new(MemoryIdempotency::new()),
                 None,
                 EvidenceFlush::none(),
+                None,
             )
         };
+        let admin = shared.unwrap_or_else(|| RegistryAdmin::in_memory(registry.clone()));
         let evidence_role = match (evidence_role && expose_roles, &persistence) {
             (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
             _ => None,
@@ -391,6 +402,7 @@ impl App {
             config,
             loader,
             registry,
+            admin,
             invoker,
             stack,
             authorizer,

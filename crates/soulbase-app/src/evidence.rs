@@ -8,9 +8,10 @@
 //! remote evidence role — the SQL idempotency store and the registry store; retention
 //! runs hourly (`evidence.retention_days`, 0 keeps everything). Without either role
 //! nothing is opened and the sink refuses records ([`NoEvidence`]). On shutdown
-//! [`EvidenceFlush::flush`] saves the registry one last time (tools role only) and
-//! drains the spool into the store (what does not make it stays in the spool for the
-//! next start).
+//! [`EvidenceFlush::flush`] drains the spool into the store (what does not make it
+//! stays in the spool for the next start). The registry needs no flush: each change
+//! is committed to the store before it applies ([`registry_admin`]), and
+//! [`EvidenceFlush::start`] follows what other replicas commit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,8 @@ use soulbase_evidence::DurableSink;
 use soulbase_observe::{Durable, EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
+use soulbase_tools::registry::RecordKey;
+use soulbase_tools::registry::admin::RegistryAdmin;
 
 /// How often retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -161,29 +164,37 @@ pub async fn open(
     })
 }
 
-/// Restores the registry from the store, except the tools of the skills catalog
-/// (group `skills`: the skills directory is their source of truth, so a skill
-/// removed while the server was down does not come back).
+/// Whether a stored registry record is taken from the store: not the tools of
+/// the skills catalog (group `skills`: the skills directory is their source of
+/// truth, so a skill removed while the server was down does not come back, and
+/// each replica loads them from its own copy of the directory).
+fn taken_from_store(key: &RecordKey) -> bool {
+    !matches!(key, RecordKey::Tool { id, .. } if id.as_str().split('.').next() == Some("skills"))
+}
+
+/// The registry's admin on the shared store: changes are committed there first.
+pub fn registry_admin(persistence: &Persistence, registry: &Registry) -> RegistryAdmin {
+    RegistryAdmin::with_stored_filter(
+        registry.clone(),
+        Arc::new(persistence.registry.clone()),
+        Arc::new(taken_from_store),
+    )
+}
+
+/// Restores the registry from the store (see [`registry_admin`] for what is
+/// taken).
 pub async fn restore_registry(
     persistence: &Persistence,
-    registry: &Registry,
+    admin: &RegistryAdmin,
 ) -> Result<(), SoulError> {
-    let mut export = persistence.registry.load().await?;
-    export
-        .tools
-        .retain(|t| t.manifest.id.as_str().split('.').next() != Some("skills"));
-    let report = registry.restore(export);
-    for (what, e) in &report.failed {
-        tracing::warn!(what, error = %e, "could not restore part of the registry");
-    }
-    tracing::info!(restored = report.restored, "registry restored");
+    let restored = persistence.registry.restore_into(admin).await?;
+    tracing::info!(restored, "registry restored");
     Ok(())
 }
 
 /// Stops persistence on shutdown.
 pub struct EvidenceFlush {
     persistence: Option<Arc<Persistence>>,
-    registry: Option<Registry>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     stats: Arc<EvidenceStats>,
 }
@@ -193,18 +204,16 @@ impl EvidenceFlush {
     pub fn none() -> Self {
         Self {
             persistence: None,
-            registry: None,
             tasks: Vec::new(),
             stats: Arc::new(EvidenceStats::default()),
         }
     }
 
-    /// Starts retention and, with the `tools` role, saving `registry` on every
-    /// change, for `opened`. A process without the tools role passes no registry:
-    /// it must never overwrite the tools role's saved registry.
-    pub fn start(opened: &Opened, registry: Option<&Registry>, retention_days: u32) -> Self {
-        let mut tasks: Vec<_> = registry
-            .map(|r| opened.persistence.registry.persist(r))
+    /// Starts retention and, with the `tools` role, following the registry
+    /// changes other replicas commit (`admin`), for `opened`.
+    pub fn start(opened: &Opened, admin: Option<&RegistryAdmin>, retention_days: u32) -> Self {
+        let mut tasks: Vec<_> = admin
+            .map(|a| opened.persistence.registry.follow(a.clone()))
             .into_iter()
             .collect();
         if retention_days > 0 {
@@ -216,7 +225,6 @@ impl EvidenceFlush {
         }
         Self {
             persistence: Some(opened.persistence.clone()),
-            registry: registry.cloned(),
             tasks,
             stats: opened.stats.clone(),
         }
@@ -227,9 +235,9 @@ impl EvidenceFlush {
         self.stats.clone()
     }
 
-    /// Saves the registry a last time, then drains the spool into the store within
-    /// `timeout` (the rest stays durable in the spool); returns how many records this
-    /// process wrote to the store.
+    /// Drains the spool into the store within `timeout` (the rest stays durable in
+    /// the spool); returns how many records this process wrote to the store.
+    /// (Registry changes need no flush: each was committed before it applied.)
     pub async fn flush(self, timeout: Duration) -> u64 {
         for t in &self.tasks {
             t.abort();
@@ -237,11 +245,6 @@ impl EvidenceFlush {
         let Some(p) = self.persistence else {
             return 0;
         };
-        if let Some(r) = &self.registry
-            && let Err(e) = p.registry.save(&r.export()).await
-        {
-            tracing::error!(error = %e, "could not save the registry on shutdown");
-        }
         p.sink.shutdown(timeout).await;
         self.stats.written()
     }

@@ -246,7 +246,7 @@ async fn set_state(
             };
             admin::change_state(
                 l.app.authorizer.as_ref(),
-                &l.app.registry,
+                &l.app.admin,
                 &l.subject,
                 &owner,
                 id,

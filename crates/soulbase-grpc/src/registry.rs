@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt};
 use soulbase_auth::{Action, Authorizer};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_tools::registry::admin::{self, StateChange};
+use soulbase_tools::registry::admin::{self, RegistryAdmin, StateChange};
 use soulbase_tools::{Registry, ResolvedTool, ToolOwner};
 use soulbase_types::{Subject, ToolId};
 use tokio::sync::broadcast::error::RecvError;
@@ -27,6 +27,7 @@ const MAX_PAGE: usize = 1000;
 #[derive(Clone)]
 pub struct RegistryService {
     registry: Registry,
+    admin: RegistryAdmin,
     stack: Stack,
     authorizer: Arc<dyn Authorizer>,
     auth: Arc<dyn SubjectResolver>,
@@ -40,17 +41,18 @@ impl std::fmt::Debug for RegistryService {
 }
 
 impl RegistryService {
-    /// A service over `registry`, listing through `stack` (the caller's governed
-    /// list), authorizing writes with `authorizer` and authenticating callers
-    /// with `auth`.
+    /// A service over `admin`'s registry (writes go through `admin`: persisted
+    /// first), listing through `stack` (the caller's governed list), authorizing
+    /// writes with `authorizer` and authenticating callers with `auth`.
     pub fn new(
-        registry: Registry,
+        admin: RegistryAdmin,
         stack: Stack,
         authorizer: Arc<dyn Authorizer>,
         auth: Arc<dyn SubjectResolver>,
     ) -> Self {
         Self {
-            registry,
+            registry: admin.registry().clone(),
+            admin,
             stack,
             authorizer,
             auth,
@@ -133,12 +135,10 @@ impl ToolRegistry for RegistryService {
             self.authorize(&subject, &owner, &id, Action::Enable)
                 .await?;
         }
-        self.registry
-            .register_in(&owner, manifest)
+        self.admin
+            .register(&owner, manifest, req.enable)
+            .await
             .map_err(status)?;
-        if req.enable {
-            self.registry.enable(&owner, &id).map_err(status)?;
-        }
         let tool = self.current(&subject, &owner, &id)?;
         Ok(Response::new(proto::RegisterToolResponse {
             tool: Some(convert::tool_to_proto(&tool, false)),
@@ -156,7 +156,7 @@ impl ToolRegistry for RegistryService {
         let id = manifest.id.clone();
         self.authorize(&subject, &owner, &id, Action::Update)
             .await?;
-        self.registry.update(&owner, manifest).map_err(status)?;
+        self.admin.update(&owner, manifest).await.map_err(status)?;
         let tool = self.current(&subject, &owner, &id)?;
         Ok(Response::new(proto::UpdateToolResponse {
             tool: Some(convert::tool_to_proto(&tool, false)),
@@ -184,7 +184,7 @@ impl ToolRegistry for RegistryService {
         };
         admin::change_state(
             self.authorizer.as_ref(),
-            &self.registry,
+            &self.admin,
             &subject,
             &owner,
             &id,
@@ -208,7 +208,7 @@ impl ToolRegistry for RegistryService {
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
         self.authorize(&subject, &owner, &id, Action::Unregister)
             .await?;
-        self.registry.unregister(&owner, &id).map_err(status)?;
+        self.admin.unregister(&owner, &id).await.map_err(status)?;
         Ok(Response::new(proto::UnregisterToolResponse {}))
     }
 

@@ -9,7 +9,7 @@
 //! - [`SqlIdempotency`] — the pipeline's `IdempotencyStore`: a unique
 //!   (tenant, tool, key) makes a keyed call execute once, across replicas too.
 //! - [`RegistryStore`] — registry manifests, states, overrides and allow-lists,
-//!   saved on change and restored at start-up.
+//!   versioned one by one and shared by replicas (`RegistryLedger`, `LISTEN/NOTIFY`).
 //! - [`Persistence`] — all of the above plus the durable spool sink
 //!   (`soulbase-evidence`), opened from the configuration.
 //!

@@ -50,6 +50,11 @@ pub fn postgres() -> Migrator {
             "idempotency begun",
             include_str!("../../../migrations/postgres/0006_idempotency_begun.sql"),
         ),
+        migration(
+            7,
+            "registry revisions",
+            include_str!("../../../migrations/postgres/0007_registry_revisions.sql"),
+        ),
     ])
 }
 
@@ -75,6 +80,11 @@ pub fn sqlite() -> Migrator {
             6,
             "idempotency begun",
             include_str!("../../../migrations/sqlite/0006_idempotency_begun.sql"),
+        ),
+        migration(
+            7,
+            "registry revisions",
+            include_str!("../../../migrations/sqlite/0007_registry_revisions.sql"),
         ),
     ])
 }

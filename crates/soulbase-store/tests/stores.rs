@@ -19,7 +19,8 @@ use soulbase_tools::ToolManifest;
 use soulbase_tools::pipeline::{
     CallResult, CallStatus, Claim, IdempotencyKey, IdempotencyStore, StoredOutcome,
 };
-use soulbase_tools::registry::{Registry, TenantOverride, ToolOwner, ToolState};
+use soulbase_tools::registry::admin::{RegistryAdmin, StateChange};
+use soulbase_tools::registry::{RecordKey, Registry, TenantOverride, ToolOwner, ToolState};
 use soulbase_types::{ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
 
 fn tenant(s: &str) -> TenantId {
@@ -682,56 +683,77 @@ fn manifest(id: &str, version: &str) -> ToolManifest {
 async fn registry_semantics(db: Db) {
     let store = RegistryStore::new(db);
     let registry = Registry::new();
-    let persisting = store.persist(&registry);
+    let admin = RegistryAdmin::new(registry.clone(), Arc::new(store.clone()));
     let g = ToolOwner::Global;
     let acme = ToolOwner::Tenant(tenant("acme"));
     let id = |s: &str| ToolId::new(s).unwrap();
-    registry
-        .register(manifest("demo.a.enabled", "1.0.0"))
+    admin
+        .register(&g, manifest("demo.a.enabled", "1.0.0"), true)
+        .await
         .unwrap();
-    registry.enable(&g, &id("demo.a.enabled")).unwrap();
-    registry
-        .register(manifest("demo.a.paused", "2.1.0"))
+    admin
+        .register(&g, manifest("demo.a.paused", "2.1.0"), true)
+        .await
         .unwrap();
-    registry.enable(&g, &id("demo.a.paused")).unwrap();
-    registry.pause(&g, &id("demo.a.paused")).unwrap();
-    registry.register(manifest("demo.a.old", "1.0.0")).unwrap();
-    registry.deprecate(&g, &id("demo.a.old")).unwrap();
-    registry.register(manifest("demo.a.new", "0.1.0")).unwrap();
-    registry
-        .register_for(&tenant("acme"), manifest("demo.t.own", "1.0.0"))
+    admin
+        .set_state(&g, &id("demo.a.paused"), StateChange::Pause)
+        .await
         .unwrap();
-    registry.enable(&acme, &id("demo.t.own")).unwrap();
-    registry
+    admin
+        .register(&g, manifest("demo.a.old", "1.0.0"), false)
+        .await
+        .unwrap();
+    admin
+        .set_state(&g, &id("demo.a.old"), StateChange::Deprecate)
+        .await
+        .unwrap();
+    admin
+        .register(&g, manifest("demo.a.new", "0.1.0"), false)
+        .await
+        .unwrap();
+    admin
+        .register(&acme, manifest("demo.t.own", "1.0.0"), true)
+        .await
+        .unwrap();
+    admin
         .set_tenant_override(
             &tenant("beta"),
             &id("demo.a.new"),
             Some(TenantOverride::Enabled),
         )
+        .await
         .unwrap();
-    registry
+    admin
         .set_allow_list(
             &tenant("gamma"),
             Some([id("demo.a.enabled")].into_iter().collect()),
         )
+        .await
         .unwrap();
+    // Removed records stay as tombstones and are removed on restore.
+    admin
+        .register(&g, manifest("demo.a.gone", "1.0.0"), true)
+        .await
+        .unwrap();
+    admin.unregister(&g, &id("demo.a.gone")).await.unwrap();
     let want = registry.export();
-    // The persister catches up (poll with a deadline).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if store.load().await.unwrap() == want {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never persisted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    persisting.abort();
+    let key = |s: &str| RecordKey::Tool {
+        owner: ToolOwner::Global,
+        id: id(s),
+    };
+    // Each change to a record raised its revision by one.
+    assert_eq!(admin.revision(&key("demo.a.paused")), 2);
+    assert_eq!(admin.revision(&key("demo.a.gone")), 2);
+    let all = store.load_all().await.unwrap();
+    let gone = all.iter().find(|c| c.key == key("demo.a.gone")).unwrap();
+    assert_eq!((gone.record.is_none(), gone.revision), (true, 2));
 
     // "Restart": a new registry restored from the store is the same registry.
     let restored = Registry::new();
-    let report = store.restore_into(&restored).await.unwrap();
-    assert!(report.failed.is_empty(), "{:?}", report.failed);
-    assert_eq!(report.restored, 5);
+    restored.register(manifest("demo.a.gone", "1.0.0")).unwrap();
+    let again = RegistryAdmin::new(restored.clone(), Arc::new(store.clone()));
+    let placed = store.restore_into(&again).await.unwrap();
+    assert_eq!(placed, 5);
     assert_eq!(restored.export(), want);
     let states: Vec<(String, ToolState)> = restored
         .list_owned(&g, &Default::default())
@@ -747,9 +769,30 @@ async fn registry_semantics(db: Db) {
             .is_err()
     );
     // Restoring twice changes nothing.
-    let again = store.restore_into(&restored).await.unwrap();
-    assert!(again.failed.is_empty(), "{:?}", again.failed);
+    assert_eq!(store.restore_into(&again).await.unwrap(), 0);
     assert_eq!(restored.export(), want);
+
+    // The restored process continues from the stored revisions; the first one,
+    // still at the old revisions for a record changed since, is refused.
+    again
+        .set_state(&g, &id("demo.a.enabled"), StateChange::Pause)
+        .await
+        .unwrap();
+    let err = admin
+        .set_state(&g, &id("demo.a.enabled"), StateChange::Deprecate)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    assert_eq!(err.field("tool_id"), Some("demo.a.enabled"));
+    // …and has taken the newer record, so a retry starts from it.
+    assert_eq!(
+        registry.list_owned(&g, &Default::default())[0].state,
+        ToolState::Paused
+    );
+    admin
+        .set_state(&g, &id("demo.a.enabled"), StateChange::Deprecate)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,7 +198,7 @@ pub async fn run(
     let tools = cfg.roles.contains(&Role::Tools);
     if tools {
         let registry = RegistryService::new(
-            app.registry.clone(),
+            app.admin.clone(),
             app.stack.clone(),
             app.authorizer.clone(),
             app.auth.clone(),

@@ -4,17 +4,12 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{Server, as_dev};
+use common::{ListChanged as Counter, Server, as_dev, mcp_transport};
 use futures_util::StreamExt;
-use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::json;
 use soulbase_grpc::proto::{self, OwnerScope, RegistryEventKind};
 
@@ -88,35 +83,6 @@ async fn watch_registry_does_not_show_another_tenants_registration() {
     assert_eq!(ev.tenant, "beta");
 }
 
-/// Counts `notifications/tools/list_changed`.
-#[derive(Clone, Default)]
-struct Counter(Arc<AtomicUsize>);
-
-impl rmcp::ClientHandler for Counter {
-    async fn on_tool_list_changed(
-        &self,
-        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
-    ) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn transport(server: &Server, tenant: &str) -> StreamableHttpClientTransport<reqwest::Client> {
-    let mut headers = HashMap::new();
-    headers.insert(
-        HeaderName::from_static("x-soulbase-tenant"),
-        HeaderValue::from_str(tenant).unwrap(),
-    );
-    headers.insert(
-        HeaderName::from_static("x-soulbase-actor"),
-        HeaderValue::from_static("agent"),
-    );
-    let config =
-        StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", server.http))
-            .custom_headers(headers);
-    StreamableHttpClientTransport::from_config(config)
-}
-
 async fn until(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond() {
@@ -131,12 +97,12 @@ async fn mcp_list_changed_is_not_sent_for_another_tenants_registration() {
     let (acme_n, beta_n) = (Counter::default(), Counter::default());
     let acme = acme_n
         .clone()
-        .serve(transport(&server, "acme"))
+        .serve(mcp_transport(&server.http, "acme"))
         .await
         .unwrap();
     let beta = beta_n
         .clone()
-        .serve(transport(&server, "beta"))
+        .serve(mcp_transport(&server.http, "beta"))
         .await
         .unwrap();
     // Both sessions are live once a request round-trips.

@@ -1,12 +1,393 @@
-//! Authorized registry changes: the one place a tool's state is changed on
-//! someone's behalf, whichever door the request came through (gRPC
-//! `SetToolState`, the CLI's local mode).
+//! Registry changes made on someone's behalf — gRPC `ToolRegistry`, the CLI's
+//! local mode, a linked application — whichever door they came through.
+//!
+//! Such a change is **persisted first**, then applied ([`RegistryAdmin`]):
+//!
+//! 1. it is tried on a fork of the registry (every validation and lifecycle rule
+//!    of [`Registry`] runs, nothing is visible yet);
+//! 2. the records it changed ([`RecordKey`]: a tool, an override, an
+//!    allow-list) go to the [`RegistryLedger`], each with the revision this
+//!    process last saw of it. The ledger commits them all or none: if another
+//!    replica (or process) changed one of them since, the change is refused with
+//!    `REGISTRY.CONFLICT` — optimistic concurrency, never a silent last writer
+//!    wins;
+//! 3. only then is it applied to the live registry, which publishes its events
+//!    (MCP `list_changed`, gRPC watchers).
+//!
+//! Other replicas apply the committed records with [`RegistryAdmin::apply_stored`]
+//! as the shared store announces them (soulbase-store's `RegistryStore::follow`);
+//! a record older than the one already applied is ignored, so announcements may
+//! repeat or race with a local commit.
 
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
 use soulbase_auth::{Action, Authorizer, AuthzRequest};
-use soulbase_errors::SoulError;
-use soulbase_types::{Subject, ToolId};
+use soulbase_errors::{ErrorCode, SoulError, SoulResult};
+use soulbase_types::{Subject, TenantId, ToolId};
+use tokio::sync::broadcast::error::TryRecvError;
 
-use super::{Registry, ToolOwner};
+use super::{
+    Record, RecordKey, Registry, RegistryView, RestoreReport, TenantOverride, ToolManifest,
+    ToolOwner,
+};
+
+/// A change to one record, to be committed only if the record is still at
+/// `expected` (`0`: never stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordChange {
+    /// What the record is about.
+    pub key: RecordKey,
+    /// The new content; `None` removes it.
+    pub record: Option<Record>,
+    /// The revision the change was computed from.
+    pub expected: u64,
+}
+
+/// A record as the ledger holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// What the record is about.
+    pub key: RecordKey,
+    /// Its content; `None`: removed.
+    pub record: Option<Record>,
+    /// Its revision: grows with every commit of this key.
+    pub revision: u64,
+}
+
+/// Where committed registry records live: a shared database for replicas, or
+/// memory for one process.
+#[async_trait]
+pub trait RegistryLedger: Send + Sync + 'static {
+    /// Commits every change, or none: `REGISTRY.CONFLICT` naming the tool when a
+    /// record is no longer at its expected revision. Returns the records as
+    /// committed.
+    async fn commit(&self, changes: &[RecordChange]) -> SoulResult<Vec<Committed>>;
+
+    /// The records under `keys` as committed now (keys never stored are left out).
+    async fn fetch(&self, keys: &[RecordKey]) -> SoulResult<Vec<Committed>>;
+}
+
+/// A ledger in memory: revisions for one process with nothing to share (tests,
+/// an embedding without a database).
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    records: Mutex<HashMap<RecordKey, Committed>>,
+}
+
+#[async_trait]
+impl RegistryLedger for MemoryLedger {
+    async fn commit(&self, changes: &[RecordChange]) -> SoulResult<Vec<Committed>> {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in changes {
+            let at = records.get(&c.key).map_or(0, |r| r.revision);
+            if at != c.expected {
+                return Err(stale(&c.key));
+            }
+        }
+        let mut out = Vec::with_capacity(changes.len());
+        for c in changes {
+            let committed = Committed {
+                key: c.key.clone(),
+                record: c.record.clone(),
+                revision: c.expected + 1,
+            };
+            records.insert(c.key.clone(), committed.clone());
+            out.push(committed);
+        }
+        Ok(out)
+    }
+
+    async fn fetch(&self, keys: &[RecordKey]) -> SoulResult<Vec<Committed>> {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(keys
+            .iter()
+            .filter_map(|k| records.get(k).cloned())
+            .collect())
+    }
+}
+
+/// `REGISTRY.CONFLICT` for a record someone else changed first.
+pub fn stale(key: &RecordKey) -> SoulError {
+    let (what, id) = match key {
+        RecordKey::Tool { id, .. } => (format!("tool {id}"), Some(id)),
+        RecordKey::Override { tenant, id } => {
+            (format!("the override of {id} for {tenant}"), Some(id))
+        }
+        RecordKey::AllowList { tenant } => (format!("the allow-list of {tenant}"), None),
+    };
+    let e = SoulError::new(
+        ErrorCode::RegistryConflict,
+        format!(
+            "{what} was changed by another replica or process meanwhile; read it again and retry"
+        ),
+    );
+    match id {
+        Some(id) => e.with_field("tool_id", id.as_str()),
+        None => e,
+    }
+}
+
+/// Decides which stored records this process takes from the store: `false` for
+/// records whose source of truth is local (the skills directory's tools).
+pub type StoredFilter = Arc<dyn Fn(&RecordKey) -> bool + Send + Sync>;
+
+struct AdminInner {
+    registry: Registry,
+    ledger: Arc<dyn RegistryLedger>,
+    /// The revision of every record applied here (imbl: a change takes a cheap
+    /// copy as of its fork).
+    seen: Mutex<imbl::HashMap<RecordKey, u64>>,
+    /// One local change at a time (a change is fork → commit → apply).
+    writes: tokio::sync::Mutex<()>,
+    take_stored: Option<StoredFilter>,
+}
+
+/// Makes registry changes on someone's behalf: persisted first, then applied
+/// (see the module doc). Cheap to clone.
+#[derive(Clone)]
+pub struct RegistryAdmin {
+    inner: Arc<AdminInner>,
+}
+
+impl std::fmt::Debug for RegistryAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAdmin").finish_non_exhaustive()
+    }
+}
+
+impl RegistryAdmin {
+    /// Changes to `registry`, committed to `ledger`.
+    pub fn new(registry: Registry, ledger: Arc<dyn RegistryLedger>) -> Self {
+        Self::build(registry, ledger, None)
+    }
+
+    /// Like [`Self::new`]; records `take` refuses are tracked (their revisions)
+    /// but never placed when they come from the store.
+    pub fn with_stored_filter(
+        registry: Registry,
+        ledger: Arc<dyn RegistryLedger>,
+        take: StoredFilter,
+    ) -> Self {
+        Self::build(registry, ledger, Some(take))
+    }
+
+    fn build(
+        registry: Registry,
+        ledger: Arc<dyn RegistryLedger>,
+        take_stored: Option<StoredFilter>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(AdminInner {
+                registry,
+                ledger,
+                seen: Mutex::new(imbl::HashMap::new()),
+                writes: tokio::sync::Mutex::new(()),
+                take_stored,
+            }),
+        }
+    }
+
+    /// An admin for `registry` with nothing shared ([`MemoryLedger`]).
+    pub fn in_memory(registry: Registry) -> Self {
+        Self::new(registry, Arc::new(MemoryLedger::default()))
+    }
+
+    /// The live registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The revision of `key` applied here (`0`: none).
+    pub fn revision(&self, key: &RecordKey) -> u64 {
+        self.seen().get(key).copied().unwrap_or(0)
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, imbl::HashMap<RecordKey, u64>> {
+        self.inner
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on a fork of the registry, commits the records it changed, then
+    /// applies them: `f`'s refusal, or `REGISTRY.CONFLICT` if another replica
+    /// changed one of them first (this process then takes the newer records, so
+    /// a retry starts from them), or the ledger's error (nothing changed).
+    pub async fn change<R>(&self, f: impl FnOnce(&Registry) -> SoulResult<R>) -> SoulResult<R> {
+        let _one = self.inner.writes.lock().await;
+        // The fork and the revisions it starts from, taken together.
+        let (fork, seen) = {
+            let seen = self.seen();
+            (self.inner.registry.fork(), seen.clone())
+        };
+        let base = fork.view();
+        let mut events = fork.subscribe();
+        let out = f(&fork)?;
+        let keys = touched(&mut events, &base, &fork.view());
+        let after = fork.view();
+        let changes: Vec<RecordChange> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let record = after.record(&key);
+                (record != base.record(&key)).then(|| RecordChange {
+                    expected: seen.get(&key).copied().unwrap_or(0),
+                    key,
+                    record,
+                })
+            })
+            .collect();
+        if changes.is_empty() {
+            return Ok(out);
+        }
+        match self.inner.ledger.commit(&changes).await {
+            Ok(committed) => {
+                self.apply(committed, false);
+                Ok(out)
+            }
+            Err(e) if e.code() == ErrorCode::RegistryConflict => {
+                let keys: Vec<RecordKey> = changes.into_iter().map(|c| c.key).collect();
+                match self.inner.ledger.fetch(&keys).await {
+                    Ok(newer) => {
+                        self.apply_stored(newer);
+                    }
+                    Err(f) => {
+                        tracing::warn!(error = %f, "could not read the newer registry records")
+                    }
+                }
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies records read from the shared store (at start, or announced by
+    /// another replica): each only if newer than what was applied here, and only
+    /// if the stored filter takes it.
+    pub fn apply_stored(&self, committed: Vec<Committed>) -> RestoreReport {
+        self.apply(committed, true)
+    }
+
+    fn apply(&self, committed: Vec<Committed>, stored: bool) -> RestoreReport {
+        let mut seen = self.seen();
+        let mut fresh = Vec::with_capacity(committed.len());
+        for c in committed {
+            if seen.get(&c.key).is_some_and(|&r| r >= c.revision) {
+                continue;
+            }
+            seen.insert(c.key.clone(), c.revision);
+            let take = !stored || self.inner.take_stored.as_ref().is_none_or(|t| t(&c.key));
+            if take {
+                fresh.push((c.key, c.record));
+            }
+        }
+        // Under the lock, so two appliers cannot place an older record last.
+        let report = self.inner.registry.apply_records(fresh);
+        for (what, e) in &report.failed {
+            tracing::warn!(what, error = %e, "could not apply a stored registry record");
+        }
+        report
+    }
+
+    /// Registers `manifest` for `owner`, enabled at once if `enable`.
+    pub async fn register(
+        &self,
+        owner: &ToolOwner,
+        manifest: ToolManifest,
+        enable: bool,
+    ) -> SoulResult<()> {
+        self.change(|r| {
+            let id = manifest.id.clone();
+            r.register_in(owner, manifest)?;
+            if enable {
+                r.enable(owner, &id)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Replaces `owner`'s tool with a new version (see [`Registry::update`]).
+    pub async fn update(&self, owner: &ToolOwner, manifest: ToolManifest) -> SoulResult<()> {
+        self.change(|r| r.update(owner, manifest).map(|_| ())).await
+    }
+
+    /// Applies a state change (see [`StateChange`]).
+    pub async fn set_state(
+        &self,
+        owner: &ToolOwner,
+        id: &ToolId,
+        change: StateChange,
+    ) -> SoulResult<()> {
+        self.change(|r| match change {
+            StateChange::Enable => r.enable(owner, id),
+            StateChange::Pause => r.pause(owner, id),
+            StateChange::Deprecate => r.deprecate(owner, id),
+        })
+        .await
+    }
+
+    /// Removes `owner`'s tool (see [`Registry::unregister`]).
+    pub async fn unregister(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.change(|r| r.unregister(owner, id)).await
+    }
+
+    /// See [`Registry::set_tenant_override`].
+    pub async fn set_tenant_override(
+        &self,
+        tenant: &TenantId,
+        id: &ToolId,
+        value: Option<TenantOverride>,
+    ) -> SoulResult<()> {
+        self.change(|r| r.set_tenant_override(tenant, id, value))
+            .await
+    }
+
+    /// See [`Registry::set_allow_list`].
+    pub async fn set_allow_list(
+        &self,
+        tenant: &TenantId,
+        allow: Option<BTreeSet<ToolId>>,
+    ) -> SoulResult<()> {
+        self.change(|r| r.set_allow_list(tenant, allow)).await
+    }
+}
+
+/// The records a fork's events say changed; if the events overflowed, every
+/// record either view holds.
+fn touched(
+    events: &mut tokio::sync::broadcast::Receiver<super::RegistryEvent>,
+    base: &RegistryView,
+    after: &RegistryView,
+) -> BTreeSet<RecordKey> {
+    let mut keys = BTreeSet::new();
+    loop {
+        match events.try_recv() {
+            Ok(e) => keys.extend(RecordKey::touched_by(&e)),
+            Err(TryRecvError::Lagged(_)) => {
+                for view in [base, after] {
+                    let export = view.export();
+                    keys.extend(export.tools.iter().map(|t| RecordKey::Tool {
+                        owner: t.owner.clone(),
+                        id: t.manifest.id.clone(),
+                    }));
+                    keys.extend(export.overrides.iter().map(|o| RecordKey::Override {
+                        tenant: o.tenant.clone(),
+                        id: o.id.clone(),
+                    }));
+                    keys.extend(
+                        export
+                            .allow_lists
+                            .iter()
+                            .map(|(t, _)| RecordKey::AllowList { tenant: t.clone() }),
+                    );
+                }
+            }
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return keys,
+        }
+    }
+}
 
 /// A change of a tool's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +435,12 @@ pub async fn authorize(
 /// allows the change's action.
 pub async fn change_state(
     authorizer: &dyn Authorizer,
-    registry: &Registry,
+    admin: &RegistryAdmin,
     subject: &Subject,
     owner: &ToolOwner,
     id: &ToolId,
     change: StateChange,
 ) -> Result<(), SoulError> {
     authorize(authorizer, subject, owner, id, change.action()).await?;
-    match change {
-        StateChange::Enable => registry.enable(owner, id),
-        StateChange::Pause => registry.pause(owner, id),
-        StateChange::Deprecate => registry.deprecate(owner, id),
-    }
+    admin.set_state(owner, id, change).await
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError, SoulResult};
 use soulbase_types::{TenantId, ToolId};
 
+use super::records::RecordKey;
 use super::snapshot::{Criteria, Entry, Snapshot};
 use super::types::effective_state;
 use super::{Registry, RegistryEvent, RegistryView, TenantOverride, ToolOwner, ToolState};
@@ -130,6 +131,16 @@ impl Registry {
     /// each lookup is one index probe, so restoring n tools is O(n log n). A part
     /// that fails is reported and skipped; the rest applies.
     pub fn restore(&self, export: RegistryExport) -> RestoreReport {
+        self.restore_and_remove(export, Vec::new())
+    }
+
+    /// [`Registry::restore`], removing the things `removed` names first, in the
+    /// same write.
+    pub(crate) fn restore_and_remove(
+        &self,
+        export: RegistryExport,
+        removed: Vec<RecordKey>,
+    ) -> RestoreReport {
         let mut report = RestoreReport::default();
         // Compile, outside the writer lock, the tools the registry lacks or holds
         // in another version (judged on the current view; re-checked under the lock).
@@ -166,6 +177,9 @@ impl Registry {
         drop(view);
         let applied = self.write(|snap, events| {
             let mut done = RestoreReport::default();
+            for key in &removed {
+                remove(snap, events, key);
+            }
             for p in pending {
                 match place(snap, events, p.owner.tenant_id(), &p) {
                     Ok(()) => done.restored += 1,
@@ -311,6 +325,67 @@ fn place(
         snap.table_mut(tenant).put(entry);
     }
     Ok(())
+}
+
+/// Removes what `key` names, if it is there, with the events a reader expects.
+fn remove(snap: &mut Snapshot, events: &mut Vec<RegistryEvent>, key: &RecordKey) {
+    match key {
+        RecordKey::Tool { owner, id } => {
+            let tenant = owner.tenant_id();
+            if snap.table(tenant).is_some_and(|t| t.contains(id))
+                && let Some(old) = snap.table_mut(tenant).remove(id)
+            {
+                events.push(RegistryEvent::Unregistered {
+                    tenant: tenant.cloned(),
+                    id: id.clone(),
+                    version: old.tool.manifest.version.clone(),
+                });
+            }
+            if let Some(t) = tenant {
+                snap.prune_tenant(t);
+            }
+        }
+        RecordKey::Override { tenant, id } => {
+            let global = snap.global.get(id).map(|e| e.state);
+            let Some(data) = snap.tenants.get_mut(tenant) else {
+                return;
+            };
+            let Some(old) = data.overrides.remove(id) else {
+                return;
+            };
+            events.push(RegistryEvent::OverrideChanged {
+                tenant: tenant.clone(),
+                id: id.clone(),
+                value: None,
+            });
+            let visible = data.allows(id) && !data.table.contains(id);
+            if let Some(g) = global
+                && visible
+            {
+                let (before, after) = (effective_state(g, Some(old)), effective_state(g, None));
+                if before != after {
+                    events.push(RegistryEvent::StateChanged {
+                        tenant: Some(tenant.clone()),
+                        id: id.clone(),
+                        from: before,
+                        to: after,
+                    });
+                }
+            }
+            snap.prune_tenant(tenant);
+        }
+        RecordKey::AllowList { tenant } => {
+            let Some(data) = snap.tenants.get_mut(tenant) else {
+                return;
+            };
+            if data.allow.take().is_some() {
+                events.push(RegistryEvent::AllowListChanged {
+                    tenant: tenant.clone(),
+                });
+            }
+            snap.prune_tenant(tenant);
+        }
+    }
 }
 
 /// Sets one exported override as it was, whether or not the tenant can see the

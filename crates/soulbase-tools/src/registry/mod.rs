@@ -22,6 +22,7 @@
 
 pub mod admin;
 mod export;
+mod records;
 mod snapshot;
 mod types;
 
@@ -34,6 +35,7 @@ use soulbase_types::{TenantId, ToolId};
 use tokio::sync::broadcast;
 
 pub use self::export::{ExportedOverride, ExportedTool, RegistryExport, RestoreReport};
+pub use self::records::{Record, RecordKey};
 use self::snapshot::{Criteria, Entry, Snapshot};
 use self::types::effective_state;
 pub use self::types::{

@@ -400,7 +400,19 @@ pub async fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    try_http(addr, method, path, headers, body).await.unwrap()
+}
+
+/// [`http`] on one new connection, with a failure (refused, reset, closed
+/// before a response: a killed server) as an error instead of a panic.
+pub async fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -410,20 +422,133 @@ pub async fn http(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    stream.write_all(req.as_bytes()).await.unwrap();
+    stream.write_all(req.as_bytes()).await?;
     let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.unwrap();
+    stream.read_to_end(&mut out).await?;
     let text = String::from_utf8_lossy(&out).into_owned();
     let status: u16 = text
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap();
+        .ok_or_else(|| std::io::Error::other("closed without a response"))?;
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
-    (status, body)
+    Ok((status, body))
+}
+
+/// A new, empty database on the test Postgres server (`DATABASE_URL`), named
+/// after `prefix`; its URL.
+pub async fn fresh_database(prefix: &str) -> String {
+    let server_url = soulbase_testkit::database_url();
+    let name = soulbase_testkit::unique_name(prefix);
+    let admin = sqlx::PgPool::connect(&server_url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    soulbase_testkit::with_database(&server_url, &name)
+}
+
+/// A round-robin TCP proxy on loopback, as a load balancer in front of
+/// replicas: each new connection goes to the next backend in turn; one whose
+/// backend does not answer is closed. Runs until dropped.
+pub struct RoundRobin {
+    pub addr: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RoundRobin {
+    pub async fn start(backends: Vec<String>) -> RoundRobin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let mut next = 0usize;
+            while let Ok((mut client, _)) = listener.accept().await {
+                let backend = backends[next % backends.len()].clone();
+                next += 1;
+                tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(&backend).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        RoundRobin { addr, task }
+    }
+}
+
+/// A TCP proxy to `target` that a test can cut — every open connection dropped,
+/// every new one closed at once — and restore: a database outage as its clients
+/// see it, without stopping a shared server. Runs until dropped.
+pub struct Cuttable {
+    pub addr: String,
+    up: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Cuttable {
+    pub async fn start(target: String) -> Cuttable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let up = std::sync::Arc::new(tokio::sync::watch::channel(true).0);
+        let up_task = up.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let mut up = up_task.subscribe();
+                if !*up.borrow() {
+                    continue;
+                }
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                        _ = up.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Cuttable { addr, up, task }
+    }
+
+    /// `url` (`scheme://[user@]host:port/…`) with its host and port replaced by
+    /// this proxy's.
+    pub fn route(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, hostpath) = match rest.split_once('@') {
+            Some((u, h)) => (format!("{u}@"), h),
+            None => (String::new(), rest),
+        };
+        let path = hostpath.find('/').map_or("", |i| &hostpath[i..]);
+        format!("{scheme}://{user}{}{path}", self.addr)
+    }
+
+    /// The outage begins: open connections are dropped, new ones closed.
+    pub fn cut(&self) {
+        self.up.send_replace(false);
+    }
+
+    /// The outage ends.
+    pub fn restore(&self) {
+        self.up.send_replace(true);
+    }
+}
+
+impl Drop for Cuttable {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for RoundRobin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Polls `/metrics` until `metric` has `value` or the deadline passes.
@@ -567,4 +692,38 @@ pub async fn metric(addr: &str, metric: &str) -> Option<f64> {
         .find(|l| l.starts_with(metric) && l[metric.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
+}
+
+/// An MCP client handler counting `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+pub struct ListChanged(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for ListChanged {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// rmcp's streamable HTTP client transport to `http`'s `/mcp` as `tenant`
+/// (dev identity headers).
+pub fn mcp_transport(
+    http: &str,
+    tenant: &str,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut headers = std::collections::HashMap::new();
+    headers.insert(
+        ::http::HeaderName::from_static("x-soulbase-tenant"),
+        ::http::HeaderValue::from_str(tenant).unwrap(),
+    );
+    headers.insert(
+        ::http::HeaderName::from_static("x-soulbase-actor"),
+        ::http::HeaderValue::from_static("agent"),
+    );
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{http}/mcp"))
+        .custom_headers(headers);
+    rmcp::transport::StreamableHttpClientTransport::from_config(config)
 }
