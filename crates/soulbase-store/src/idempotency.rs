@@ -25,6 +25,12 @@
 //! the owner's spool recovery closes its Begin `aborted`), then replays that. So
 //! a retry after a crash at any point replays or runs the call once, and waits at
 //! most one lease (plus one poll, ≤ 50 ms, and the replicas' clock skew).
+//!
+//! **An outcome the database cannot take** (an outage when the call ends) is
+//! reported as `EVIDENCE.UNAVAILABLE`; the pipeline tries again until it lands.
+//! Meanwhile the key stays held here: its lease is renewed as soon as the database
+//! answers again, and a retry through this instance waits for the outcome rather
+//! than taking the lapsed lease for a dead owner.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -142,6 +148,14 @@ impl SqlIdempotency {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), until);
+    }
+
+    /// Whether this instance owns `key` and is still working on it.
+    fn holds(&self, key: &IdempotencyKey) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(key)
     }
 
     fn unhold(&self, key: &IdempotencyKey) {
@@ -551,7 +565,10 @@ impl IdempotencyStore for SqlIdempotency {
                     result,
                 })));
             }
-            if row.lease_until_ms < UnixMillis::now().0 {
+            // A lapsed lease means a dead owner — unless the owner is this
+            // instance, still storing the call's outcome through a database outage
+            // (it renews the lease once the database is back): wait for it.
+            if row.lease_until_ms < UnixMillis::now().0 && !self.holds(key) {
                 match &row.begin_id {
                     // Never begun: nothing ran, the key is free to run once.
                     None => {
@@ -679,7 +696,15 @@ impl IdempotencyStore for SqlIdempotency {
                 done => break done,
             }
         };
-        self.unhold(key);
+        match &stored {
+            // Still this call's: the pipeline tries again later (the key stays
+            // held, so its lease is renewed once the database is back, and a
+            // retry here waits for the outcome instead of settling it).
+            Err(e) if e.code() == ErrorCode::EvidenceUnavailable => {
+                self.hold(key, Duration::ZERO);
+            }
+            _ => self.unhold(key),
+        }
         stored
     }
 

@@ -8,9 +8,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::{KEYED, WORK, call, counts, fresh_postgres_on, open_begins, pipeline};
+use common::{KEYED, WORK, call, counts, fresh_postgres_on, open_begins, pipeline, pipeline_gated};
 use soulbase_errors::ErrorCode;
 use soulbase_evidence::SpoolOptions;
 use soulbase_observe::{EndStatus, EvidenceEvent, EvidenceSink, EvidenceStore, MemorySink};
@@ -376,4 +376,75 @@ async fn a_crash_loses_nothing_acknowledged_on_postgres() {
 #[allow(dead_code)]
 fn sink_is_a_sink(p: &Persistence) -> Arc<dyn EvidenceSink> {
     Arc::new(p.sink.clone())
+}
+
+/// A keyed call whose database goes down while its tool runs (issue 27): its
+/// outcome cannot be stored with its End, so it is answered `EVIDENCE.UNAVAILABLE`
+/// with `executed: true` and `end: pending`, never `ok`. Once the database is
+/// back the outcome and the End are stored together; a retry of the key replays
+/// the call (same call id, not run again), and the evidence holds one Begin and
+/// one `ok` End.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_call_ending_during_an_outage_is_completed_when_the_database_returns() {
+    let cluster = Arc::new(PgCluster::start());
+    let (_, url) = fresh_postgres_on(&cluster.url()).await;
+    let spool = tempfile::tempdir().unwrap();
+    let p = Persistence::open_with(&url, true, SpoolOptions::new(spool.path()))
+        .await
+        .unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (invoker, executed) = pipeline_gated(
+        Arc::new(p.sink.clone()),
+        p.idempotency.clone(),
+        Duration::ZERO,
+        Some(gate.clone()),
+    );
+    let mut keyed = call(KEYED, 1);
+    keyed.idempotency_key = Some("late".into());
+    let running = {
+        let (inv, c) = (invoker.clone(), keyed.clone());
+        tokio::spawn(async move { inv.invoke(c).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while executed.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the keyed call never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.stop_server())
+        .await
+        .unwrap();
+    gate.add_permits(1);
+    let first = running.await.unwrap();
+    assert_eq!(first.status, CallStatus::Error, "{first:?}");
+    assert_eq!(first.error_code, Some(ErrorCode::EvidenceUnavailable));
+    let e = first.error().unwrap();
+    assert_eq!(e.field("executed"), Some("true"), "{first:?}");
+    assert_eq!(e.field("end"), Some("pending"), "{first:?}");
+    assert!(first.output.is_none());
+
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || c.start_server())
+        .await
+        .unwrap();
+    // The retry waits for the key (its owner is alive and completes it) and
+    // replays the call.
+    let again = invoker.invoke(keyed.clone()).await;
+    assert_eq!(again.status, CallStatus::Ok, "{again:?}");
+    assert!(again.replayed);
+    assert_eq!(again.call_id, first.call_id);
+    assert_eq!(executed.load(Ordering::SeqCst), 1, "the tool ran once");
+    p.sink.wait_drained(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(counts(&p.db).await, (1, 1, 1, 0));
+    let status: String = match &p.db {
+        Db::Postgres(pool) => {
+            sqlx::query_scalar("SELECT status FROM evidence WHERE kind = 'end' AND call_id = $1")
+                .bind(first.call_id.as_str())
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        }
+        Db::Sqlite(_) => unreachable!(),
+    };
+    assert_eq!(status, "ok");
 }

@@ -46,6 +46,17 @@ pub fn pipeline(
     idempotency: Arc<dyn IdempotencyStore>,
     work: Duration,
 ) -> (Invoker, Arc<AtomicUsize>) {
+    pipeline_gated(sink, idempotency, work, None)
+}
+
+/// [`pipeline`] whose tools, after counting, also wait for a permit of `gate`
+/// (when given): a test decides when a call in flight finishes.
+pub fn pipeline_gated(
+    sink: Arc<dyn EvidenceSink>,
+    idempotency: Arc<dyn IdempotencyStore>,
+    work: Duration,
+    gate: Option<Arc<tokio::sync::Semaphore>>,
+) -> (Invoker, Arc<AtomicUsize>) {
     let registry = Registry::new();
     for (id, keyed) in [(WORK, false), (KEYED, true)] {
         registry.register(manifest(id, keyed)).unwrap();
@@ -57,14 +68,18 @@ pub fn pipeline(
     let builtin = BuiltinExecutor::new();
     for id in [WORK, KEYED] {
         let counter = executed.clone();
+        let gate = gate.clone();
         builtin.register(
             id,
             handler_fn(move |args| {
-                let counter = counter.clone();
+                let (counter, gate) = (counter.clone(), gate.clone());
                 async move {
                     counter.fetch_add(1, Ordering::SeqCst);
                     if !work.is_zero() {
                         tokio::time::sleep(work).await;
+                    }
+                    if let Some(g) = gate {
+                        g.acquire().await.unwrap().forget();
                     }
                     Ok(json!({"echo": args}))
                 }

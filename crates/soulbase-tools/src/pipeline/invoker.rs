@@ -197,6 +197,15 @@ impl EndGuard {
         self.header = None;
     }
 
+    /// The call's End is someone else's to record now ([`complete_later`]): the
+    /// guard does nothing on drop, and gives up the call's place among the open
+    /// calls for the new owner to hold until that End is recorded.
+    fn hand_over(&mut self) -> Option<OpenCall> {
+        self.ending = None;
+        self.keyed = None;
+        self.header.take().map(|(_, _, _, _, open)| open)
+    }
+
     /// A keyed call's End and outcome are made: a drop from now on stores and
     /// records them.
     fn ending(&mut self, end: &EvidenceRecord, outcome: &StoredOutcome) {
@@ -280,6 +289,50 @@ impl Drop for EndGuard {
             ),
         }
     }
+}
+
+/// The longest pause between two tries of [`complete_later`].
+const COMPLETE_LATER_MAX: Duration = Duration::from_millis(250);
+
+/// Stores a keyed call's outcome with its End once the store is reachable again,
+/// then records the End: retried (backing off to [`COMPLETE_LATER_MAX`]) for as
+/// long as the store is unreachable. If another caller settled the key meanwhile
+/// (its owner looked dead: `IDEMPOTENCY.CONFLICT`), that settlement closed the
+/// Begin `aborted`, and this End is recorded `aborted` too — the store keeps one
+/// End per call — so the evidence agrees with what the key answers. Holds the
+/// call's place among the open calls (`open`) until the End is recorded.
+async fn complete_later(
+    store: Arc<dyn IdempotencyStore>,
+    sink: Arc<dyn EvidenceSink>,
+    key: IdempotencyKey,
+    outcome: StoredOutcome,
+    mut end: EvidenceRecord,
+    open: Option<OpenCall>,
+) {
+    let mut pause = Duration::from_millis(25);
+    loop {
+        match store.complete(&key, outcome.clone(), Some(&end)).await {
+            Ok(()) => break,
+            Err(e) if e.code() == ErrorCode::IdempotencyConflict => {
+                tracing::warn!(tool = %key.tool, "a pending keyed call's key was settled by another caller; its End is recorded aborted");
+                if let EvidenceEvent::End(e) = &mut end.payload {
+                    e.status = EndStatus::Aborted;
+                    e.error_code = None;
+                    e.output_digest = None;
+                }
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(error = ?e, "a pending keyed call's outcome cannot be stored yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(COMPLETE_LATER_MAX);
+            }
+        }
+    }
+    if let Err(e) = sink.record(end).await {
+        tracing::error!(error = ?e, "could not record the End of a keyed call completed late");
+    }
+    drop(open);
 }
 
 /// Gives a claimed key up if the call's future is dropped before the call is
@@ -1073,6 +1126,41 @@ impl Invoker {
                         e.output_digest = None;
                     }
                     guard.ending_unkeyed(&end);
+                }
+                // The store is unreachable (a database outage) after its own
+                // retries. The key's completion is where this call's End is
+                // committed (with its outcome), so neither is settled yet: the End
+                // goes to a completer that retries until the store is back, and the
+                // caller learns the tool ran and its End is pending — never `ok`
+                // for an outcome a retry of the key might contradict.
+                Err(e) if e.code() == ErrorCode::EvidenceUnavailable => {
+                    tracing::error!(error = ?e, call_id = %call.call_id, "a keyed call's outcome cannot be stored yet; its End is pending");
+                    let open = guard.hand_over();
+                    let outcome = StoredOutcome {
+                        args_digest: k.args_digest.to_owned(),
+                        result: result.clone(),
+                    };
+                    tokio::spawn(complete_later(
+                        s.idempotency.clone(),
+                        s.evidence.clone(),
+                        k.key.clone(),
+                        outcome,
+                        end,
+                        open,
+                    ));
+                    quota_terms::settle(spent, usage).await;
+                    let err = SoulError::new(
+                        ErrorCode::EvidenceUnavailable,
+                        "the tool ran, but its outcome could not be stored yet; retry with the same idempotency key for it",
+                    )
+                    .with_field("executed", "true")
+                    .with_field("end", "pending")
+                    .with_note(e.audit().causes.join("; "));
+                    return Ok(CallResult::failed(
+                        call.call_id.clone(),
+                        &err,
+                        result.evidence_ref,
+                    ));
                 }
                 Err(e) => {
                     tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
