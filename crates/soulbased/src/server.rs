@@ -187,14 +187,23 @@ pub async fn run(
 
     // gRPC.
     let (health, health_service) = tonic_health::server::health_reporter();
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(soulbase_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| SoulError::internal(e).with_note("building the reflection service"))?;
+    // Reflection in both versions clients speak: `v1`, and the `v1alpha` that
+    // grpcio-reflection, grpcurl's older releases and many tools still use.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(soulbase_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e: tonic_reflection::server::Error| {
+        SoulError::internal(e).with_note("building the reflection service")
+    };
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
     // Served through the listener's own loop (connection cap, timeouts, pings,
     // stream cap), like HTTP.
-    let mut routes = tonic::service::Routes::new(health_service).add_service(reflection);
+    let mut routes = tonic::service::Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
     let tools = cfg.roles.contains(&Role::Tools);
     if tools {
         let registry = RegistryService::new(

@@ -382,6 +382,13 @@ async fn every_door_refuses_alike_and_evidences_once() {
         client.cancel().await.unwrap();
     }
 
+    // gRPC through grpcio, a standard client: every refusal decoded by
+    // grpcio-status as a google.rpc.Status whose ErrorInfo.reason is the code;
+    // the services listed through grpcio-reflection (v1alpha).
+    for ((name, door), a) in grpcio_answers(&server, &keys) {
+        answers.push((name, door, a));
+    }
+
     // The doors that open the server's own data: stdio and the CLI's local mode.
     server.stop();
     let dir = server.dir().to_path_buf();
@@ -454,6 +461,100 @@ async fn every_door_refuses_alike_and_evidences_once() {
         checked += 1;
     }
     assert!(checked >= rows().len() * 4, "{checked}");
+}
+
+/// Every row over gRPC (invoke and preflight) from grpcio: ((row, door), answer).
+fn grpcio_answers(server: &Server, keys: &Keys) -> Vec<((&'static str, &'static str), Answer)> {
+    use prost::Message;
+    let rows = rows();
+    let mut cases = Vec::new();
+    for row in &rows {
+        let request = grpc_request(keys, row);
+        let metadata: Vec<[String; 2]> = request
+            .metadata()
+            .iter()
+            .filter_map(|kv| match kv {
+                tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                    Some([k.to_string(), v.to_str().unwrap().to_owned()])
+                }
+                tonic::metadata::KeyAndValueRef::Binary(..) => None,
+            })
+            .collect();
+        let bytes = request.into_inner().encode_to_vec();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        for method in ["Invoke", "Preflight"] {
+            cases.push(json!({
+                "name": row.name,
+                "method": format!("/soulbase.tools.v1.ToolInvoker/{method}"),
+                "request": hex,
+                "metadata": metadata,
+            }));
+        }
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/grpcio_refusals.py"
+    );
+    let mut child = std::process::Command::new(common::python())
+        .arg(script)
+        .arg(&server.grpc)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(Value::from(cases).to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grpcio_refusals.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let services: Vec<&str> = v["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    for s in [
+        "soulbase.tools.v1.ToolInvoker",
+        "soulbase.tools.v1.ToolRegistry",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            services.contains(&s),
+            "{s} not listed by reflection: {services:?}"
+        );
+    }
+    let answers = v["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), rows.len() * 2);
+    answers
+        .iter()
+        .zip(
+            rows.iter()
+                .flat_map(|r| [(r, "grpcio"), (r, "grpcio preflight")]),
+        )
+        .map(|(a, (row, door))| {
+            assert_eq!(a["name"], row.name);
+            assert_eq!(a["domain"], "soulbase.dev", "{}: {a}", row.name);
+            assert!(a["status_code"].as_i64().unwrap() > 0, "{}: {a}", row.name);
+            let call_id = (door == "grpcio").then(|| a["call_id"].as_str().unwrap().to_owned());
+            (
+                (row.name, door),
+                Answer {
+                    code: a["reason"].as_str().unwrap_or_default().to_owned(),
+                    call_id,
+                },
+            )
+        })
+        .collect()
 }
 
 fn json_answer((status, text): (u16, String)) -> (u16, Value) {

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::Server;
+use common::{Server, python};
 use serde_json::Value;
 use soulbase_auth::{ConsentGrant, HmacConsent};
 use soulbase_types::{ActorId, TenantId, ToolId, UnixMillis};
@@ -27,15 +27,6 @@ policy:
   rules:
     - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, read_evidence] }
 "#;
-
-/// The Python interpreter of the tools venv.
-fn python() -> PathBuf {
-    let dir = std::env::var_os("SOULBASE_PYTHON_TOOLS").expect(
-        "SOULBASE_PYTHON_TOOLS is not set: run `.ci/python-tools` and set it to the \
-         directory it prints, or run the suite with `cargo xtask test`",
-    );
-    Path::new(&dir).join("python")
-}
 
 /// A skill whose tool needs consent (risk `write`).
 fn prepare(dir: &Path) {

@@ -727,3 +727,14 @@ pub fn mcp_transport(
         .custom_headers(headers);
     rmcp::transport::StreamableHttpClientTransport::from_config(config)
 }
+
+/// The Python interpreter of the venv of standard clients and tools
+/// (`SOULBASE_PYTHON_TOOLS`, which `cargo xtask test` sets after running
+/// `.ci/python-tools`).
+pub fn python() -> std::path::PathBuf {
+    let dir = std::env::var_os("SOULBASE_PYTHON_TOOLS").expect(
+        "SOULBASE_PYTHON_TOOLS is not set: run `.ci/python-tools` and set it to the \
+         directory it prints, or run the suite with `cargo xtask test`",
+    );
+    std::path::Path::new(&dir).join("python")
+}
