@@ -10,7 +10,8 @@
 //! builtin executor with the example skills' handlers, plus the HTTP, WASM and
 //! process executors), evidence (the durable spool sink draining into SQLite or
 //! Postgres, [`crate::evidence`]), idempotency (SQL, same database), registry state
-//! (restored at start, saved on every change).
+//! (restored at start; every change made for a caller committed there first
+//! through [`App::admin`], and other replicas' changes followed).
 //!
 //! With the `tools` role, the skills directory (`skills.dir`, `SKILLS_DIR`,
 //! `./skills`) is loaded into the registry at start ([`Skills`]), watched when
@@ -93,7 +94,9 @@ pub struct App {
     pub config: ConfigHandle,
     /// The loader (file, environment, flags) used for reloads.
     pub loader: ConfigLoader,
-    /// The tool registry.
+    /// The tool registry. Read it freely; change it for a caller only through
+    /// [`App::admin`] — a change made on it directly is neither persisted nor
+    /// seen by other replicas.
     pub registry: Registry,
     /// Changes to it on someone's behalf: persisted first (shared with the other
     /// replicas on Postgres), then applied.
@@ -329,13 +332,8 @@ impl App {
             let opened = evidence::open(cfg, drain_to).await?;
             // Only the tools role keeps the registry: a process without it must
             // never write the shared one.
-            let shared = if tools_role {
-                let admin = evidence::registry_admin(&opened.persistence, &registry);
-                evidence::restore_registry(&opened.persistence, &admin).await?;
-                Some(admin)
-            } else {
-                None
-            };
+            let shared =
+                tools_role.then(|| evidence::registry_admin(&opened.persistence, &registry));
             let flush = EvidenceFlush::start(&opened, shared.as_ref(), cfg.evidence.retention_days);
             (
                 Arc::new(opened.sink.clone()),
@@ -369,6 +367,11 @@ impl App {
         } else {
             None
         };
+        // The stored registry, once the builtins and skills it may hold states of
+        // are loaded.
+        if let (true, Some(p)) = (tools_role, &persistence) {
+            evidence::restore_registry(p, &admin).await?;
+        }
         let invoker = InvokerBuilder::new(
             Arc::new(registry.clone()),
             authorizer.clone(),

@@ -24,8 +24,8 @@ use soulbase_evidence::DurableSink;
 use soulbase_observe::{Durable, EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
 use soulbase_tools::Registry;
-use soulbase_tools::registry::RecordKey;
 use soulbase_tools::registry::admin::RegistryAdmin;
+use soulbase_tools::registry::{RecordKey, Take, ToolOwner};
 
 /// How often retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -164,25 +164,34 @@ pub async fn open(
     })
 }
 
-/// Whether a stored registry record is taken from the store: not the tools of
-/// the skills catalog (group `skills`: the skills directory is their source of
-/// truth, so a skill removed while the server was down does not come back, and
-/// each replica loads them from its own copy of the directory).
-fn taken_from_store(key: &RecordKey) -> bool {
-    !matches!(key, RecordKey::Tool { id, .. } if id.as_str().split('.').next() == Some("skills"))
+/// How much of a committed registry record this process takes: only the state
+/// of the global tools its own sources define — its builtins (group `soulbase`)
+/// and its skills directory's tools (group `skills`), which each replica loads
+/// from its own binary and its own copy of the directory (so a skill removed
+/// while the server was down does not come back, and a newer binary's builtin is
+/// never replaced by an older stored manifest) — and everything of the rest.
+fn take(key: &RecordKey) -> Take {
+    match key {
+        RecordKey::Tool {
+            owner: ToolOwner::Global,
+            id,
+        } if matches!(id.group(), "soulbase" | "skills") => Take::StateOnly,
+        _ => Take::Whole,
+    }
 }
 
 /// The registry's admin on the shared store: changes are committed there first.
 pub fn registry_admin(persistence: &Persistence, registry: &Registry) -> RegistryAdmin {
-    RegistryAdmin::with_stored_filter(
+    RegistryAdmin::with_take_policy(
         registry.clone(),
         Arc::new(persistence.registry.clone()),
-        Arc::new(taken_from_store),
+        Arc::new(take),
     )
 }
 
-/// Restores the registry from the store (see [`registry_admin`] for what is
-/// taken).
+/// Restores the registry from the store (see [`take`] for what is taken): after
+/// the builtins and the skills directory are loaded, so their stored states
+/// apply.
 pub async fn restore_registry(
     persistence: &Persistence,
     admin: &RegistryAdmin,

@@ -6,9 +6,14 @@
 //!   `REGISTRY.CONFLICT`, nothing written); on Postgres the same transaction
 //!   announces each key on channel `soulbase_registry` (delivered at commit).
 //! - [`RegistryStore::follow`] applies what other replicas (and the CLI's local
-//!   mode) commit: it `LISTEN`s, and every time the listening connection is
-//!   (re)established it reads every record back and applies the newer ones, so a
-//!   notification lost while the connection was down is never a change lost.
+//!   mode) commit to Postgres: it `LISTEN`s, and every time the listening
+//!   connection is (re)established it reads every record back and applies the
+//!   newer ones, so a notification lost while the connection was down is never a
+//!   change lost; a quiet connection is asked every few seconds whether it is
+//!   alive, and everything is read back every minute or so. On SQLite (one
+//!   process) there is nothing to follow: a change the CLI commits to the file
+//!   of a running server reaches it at its next start (or refuses that server's
+//!   next change of the same record as stale).
 //! - Removed records stay as tombstones (`removed`), so their revision keeps
 //!   growing and a replica that was away learns of the removal.
 
@@ -35,6 +40,11 @@ pub const CHANNEL: &str = "soulbase_registry";
 /// How long [`RegistryStore::follow`] waits before listening again after the
 /// database could not be reached.
 const RELISTEN: Duration = Duration::from_millis(250);
+/// How long the follower's connection may stay quiet before it is asked whether
+/// it is alive (and how long it has to answer).
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Every this many quiet heartbeats, the follower reads everything back.
+const READ_BACK_EVERY: u32 = 12;
 
 /// One of the three registry tables.
 struct Shape {
@@ -336,7 +346,18 @@ macro_rules! read_with {
             let removed: bool = row
                 .try_get(n_pk + n_cols + 1)
                 .map_err(|e| db_error("reading a registry row", e))?;
-            out.push(committed($shape, &pk, &cols, revision, removed)?);
+            // One row this build cannot read (a manifest a newer one stored,
+            // during a rolling upgrade) must not stop the rest: it is left out,
+            // so its key stays at the revision this process last placed.
+            match committed($shape, &pk, &cols, revision, removed) {
+                Ok(c) => out.push(c),
+                Err(e) => tracing::warn!(
+                    table = $shape.table,
+                    key = ?pk,
+                    error = %e,
+                    "a registry row this build cannot read is left out"
+                ),
+            }
         }
         Ok::<_, SoulError>(out)
     }};
@@ -375,7 +396,7 @@ impl RegistryStore {
     pub async fn restore_into(&self, admin: &RegistryAdmin) -> SoulResult<usize> {
         let records = self.load_all().await?;
         let report = admin.apply_stored(records);
-        Ok(report.restored)
+        Ok(report.placed.len())
     }
 
     /// Applies, for as long as the returned task runs, every record other
@@ -416,17 +437,47 @@ impl RegistryStore {
                     }
                 }
                 // A lost connection (`Ok(None)`) or an error: listen again, and
-                // read everything back.
-                while let Ok(Some(n)) = listener.try_recv().await {
-                    let Ok(key) = serde_json::from_str::<RecordKey>(n.payload()) else {
-                        tracing::warn!(payload = n.payload(), "unreadable registry announcement");
-                        continue;
-                    };
-                    match store.fetch(std::slice::from_ref(&key)).await {
-                        Ok(found) => {
-                            admin.apply_stored(found);
+                // read everything back. A connection can also die without a word
+                // (a half-open socket): when nothing arrives for a while it is
+                // asked a question, and everything is read back now and then.
+                let mut quiet = 0u32;
+                loop {
+                    match tokio::time::timeout(HEARTBEAT, listener.try_recv()).await {
+                        Ok(Ok(Some(n))) => {
+                            let Ok(key) = serde_json::from_str::<RecordKey>(n.payload()) else {
+                                tracing::warn!(
+                                    payload = n.payload(),
+                                    "unreadable registry announcement"
+                                );
+                                continue;
+                            };
+                            match store.fetch(std::slice::from_ref(&key)).await {
+                                Ok(found) => {
+                                    admin.apply_stored(found);
+                                }
+                                Err(_) => break,
+                            }
                         }
-                        Err(_) => break,
+                        Ok(Ok(None) | Err(_)) => break,
+                        Err(_) => {
+                            let alive = tokio::time::timeout(
+                                HEARTBEAT,
+                                sqlx::query("SELECT 1").execute(&mut listener),
+                            )
+                            .await;
+                            if !matches!(alive, Ok(Ok(_))) {
+                                break;
+                            }
+                            quiet += 1;
+                            if quiet.is_multiple_of(READ_BACK_EVERY) {
+                                match store.load_all().await {
+                                    Ok(all) => {
+                                        admin.apply_stored(all);
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                        }
                     }
                 }
                 tracing::info!("registry follower lost its connection; listening again");

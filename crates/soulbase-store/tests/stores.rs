@@ -681,7 +681,7 @@ fn manifest(id: &str, version: &str) -> ToolManifest {
 }
 
 async fn registry_semantics(db: Db) {
-    let store = RegistryStore::new(db);
+    let store = RegistryStore::new(db.clone());
     let registry = Registry::new();
     let admin = RegistryAdmin::new(registry.clone(), Arc::new(store.clone()));
     let g = ToolOwner::Global;
@@ -753,7 +753,8 @@ async fn registry_semantics(db: Db) {
     restored.register(manifest("demo.a.gone", "1.0.0")).unwrap();
     let again = RegistryAdmin::new(restored.clone(), Arc::new(store.clone()));
     let placed = store.restore_into(&again).await.unwrap();
-    assert_eq!(placed, 5);
+    // Six tool records (one a tombstone), an override and an allow-list.
+    assert_eq!(placed, 8);
     assert_eq!(restored.export(), want);
     let states: Vec<(String, ToolState)> = restored
         .list_owned(&g, &Default::default())
@@ -771,6 +772,18 @@ async fn registry_semantics(db: Db) {
     // Restoring twice changes nothing.
     assert_eq!(store.restore_into(&again).await.unwrap(), 0);
     assert_eq!(restored.export(), want);
+
+    // A row this build cannot read (say, a manifest a newer build stored) is
+    // left out; the rest still loads.
+    let corrupt = "UPDATE registry_tools SET manifest = '{\"unknown_field\": 1}' WHERE tool_id = 'demo.a.new'";
+    match &db {
+        Db::Postgres(p) => sqlx::query(corrupt).execute(p).await.map(|_| ()),
+        Db::Sqlite(p) => sqlx::query(corrupt).execute(p).await.map(|_| ()),
+    }
+    .unwrap();
+    let all = store.load_all().await.unwrap();
+    assert_eq!(all.len(), 7, "{all:?}");
+    assert!(!all.iter().any(|c| c.key == key("demo.a.new")));
 
     // The restored process continues from the stored revisions; the first one,
     // still at the old revisions for a record changed since, is refused.

@@ -13,7 +13,7 @@ use soulbase_tools::registry::admin::{
     Committed, MemoryLedger, RegistryAdmin, RegistryLedger, StateChange,
 };
 use soulbase_tools::registry::{
-    Record, RecordKey, RegistryEvent, TenantOverride, ToolOwner, ToolState,
+    Record, RecordKey, RegistryEvent, Take, TenantOverride, ToolOwner, ToolState,
 };
 use soulbase_types::{TenantId, ToolId};
 
@@ -124,8 +124,8 @@ async fn stored_records_apply_once_in_revision_order_with_events() {
     let mut events = b.registry().subscribe();
     b.apply_stored(v2.clone());
     // An older record arriving late, or the same one again, changes nothing.
-    assert_eq!(b.apply_stored(v1).restored, 0);
-    assert_eq!(b.apply_stored(v2).restored, 0);
+    assert!(b.apply_stored(v1).placed.is_empty());
+    assert!(b.apply_stored(v2).placed.is_empty());
     assert_eq!(state(b.registry(), "demo.a.x"), Some(ToolState::Paused));
     assert!(matches!(
         events.try_recv().unwrap(),
@@ -174,7 +174,9 @@ async fn every_record_a_change_touches_is_committed_together() {
         .iter()
         .map(|c| (c.revision, c.record.is_some()))
         .collect();
-    assert_eq!(revs, vec![(2, false), (2, false), (1, true)]);
+    // The tool: registered (1), its override set (2: an override commits its
+    // tool's record too), unregistered (3).
+    assert_eq!(revs, vec![(3, false), (2, false), (1, true)]);
     // Another process applying them ends in the same state.
     b.apply_stored(stored);
     assert_eq!(b.registry().export(), a.registry().export());
@@ -182,4 +184,96 @@ async fn every_record_a_change_touches_is_committed_together() {
         b.registry().view().allow_list(&acme),
         Some(vec![id("demo.a.x")])
     );
+}
+
+#[tokio::test]
+async fn a_stored_record_is_placed_as_its_committer_decided() {
+    let (a, b, ledger) = two();
+    a.register(&G, base("demo.a.x"), true).await.unwrap();
+    b.apply_stored(ledger.fetch(&[key("demo.a.x")]).await.unwrap());
+    // A replaces the tool: unregistered, then a new one registered (not enabled).
+    a.unregister(&G, &id("demo.a.x")).await.unwrap();
+    let mut v2 = base("demo.a.x");
+    v2.version = "2.0.0".parse().unwrap();
+    a.register(&G, v2, false).await.unwrap();
+    // B hears only of the last record: `enabled → registered` is no lifecycle
+    // move, but the record is what the tool is now, so B takes it as it is.
+    let last = ledger.fetch(&[key("demo.a.x")]).await.unwrap();
+    assert_eq!(last[0].revision, 3);
+    let report = b.apply_stored(last);
+    assert_eq!(report.placed, vec![key("demo.a.x")]);
+    assert_eq!(b.registry().export(), a.registry().export());
+    assert_eq!(state(b.registry(), "demo.a.x"), Some(ToolState::Registered));
+    // And B's next change starts from it.
+    b.set_state(&G, &id("demo.a.x"), StateChange::Enable)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_override_conflicts_with_a_concurrent_change_of_its_tool() {
+    let (a, b, ledger) = two();
+    let acme = TenantId::new("acme").unwrap();
+    a.register(&G, base("demo.a.x"), false).await.unwrap();
+    b.apply_stored(ledger.fetch(&[key("demo.a.x")]).await.unwrap());
+    // A unregisters the tool (dropping the enabling overrides it knows of);
+    // meanwhile B, which has not heard of it, enables it for a tenant.
+    a.unregister(&G, &id("demo.a.x")).await.unwrap();
+    let err = b
+        .set_tenant_override(&acme, &id("demo.a.x"), Some(TenantOverride::Enabled))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    assert_eq!(err.field("reason"), Some("stale_revision"));
+    let over = RecordKey::Override {
+        tenant: acme,
+        id: id("demo.a.x"),
+    };
+    assert!(
+        ledger.fetch(&[over]).await.unwrap().is_empty(),
+        "nothing committed"
+    );
+    // B took the newer record: the tool is gone there too.
+    assert_eq!(state(b.registry(), "demo.a.x"), None);
+}
+
+#[tokio::test]
+async fn state_only_records_keep_the_local_manifest_and_existence() {
+    let ledger = Arc::new(MemoryLedger::default());
+    let policy = |k: &RecordKey| match k {
+        RecordKey::Tool { id, .. } if id.group() == "soulbase" => Take::StateOnly,
+        _ => Take::Whole,
+    };
+    let a = RegistryAdmin::new(Registry::new(), ledger.clone());
+    let local = Registry::new();
+    local.register(base("soulbase.builtin.x")).unwrap();
+    local.enable(&G, &id("soulbase.builtin.x")).unwrap();
+    let b = RegistryAdmin::with_take_policy(local.clone(), ledger.clone(), Arc::new(policy));
+    // Another process's older definition of the builtin, paused.
+    let mut old = base("soulbase.builtin.x");
+    old.description = "an older build's description".into();
+    a.register(&G, old, true).await.unwrap();
+    a.set_state(&G, &id("soulbase.builtin.x"), StateChange::Pause)
+        .await
+        .unwrap();
+    a.register(&G, base("soulbase.builtin.gone"), true)
+        .await
+        .unwrap();
+    let stored = ledger
+        .fetch(&[key("soulbase.builtin.x"), key("soulbase.builtin.gone")])
+        .await
+        .unwrap();
+    let report = b.apply_stored(stored);
+    // The state is taken, the manifest is this build's own, and a builtin this
+    // build does not have is not created (nor counted as placed).
+    assert_eq!(report.placed, vec![key("soulbase.builtin.x")]);
+    let held = local
+        .get(&TenantId::global(), &id("soulbase.builtin.x"))
+        .unwrap();
+    assert_eq!(held.state, ToolState::Paused);
+    assert_ne!(
+        held.tool.manifest.description,
+        "an older build's description"
+    );
+    assert_eq!(state(&local, "soulbase.builtin.gone"), None);
 }

@@ -29,7 +29,7 @@ use soulbase_types::{Subject, TenantId, ToolId};
 use tokio::sync::broadcast::error::TryRecvError;
 
 use super::{
-    Record, RecordKey, Registry, RegistryView, RestoreReport, TenantOverride, ToolManifest,
+    Record, RecordKey, RecordsReport, Registry, RegistryView, Take, TenantOverride, ToolManifest,
     ToolOwner,
 };
 
@@ -122,16 +122,18 @@ pub fn stale(key: &RecordKey) -> SoulError {
         format!(
             "{what} was changed by another replica or process meanwhile; read it again and retry"
         ),
-    );
+    )
+    .with_field("reason", "stale_revision");
     match id {
         Some(id) => e.with_field("tool_id", id.as_str()),
         None => e,
     }
 }
 
-/// Decides which stored records this process takes from the store: `false` for
-/// records whose source of truth is local (the skills directory's tools).
-pub type StoredFilter = Arc<dyn Fn(&RecordKey) -> bool + Send + Sync>;
+/// Decides how much of a committed record this process places ([`Take`]): only
+/// the state of tools its own sources define (its builtins, its skills
+/// directory), everything of the rest.
+pub type TakePolicy = Arc<dyn Fn(&RecordKey) -> Take + Send + Sync>;
 
 struct AdminInner {
     registry: Registry,
@@ -141,7 +143,7 @@ struct AdminInner {
     seen: Mutex<imbl::HashMap<RecordKey, u64>>,
     /// One local change at a time (a change is fork → commit → apply).
     writes: tokio::sync::Mutex<()>,
-    take_stored: Option<StoredFilter>,
+    take: Option<TakePolicy>,
 }
 
 /// Makes registry changes on someone's behalf: persisted first, then applied
@@ -163,12 +165,11 @@ impl RegistryAdmin {
         Self::build(registry, ledger, None)
     }
 
-    /// Like [`Self::new`]; records `take` refuses are tracked (their revisions)
-    /// but never placed when they come from the store.
-    pub fn with_stored_filter(
+    /// Like [`Self::new`], placing of each committed record what `take` says.
+    pub fn with_take_policy(
         registry: Registry,
         ledger: Arc<dyn RegistryLedger>,
-        take: StoredFilter,
+        take: TakePolicy,
     ) -> Self {
         Self::build(registry, ledger, Some(take))
     }
@@ -176,7 +177,7 @@ impl RegistryAdmin {
     fn build(
         registry: Registry,
         ledger: Arc<dyn RegistryLedger>,
-        take_stored: Option<StoredFilter>,
+        take: Option<TakePolicy>,
     ) -> Self {
         Self {
             inner: Arc::new(AdminInner {
@@ -184,7 +185,7 @@ impl RegistryAdmin {
                 ledger,
                 seen: Mutex::new(imbl::HashMap::new()),
                 writes: tokio::sync::Mutex::new(()),
-                take_stored,
+                take,
             }),
         }
     }
@@ -227,15 +228,32 @@ impl RegistryAdmin {
         let out = f(&fork)?;
         let keys = touched(&mut events, &base, &fork.view());
         let after = fork.view();
-        let changes: Vec<RecordChange> = keys
+        let mut changed: BTreeSet<RecordKey> = keys
             .into_iter()
-            .filter_map(|key| {
-                let record = after.record(&key);
-                (record != base.record(&key)).then(|| RecordChange {
-                    expected: seen.get(&key).copied().unwrap_or(0),
-                    key,
-                    record,
-                })
+            .filter(|key| after.record(key) != base.record(key))
+            .collect();
+        // A tenant's override is a decision about its global tool: committing
+        // the tool's record with it (unchanged, a new revision) makes it conflict
+        // with a concurrent change of that tool — an unregister dropping the
+        // enabling overrides it knows must not miss one made meanwhile.
+        let parents: Vec<RecordKey> = changed
+            .iter()
+            .filter_map(|k| match k {
+                RecordKey::Override { id, .. } => Some(RecordKey::Tool {
+                    owner: ToolOwner::Global,
+                    id: id.clone(),
+                }),
+                _ => None,
+            })
+            .filter(|parent| base.record(parent).is_some())
+            .collect();
+        changed.extend(parents);
+        let changes: Vec<RecordChange> = changed
+            .into_iter()
+            .map(|key| RecordChange {
+                expected: seen.get(&key).copied().unwrap_or(0),
+                record: after.record(&key),
+                key,
             })
             .collect();
         if changes.is_empty() {
@@ -263,29 +281,44 @@ impl RegistryAdmin {
     }
 
     /// Applies records read from the shared store (at start, or announced by
-    /// another replica): each only if newer than what was applied here, and only
-    /// if the stored filter takes it.
-    pub fn apply_stored(&self, committed: Vec<Committed>) -> RestoreReport {
+    /// another replica): each only if newer than what was applied here, as much
+    /// of it as the take policy says. A record that cannot be placed keeps its
+    /// key at the revision placed before, so a change made here to it is
+    /// refused as stale instead of overwriting what this process could not take.
+    pub fn apply_stored(&self, committed: Vec<Committed>) -> RecordsReport {
         self.apply(committed, true)
     }
 
-    fn apply(&self, committed: Vec<Committed>, stored: bool) -> RestoreReport {
+    fn apply(&self, committed: Vec<Committed>, stored: bool) -> RecordsReport {
         let mut seen = self.seen();
         let mut fresh = Vec::with_capacity(committed.len());
+        let mut revisions = HashMap::with_capacity(committed.len());
         for c in committed {
-            if seen.get(&c.key).is_some_and(|&r| r >= c.revision) {
+            // A change's own records are placed even if the follower read them
+            // back first (it may have taken only part of them).
+            let newer = |r: u64| {
+                if stored {
+                    c.revision > r
+                } else {
+                    c.revision >= r
+                }
+            };
+            if !seen.get(&c.key).is_none_or(|&r| newer(r)) {
                 continue;
             }
-            seen.insert(c.key.clone(), c.revision);
-            let take = !stored || self.inner.take_stored.as_ref().is_none_or(|t| t(&c.key));
-            if take {
-                fresh.push((c.key, c.record));
-            }
+            let take = self.inner.take.as_ref().map_or(Take::Whole, |t| t(&c.key));
+            revisions.insert(c.key.clone(), c.revision);
+            fresh.push((c.key, c.record, take));
         }
         // Under the lock, so two appliers cannot place an older record last.
         let report = self.inner.registry.apply_records(fresh);
-        for (what, e) in &report.failed {
-            tracing::warn!(what, error = %e, "could not apply a stored registry record");
+        for key in &report.placed {
+            if let Some(&r) = revisions.get(key) {
+                seen.insert(key.clone(), r);
+            }
+        }
+        for (key, e) in &report.failed {
+            tracing::warn!(?key, error = %e, "could not apply a committed registry record");
         }
         report
     }

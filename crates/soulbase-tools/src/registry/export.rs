@@ -131,16 +131,6 @@ impl Registry {
     /// each lookup is one index probe, so restoring n tools is O(n log n). A part
     /// that fails is reported and skipped; the rest applies.
     pub fn restore(&self, export: RegistryExport) -> RestoreReport {
-        self.restore_and_remove(export, Vec::new())
-    }
-
-    /// [`Registry::restore`], removing the things `removed` names first, in the
-    /// same write.
-    pub(crate) fn restore_and_remove(
-        &self,
-        export: RegistryExport,
-        removed: Vec<RecordKey>,
-    ) -> RestoreReport {
         let mut report = RestoreReport::default();
         // Compile, outside the writer lock, the tools the registry lacks or holds
         // in another version (judged on the current view; re-checked under the lock).
@@ -177,9 +167,6 @@ impl Registry {
         drop(view);
         let applied = self.write(|snap, events| {
             let mut done = RestoreReport::default();
-            for key in &removed {
-                remove(snap, events, key);
-            }
             for p in pending {
                 match place(snap, events, p.owner.tenant_id(), &p) {
                     Ok(()) => done.restored += 1,
@@ -328,7 +315,7 @@ fn place(
 }
 
 /// Removes what `key` names, if it is there, with the events a reader expects.
-fn remove(snap: &mut Snapshot, events: &mut Vec<RegistryEvent>, key: &RecordKey) {
+pub(super) fn remove(snap: &mut Snapshot, events: &mut Vec<RegistryEvent>, key: &RecordKey) {
     match key {
         RecordKey::Tool { owner, id } => {
             let tenant = owner.tenant_id();
@@ -390,7 +377,7 @@ fn remove(snap: &mut Snapshot, events: &mut Vec<RegistryEvent>, key: &RecordKey)
 
 /// Sets one exported override as it was, whether or not the tenant can see the
 /// global tool now (see [`Registry::restore`]).
-fn place_override(
+pub(super) fn place_override(
     snap: &mut Snapshot,
     events: &mut Vec<RegistryEvent>,
     o: &ExportedOverride,

@@ -35,7 +35,7 @@ use soulbase_types::{TenantId, ToolId};
 use tokio::sync::broadcast;
 
 pub use self::export::{ExportedOverride, ExportedTool, RegistryExport, RestoreReport};
-pub use self::records::{Record, RecordKey};
+pub use self::records::{Record, RecordKey, RecordsReport, Take};
 use self::snapshot::{Criteria, Entry, Snapshot};
 use self::types::effective_state;
 pub use self::types::{

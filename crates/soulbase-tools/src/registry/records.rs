@@ -10,8 +10,12 @@ use serde::{Deserialize, Serialize};
 use soulbase_types::{TenantId, ToolId};
 use tokio::sync::broadcast;
 
-use super::export::{ExportedOverride, ExportedTool, RestoreReport};
-use super::{EVENT_CAPACITY, Inner, Registry, RegistryEvent, RegistryView, ToolOwner};
+use soulbase_errors::{ErrorCode, SoulError, SoulResult};
+
+use super::export::{ExportedOverride, ExportedTool, place_override, remove};
+use super::snapshot::{Entry, Snapshot};
+use super::{EVENT_CAPACITY, Inner, Registry, RegistryEvent, RegistryView, ToolOwner, ToolState};
+use crate::manifest::{CompiledTool, compile};
 
 /// What one record is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -147,23 +151,198 @@ impl Registry {
         }
     }
 
-    /// Sets each key to its record — `None` removes what is there — in **one**
-    /// write, as [`Registry::restore`] places records (lifecycle and upgrade rules
-    /// included). A removal of something absent is a no-op. What cannot be applied
-    /// is reported; the rest applies.
-    pub fn apply_records(&self, records: Vec<(RecordKey, Option<Record>)>) -> RestoreReport {
-        let mut present = super::RegistryExport::default();
-        let mut removed = Vec::new();
-        for (key, record) in records {
-            match record {
-                Some(Record::Tool(t)) => present.tools.push(*t),
-                Some(Record::Override(o)) => present.overrides.push(o),
-                Some(Record::AllowList { tenant, tools }) => {
-                    present.allow_lists.push((tenant, tools))
+    /// Places committed records — each as its committer decided it, in **one**
+    /// write — and says which were placed. These are the result of changes that
+    /// passed every lifecycle and upgrade rule where they were made, so they are
+    /// placed as they are (a tool replaced by its stored manifest and put in its
+    /// stored state directly), never judged again against this process's
+    /// possibly older picture. `None` removes what the key names. [`Take`] says
+    /// how much of each record to take. A record that cannot be placed (a
+    /// manifest this build cannot compile) is reported and left out.
+    pub fn apply_records(&self, records: Vec<(RecordKey, Option<Record>, Take)>) -> RecordsReport {
+        // Compile, outside the writer lock, the tools taken whole that the
+        // registry lacks or holds in another version.
+        let view = self.view();
+        let mut report = RecordsReport::default();
+        let mut ready = Vec::with_capacity(records.len());
+        for (key, record, take) in records {
+            let compiled = match (&record, take) {
+                (Some(Record::Tool(t)), Take::Whole) => {
+                    let held = view
+                        .snap
+                        .table(t.owner.tenant_id())
+                        .and_then(|table| table.get(&t.manifest.id))
+                        .is_some_and(|e| e.tool.digest == t.digest);
+                    if held {
+                        None
+                    } else {
+                        match compile(t.manifest.clone()) {
+                            Ok(c) => Some(Arc::new(c)),
+                            Err(e) => {
+                                report.failed.push((key, e.into()));
+                                continue;
+                            }
+                        }
+                    }
                 }
-                None => removed.push(key),
-            }
+                _ => None,
+            };
+            ready.push((key, record, take, compiled));
         }
-        self.restore_and_remove(present, removed)
+        drop(view);
+        let applied = self.write(|snap, events| {
+            let mut done = RecordsReport::default();
+            for (key, record, take, compiled) in ready {
+                match place_record(snap, events, &key, record, take, compiled) {
+                    Ok(true) => done.placed.push(key),
+                    Ok(false) => {}
+                    Err(e) => done.failed.push((key, e)),
+                }
+            }
+            Ok(done)
+        });
+        // The closure never fails.
+        if let Ok(done) = applied {
+            report.placed = done.placed;
+            report.failed.extend(done.failed);
+        }
+        report
+    }
+}
+
+/// How much of a committed record a process takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// All of it.
+    Whole,
+    /// Only a tool's state, if this process holds the tool: for tools whose
+    /// manifests come from this process's own sources (its binary's builtins, its
+    /// skills directory), which also decide whether they exist.
+    StateOnly,
+}
+
+/// What [`Registry::apply_records`] placed and what it could not. A state-only
+/// record of a tool this process does not hold is in neither list.
+#[derive(Debug, Default)]
+pub struct RecordsReport {
+    /// The keys placed (or found as their records say).
+    pub placed: Vec<RecordKey>,
+    /// The keys left out, each with why.
+    pub failed: Vec<(RecordKey, SoulError)>,
+}
+
+/// Places one committed record (see [`Registry::apply_records`]): `false` for a
+/// state-only record of a tool this process does not hold (not placed, yet
+/// nothing wrong: it may load later).
+fn place_record(
+    snap: &mut Snapshot,
+    events: &mut Vec<RegistryEvent>,
+    key: &RecordKey,
+    record: Option<Record>,
+    take: Take,
+    compiled: Option<Arc<CompiledTool>>,
+) -> SoulResult<bool> {
+    match (record, take) {
+        // A tool this process's own sources define: they decide whether it
+        // exists, the store only its state.
+        (None, Take::StateOnly) => Ok(true),
+        (Some(Record::Tool(t)), Take::StateOnly) => {
+            let tenant = t.owner.tenant_id();
+            let Some(prev) = snap
+                .table(tenant)
+                .and_then(|x| x.get(&t.manifest.id))
+                .cloned()
+            else {
+                return Ok(false);
+            };
+            if prev.state != t.state {
+                events.push(RegistryEvent::StateChanged {
+                    tenant: tenant.cloned(),
+                    id: t.manifest.id.clone(),
+                    from: prev.state,
+                    to: t.state,
+                });
+                snap.table_mut(tenant).put(prev.with_state(t.state));
+            }
+            Ok(true)
+        }
+        (None, Take::Whole) => {
+            remove(snap, events, key);
+            Ok(true)
+        }
+        (Some(Record::Tool(t)), Take::Whole) => {
+            let tenant = t.owner.tenant_id();
+            let id = &t.manifest.id;
+            let prev = snap.table(tenant).and_then(|x| x.get(id)).cloned();
+            let tool = match (&prev, compiled) {
+                (_, Some(c)) => c,
+                (Some(p), None) if p.tool.digest == t.digest => p.tool.clone(),
+                // Changed or removed since the view the compile judged on.
+                _ => compile(t.manifest.clone()).map(Arc::new)?,
+            };
+            match prev {
+                None => {
+                    events.push(RegistryEvent::Registered {
+                        tenant: tenant.cloned(),
+                        id: id.clone(),
+                        version: tool.manifest.version.clone(),
+                    });
+                    if t.state != ToolState::Registered {
+                        events.push(RegistryEvent::StateChanged {
+                            tenant: tenant.cloned(),
+                            id: id.clone(),
+                            from: ToolState::Registered,
+                            to: t.state,
+                        });
+                    }
+                    snap.table_mut(tenant)
+                        .put(Entry::new(Arc::new(id.clone()), tool, t.state));
+                }
+                Some(prev) => {
+                    let mut entry = (*prev).clone();
+                    if prev.tool.digest != tool.digest {
+                        events.push(RegistryEvent::Updated {
+                            tenant: tenant.cloned(),
+                            id: id.clone(),
+                            from: prev.tool.manifest.version.clone(),
+                            to: tool.manifest.version.clone(),
+                        });
+                        entry = entry.with_tool(tool);
+                    }
+                    if prev.state != t.state {
+                        events.push(RegistryEvent::StateChanged {
+                            tenant: tenant.cloned(),
+                            id: id.clone(),
+                            from: prev.state,
+                            to: t.state,
+                        });
+                        entry = entry.with_state(t.state);
+                    }
+                    if !Arc::ptr_eq(&entry.tool, &prev.tool) || entry.state != prev.state {
+                        snap.table_mut(tenant).put(entry);
+                    }
+                }
+            }
+            Ok(true)
+        }
+        (Some(Record::Override(o)), _) => place_override(snap, events, &o).map(|()| true),
+        (Some(Record::AllowList { tenant, tools }), _) => {
+            if tenant == TenantId::global() {
+                return Err(SoulError::new(
+                    ErrorCode::RegistryConflict,
+                    "the global tenant has no allow-list",
+                ));
+            }
+            let data = snap.tenant_mut(&tenant);
+            let new = Some(tools.into_iter().collect::<imbl::HashSet<ToolId>>());
+            if data.allow != new {
+                data.allow = new;
+                events.push(RegistryEvent::AllowListChanged {
+                    tenant: tenant.clone(),
+                });
+            }
+            snap.prune_tenant(&tenant);
+            Ok(true)
+        }
     }
 }
