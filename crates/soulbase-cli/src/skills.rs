@@ -257,7 +257,8 @@ fn prompt(args: &DirArgs) -> Result<ExitCode, String> {
     let (catalog, set) = open(args)?;
     let view = catalog.registry().view();
     let tools = soulbase_skills::views::enabled_tools(&set, &view, &tenant()?);
-    let text = soulbase_skills::system_prompt_sections(&tools, &soulbase_skills::list_skills(&set));
+    let text =
+        soulbase_skills::system_prompt_sections(&tools, &soulbase_skills::list_skills(&set), None);
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(ExitCode::SUCCESS)
 }

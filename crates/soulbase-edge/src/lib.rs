@@ -11,7 +11,10 @@
 //! - [`observe`]: the metrics hook, labelled by [`Surface`];
 //! - [`stack`]: the outer stack — binding, option checks, metrics, the
 //!   `execute_tool` span — around the one [`Invoker`](soulbase_tools::pipeline::Invoker),
-//!   and the governed tool list.
+//!   and the governed tool list;
+//! - [`model`]: the model-facing surface on that stack — the caller's tools as
+//!   OpenAI / Anthropic / MCP definitions, and a model's tool calls routed and
+//!   answered in its API's shape.
 //!
 //! This crate knows `http::HeaderMap` (the common currency of HTTP headers and
 //! gRPC metadata) and nothing of tonic, axum, rmcp or a database: every edge crate
@@ -19,12 +22,14 @@
 
 pub mod binding;
 pub mod meta;
+pub mod model;
 pub mod observe;
 pub mod stack;
 pub mod subject;
 
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
 pub use meta::CallMeta;
+pub use model::{CallStyle, ExportFormat, ModelTools};
 pub use observe::{CallObserver, NoopObserver, Surface};
 pub use stack::{CallRequest, SpanMaker, Stack, StackBuilder};
 pub use subject::{CredentialCheck, MetadataAuth, SubjectResolver};

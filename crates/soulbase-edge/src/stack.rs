@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_tools::discovery::{NameMap, openai};
 use soulbase_tools::pipeline::{CallResult, Invoker, PreflightReport, ToolCall};
 use soulbase_tools::registry::{AvailableSpec, ResolvedTool, ToolFilter};
 use soulbase_types::{CallId, Origin, Subject, ToolId, TraceContext};
@@ -164,20 +165,32 @@ impl Stack {
             call_id: call_id.clone(),
             error,
         };
-        let tool = ToolId::new(req.tool.as_str()).map_err(|e| {
-            refuse(
-                SoulError::new(
-                    ErrorCode::ToolNotFound,
-                    format!("{:?} is not a tool id: {}", req.tool, e.reason),
+        // A tool id, or the plain name an export gave it (`a__b__c`).
+        let tool = match ToolId::new(req.tool.as_str()) {
+            Ok(t) => t,
+            Err(e) => NameMap::plain_id(&req.tool).ok_or_else(|| {
+                refuse(
+                    SoulError::new(
+                        ErrorCode::ToolNotFound,
+                        format!("{:?} is not a tool id: {}", req.tool, e.reason),
+                    )
+                    .with_field("tool_id", req.tool.clone()),
                 )
-                .with_field("tool_id", req.tool.clone()),
-            )
-        })?;
+            })?,
+        };
         if !req.args.is_object() {
             return Err(refuse(invalid(
                 "arguments",
                 "the arguments must be a JSON object",
             )));
+        }
+        let mut args = req.args;
+        // A model's call: a `null` for a field its strict export made nullable but
+        // the tool's own schema does not accept means "absent".
+        if req.origin == Origin::Llm
+            && let Ok(resolved) = self.inner.invoker.resolve(&req.subject.tenant, &tool)
+        {
+            openai::restore_optional(&resolved.tool.manifest.input_schema, &mut args);
         }
         let trace = match meta.traceparent.as_deref() {
             None => None,
@@ -189,7 +202,7 @@ impl Stack {
             })?),
         };
         let calling_skill = self.bind(&req.subject, &meta.binding).map_err(refuse)?;
-        let mut call = ToolCall::new(req.subject, tool, req.args)
+        let mut call = ToolCall::new(req.subject, tool, args)
             .with_call_id(call_id)
             .with_origin(req.origin);
         call.idempotency_key = meta.idempotency_key.filter(|k| !k.is_empty());

@@ -141,10 +141,15 @@ pub fn enabled_tools(set: &SkillSet, registry: &RegistryView, tenant: &TenantId)
         .collect()
 }
 
-/// The system-prompt sections (seed 003): `## Available Tools` listing `tools`
-/// and `## Skills (Available)` listing the enabled skills. A section with nothing
-/// to list is left out; both empty gives an empty string.
-pub fn system_prompt_sections(tools: &[ToolSpec], skills: &[SkillSummary]) -> String {
+/// The system-prompt sections (seed 003): `## Available Tools` listing `tools`,
+/// `## Skills (Available)` listing the enabled skills and, given a bound on the
+/// tool-calling loop, `## Tool Calling Guidelines` stating it. A section with
+/// nothing to list is left out; nothing at all gives an empty string.
+pub fn system_prompt_sections(
+    tools: &[ToolSpec],
+    skills: &[SkillSummary],
+    max_iterations: Option<u32>,
+) -> String {
     let mut out = String::new();
     if !tools.is_empty() {
         out.push_str("## Available Tools\n\nYou have access to the following tools:\n\n");
@@ -171,6 +176,17 @@ pub fn system_prompt_sections(tools: &[ToolSpec], skills: &[SkillSummary]) -> St
              call `get_skill_info` with a skill's name to read its full instructions before \
              `run_skill`.\n",
         );
+    }
+    if let Some(n) = max_iterations
+        && !tools.is_empty()
+    {
+        out.push_str(&format!(
+            "\n## Tool Calling Guidelines\n\n\
+             1. Choose the right tool for the task; call only the tools listed above.\n\
+             2. Provide accurate parameters, as each tool's schema describes them.\n\
+             3. Maximum iterations: {n}. Each round of tool calls counts as one; answer \
+             with what you have before the limit.\n"
+        ));
     }
     out
 }

@@ -251,6 +251,7 @@ async fn disabling_a_skill_removes_it_from_every_view_at_once() {
     let prompt = system_prompt_sections(
         &soulbase_skills::views::enabled_tools(&set, &e.registry.view(), &t),
         &list_skills(&set),
+        None,
     );
     assert!(!prompt.contains("zodiac`"), "{prompt}");
     assert!(prompt.contains("`jungastro`"));
@@ -347,15 +348,20 @@ fn the_two_phase_views() {
     let zt = tools_for_skill(&set, &e.registry.view(), &tenant(), "zodiac").unwrap();
     assert!(zt.iter().any(|s| s.name.as_str() == "core.util.now"));
     // The prompt sections list the enabled tools and skills.
-    let p = system_prompt_sections(&zt, &list);
+    let p = system_prompt_sections(&zt, &list, None);
     assert!(p.contains("## Available Tools") && p.contains("## Skills (Available)"));
+    assert!(!p.contains("## Tool Calling Guidelines"), "{p}");
+    // With a bound on the loop, the guidelines state it (seed 003).
+    let g = system_prompt_sections(&zt, &list, Some(10));
+    assert!(g.starts_with(&p), "{g}");
+    assert!(g.contains("## Tool Calling Guidelines") && g.contains("Maximum iterations: 10"));
     assert!(p.contains("You have access to the following tools:"), "{p}");
     assert!(
         !p.contains("## Tools (Available)"),
         "seed 003's heading: {p}"
     );
     assert!(p.contains("- `zodiac`: Compute a Western astrology birth chart"));
-    assert_eq!(system_prompt_sections(&[], &[]), "");
+    assert_eq!(system_prompt_sections(&[], &[], Some(3)), "");
 }
 
 #[test]

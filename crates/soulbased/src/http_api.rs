@@ -6,6 +6,7 @@
 //! | `POST /api/tools/{id}/preflight` | body = arguments object; the dry run |
 //! | `POST /api/tools/{id}/invoke` | body = arguments object; `Idempotency-Key`, `X-Soulbase-Consent`, `traceparent`, `X-Soulbase-Skill` headers |
 //! | `GET /api/skills` | the skills that show to the caller, with their tools (`?all=true`: every loaded skill, enabled or not, for a caller who may administer them) |
+//! | `GET /api/model/tools`, `POST /api/model/tool_calls`, `GET /api/model/prompt`, `GET /api/skills/{name}` | the model-facing routes ([`crate::model_api`]) |
 //! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (action `enable` / `disable` on each of the skill's tools) |
 //! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
 //! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool) |
@@ -56,7 +57,7 @@ use soulbase_types::{CallId, Subject, ToolId};
 
 use crate::app::App;
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -214,7 +215,7 @@ async fn body_limit(State(limits): State<BodyLimits>, request: Request, next: Ne
     response
 }
 
-async fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
+pub(crate) async fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
     app.auth.resolve(headers).await.inspect_err(|e| {
         app.metrics.refused(Surface::Http, e.code());
     })
@@ -911,6 +912,7 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         .route("/api/tools/{id}/invoke", post(invoke))
         .route("/api/skills", get(list_skills))
         .route("/api/skills/{name}", patch(patch_skill))
+        .merge(crate::model_api::routes())
         .route("/api/reload", post(reload))
         .route("/api/evidence/{call_id}", get(read_evidence))
         .route("/healthz", get(healthz))

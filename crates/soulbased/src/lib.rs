@@ -50,5 +50,6 @@ pub mod http_api;
 #[cfg(feature = "tls")]
 pub mod https;
 pub mod listener;
+pub mod model_api;
 pub mod server;
 pub mod telemetry;

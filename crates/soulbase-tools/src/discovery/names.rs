@@ -69,6 +69,13 @@ impl NameMap {
         }
     }
 
+    /// The tool id a *plain* provider name stands for (`fs__files__read_file` →
+    /// `fs.files.read_file`), with no map: `None` for a hashed name or anything
+    /// that is not one. Lets every surface accept the names an export gave.
+    pub fn plain_id(name: &str) -> Option<ToolId> {
+        decode_plain(name).filter(|id| Self::provider_name(id) == name)
+    }
+
     /// The provider name of `id`, if it is in the map.
     pub fn name(&self, id: &ToolId) -> Option<&str> {
         self.by_id.get(id).map(String::as_str)

@@ -58,7 +58,7 @@ mod idempotency;
 mod inflight;
 mod invoker;
 mod obligations;
-mod router;
+pub mod router;
 mod stage;
 mod terms;
 

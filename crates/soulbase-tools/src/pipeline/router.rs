@@ -1,6 +1,11 @@
-//! Routing a model's OpenAI-format `tool_calls` through the pipeline and back.
+//! Reading a model's tool calls and writing its answers, in the shapes of the
+//! model APIs: OpenAI `tool_calls` / `role: tool` messages ([`read_openai`],
+//! [`openai_answer`]) and Anthropic `tool_use` / `tool_result` blocks
+//! ([`read_anthropic`], [`anthropic_answer`]). The server's model surface
+//! (`soulbase_edge::Stack::route_tool_calls`) and [`ToolCallRouter`] (for a
+//! linked invoker) both read and answer through these.
 //!
-//! Input: the `tool_calls` array of an assistant message
+//! [`ToolCallRouter`] input: the `tool_calls` array of an assistant message
 //! (`[{"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}]`).
 //! Output: one `{"role": "tool", "tool_call_id", "content"}` message per call, in the
 //! same order. Content is the output as JSON text, or for a failure a structured
@@ -37,12 +42,15 @@ impl ToolMessage {
     }
 }
 
-fn error_content(err: &SoulError) -> Value {
+/// What a model may read of a refusal: `{"error": {code, message, retry, fields}}`.
+pub fn error_content(err: &SoulError) -> Value {
     let p = err.public();
     json!({"error": {"code": p.code, "message": p.message, "retry": p.retry, "fields": p.fields}})
 }
 
-fn result_content(result: &CallResult) -> Value {
+/// What a model reads of a call's result: the output, or the error as
+/// [`error_content`] shapes it.
+pub fn result_content(result: &CallResult) -> Value {
     match (&result.output, &result.error) {
         (Some(output), _) if result.is_ok() => output.clone(),
         (_, Some(e)) => {
@@ -50,6 +58,119 @@ fn result_content(result: &CallResult) -> Value {
         }
         _ => json!({"error": {"code": ErrorCode::UnknownInternal}}),
     }
+}
+
+/// One tool call of a model's turn as read from its API's shape: the call's id,
+/// the tool as the model named it, the arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    /// The model's id for the call (answered back with the result).
+    pub id: String,
+    /// The tool name as the model gave it (a provider-safe name or a tool id).
+    pub name: String,
+    /// The arguments (a JSON object).
+    pub args: Value,
+}
+
+/// Why an entry could not be read: its id (as far as it has one) and the refusal.
+pub type Unreadable = (String, SoulError);
+
+fn malformed(id: &str, message: &'static str, field: &'static str) -> Unreadable {
+    (
+        id.to_owned(),
+        SoulError::new(ErrorCode::SchemaValidationFailed, message).with_field("field", field),
+    )
+}
+
+/// Reads one entry of an OpenAI assistant message's `tool_calls`
+/// (`{"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}`).
+pub fn read_openai(entry: &Value) -> Result<ModelCall, Unreadable> {
+    let id = entry
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let function = entry
+        .get("function")
+        .ok_or_else(|| malformed(&id, "the tool call has no function", "function"))?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed(&id, "the tool call has no function name", "function.name"))?;
+    let args = match function.get("arguments") {
+        Some(Value::String(text)) if text.trim().is_empty() => json!({}),
+        Some(Value::String(text)) => serde_json::from_str(text).map_err(|_| {
+            malformed(
+                &id,
+                "the tool call's arguments are not valid JSON",
+                "function.arguments",
+            )
+        })?,
+        Some(v @ Value::Object(_)) => v.clone(),
+        None => json!({}),
+        Some(_) => {
+            return Err(malformed(
+                &id,
+                "the tool call's arguments must be a JSON object",
+                "function.arguments",
+            ));
+        }
+    };
+    if !args.is_object() {
+        return Err(malformed(
+            &id,
+            "the tool call's arguments must be a JSON object",
+            "function.arguments",
+        ));
+    }
+    Ok(ModelCall {
+        id,
+        name: name.to_owned(),
+        args,
+    })
+}
+
+/// Reads one Anthropic `tool_use` content block (`{"type": "tool_use", "id",
+/// "name", "input": {…}}`).
+pub fn read_anthropic(block: &Value) -> Result<ModelCall, Unreadable> {
+    let id = block
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if block.get("type").and_then(Value::as_str) != Some("tool_use") {
+        return Err(malformed(&id, "the block is not a tool_use block", "type"));
+    }
+    let name = block
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed(&id, "the tool_use block has no name", "name"))?;
+    let args = match block.get("input") {
+        None => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => {
+            return Err(malformed(
+                &id,
+                "the tool_use block's input must be a JSON object",
+                "input",
+            ));
+        }
+    };
+    Ok(ModelCall {
+        id,
+        name: name.to_owned(),
+        args,
+    })
+}
+
+/// The OpenAI `role: tool` message answering call `id` with `content`.
+pub fn openai_answer(id: &str, content: &Value) -> Value {
+    json!({"role": "tool", "tool_call_id": id, "content": content.to_string()})
+}
+
+/// The Anthropic `tool_result` block answering call `id` with `content`.
+pub fn anthropic_answer(id: &str, content: &Value, is_error: bool) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": content.to_string(), "is_error": is_error})
 }
 
 /// Runs a model's tool calls for one subject, mapping provider-safe names back to ids.
@@ -79,48 +200,14 @@ impl ToolCallRouter {
         self
     }
 
-    fn parse(&self, subject: &Subject, entry: &Value) -> Result<ToolCall, (String, SoulError)> {
-        let id = entry
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let bad = |msg: &'static str, field: &'static str| {
+    fn parse(&self, subject: &Subject, entry: &Value) -> Result<ToolCall, Unreadable> {
+        let ModelCall { id, name, mut args } = read_openai(entry)?;
+        let tool = self.names.to_id(&name).ok_or_else(|| {
             (
                 id.clone(),
-                SoulError::new(ErrorCode::SchemaValidationFailed, msg).with_field("field", field),
-            )
-        };
-        let function = entry
-            .get("function")
-            .ok_or_else(|| bad("the tool call has no function", "function"))?;
-        let name = function
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("the tool call has no function name", "function.name"))?;
-        let tool = self.names.to_id(name).ok_or_else(|| {
-            (
-                id.clone(),
-                SoulError::of(ErrorCode::ToolNotFound).with_field("name", name),
+                SoulError::of(ErrorCode::ToolNotFound).with_field("name", name.as_str()),
             )
         })?;
-        let mut args = match function.get("arguments") {
-            Some(Value::String(text)) if text.trim().is_empty() => json!({}),
-            Some(Value::String(text)) => serde_json::from_str(text).map_err(|_| {
-                bad(
-                    "the tool call's arguments are not valid JSON",
-                    "function.arguments",
-                )
-            })?,
-            Some(v @ Value::Object(_)) => v.clone(),
-            None => json!({}),
-            Some(_) => {
-                return Err(bad(
-                    "the tool call's arguments must be a JSON object",
-                    "function.arguments",
-                ));
-            }
-        };
         if self.strict
             && let Ok(resolved) = self.invoker.resolve(&subject.tenant, &tool)
         {

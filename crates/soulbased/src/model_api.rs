@@ -1,0 +1,243 @@
+//! The model-facing HTTP routes: what a team whose agent speaks the OpenAI or
+//! Anthropic API needs from Soulbase, served per caller through the one stack
+//! ([`soulbase_edge::model`]).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /api/model/tools?format=` | the caller's governed tools as `openai`, `openai-strict`, `anthropic` or `mcp` definitions, the provider names used, export warnings, and the skills that show (name and short description: phase 1 of the two-phase skill use) |
+//! | `POST /api/model/tool_calls` | an assistant turn's calls — `{"tool_calls": [...]}` (OpenAI) or `{"content": [...]}` (Anthropic `tool_use` blocks; other blocks ignored) — run through the governed path; answers `{"messages": [...]}` (`role: tool`) or `{"content": [...]}` (`tool_result`), one per call, in order |
+//! | `GET /api/model/prompt?max_iterations=` | the system-prompt sections (seed 003): Available Tools, Skills, and Tool Calling Guidelines when a bound is given |
+//! | `GET /api/skills/{name}` | phase 2: a skill that shows to the caller, with its SKILL.md verbatim (`TOOL.NOT_FOUND` otherwise) |
+//!
+//! The `X-Soulbase-Skill` header binds every route to a skill, as on `/api/tools`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use soulbase_edge::{Binding, CallMeta, CallStyle, ExportFormat, Surface};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_grpc::convert;
+use soulbase_tools::registry::AvailableSpec;
+use soulbase_types::Subject;
+
+use crate::app::App;
+use crate::http_api::{error_response, json_response, subject};
+
+/// The most iterations a prompt may state.
+const MAX_ITERATIONS: u32 = 100;
+
+/// The caller, its binding and its governed list; or the refusal.
+async fn caller(
+    app: &App,
+    headers: &HeaderMap,
+) -> Result<(Subject, Binding, Vec<AvailableSpec>), SoulError> {
+    let subject = subject(app, headers).await?;
+    let binding = CallMeta::from_headers(headers).binding;
+    let available = app
+        .stack
+        .available(Surface::Http, &subject, &binding)
+        .await?;
+    Ok((subject, binding, available))
+}
+
+/// The skills that show to a caller with `available` tools (name, description).
+fn skills_shown(app: &App, available: &[AvailableSpec]) -> Vec<soulbase_skills::SkillSummary> {
+    let Some(skills) = &app.skills else {
+        return Vec::new();
+    };
+    let set = skills.catalog.current();
+    soulbase_skills::list_skills(&set)
+        .iter()
+        .filter(|s| soulbase_skills::skill_shows(&set, available, &s.name))
+        .cloned()
+        .collect()
+}
+
+/// `GET /api/model/tools` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsQuery {
+    /// `openai` (default), `openai-strict`, `anthropic` or `mcp`.
+    pub format: Option<String>,
+}
+
+async fn model_tools(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<ToolsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (format)",
+        ));
+    };
+    let format = match q
+        .format
+        .as_deref()
+        .unwrap_or("openai")
+        .parse::<ExportFormat>()
+    {
+        Ok(f) => f,
+        Err(e) => return error_response(&e),
+    };
+    let (subject, binding, available) = match caller(&app, &headers).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let exported = match app
+        .stack
+        .export_tools(Surface::Http, &subject, &binding, format)
+        .await
+    {
+        Ok(x) => x,
+        Err(e) => return error_response(&e),
+    };
+    let names: serde_json::Map<String, Value> = exported
+        .names
+        .iter()
+        .map(|(id, name)| (name.to_owned(), Value::String(id.to_string())))
+        .collect();
+    let skills: Vec<Value> = skills_shown(&app, &available)
+        .iter()
+        .map(|s| json!({"name": s.name, "description": s.description}))
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "format": format.as_str(),
+            "tools": exported.tools,
+            "names": names,
+            "warnings": exported.warnings,
+            "skills": skills,
+        }),
+    )
+}
+
+async fn model_tool_calls(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let subject = match subject(&app, &headers).await {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
+        return error_response(&convert::invalid(
+            "body",
+            "the body must be a JSON object with tool_calls (OpenAI) or content (Anthropic)",
+        ));
+    };
+    let (style, calls, answer_key): (CallStyle, Vec<Value>, &str) = match (
+        body.get("tool_calls"),
+        body.get("content"),
+    ) {
+        (Some(Value::Array(calls)), None) => (CallStyle::OpenAi, calls.clone(), "messages"),
+        (None, Some(Value::Array(blocks))) => (
+            CallStyle::Anthropic,
+            // Text and other blocks are the model's words, not calls.
+            blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+                .cloned()
+                .collect(),
+            "content",
+        ),
+        _ => {
+            return error_response(&convert::invalid(
+                "body",
+                "give either tool_calls (an OpenAI assistant message's array) or content (Anthropic blocks)",
+            ));
+        }
+    };
+    let binding = CallMeta::from_headers(&headers).binding;
+    match app
+        .stack
+        .route_tool_calls(Surface::Http, &subject, &binding, style, &calls)
+        .await
+    {
+        Ok(answers) => json_response(StatusCode::OK, &json!({ answer_key: answers })),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `GET /api/model/prompt` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptQuery {
+    /// The bound on the tool-calling loop to state (1–100).
+    pub max_iterations: Option<u32>,
+}
+
+async fn model_prompt(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<PromptQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (max_iterations)",
+        ));
+    };
+    if let Some(n) = q.max_iterations
+        && !(1..=MAX_ITERATIONS).contains(&n)
+    {
+        return error_response(&convert::invalid(
+            "max_iterations",
+            "max_iterations must be between 1 and 100",
+        ));
+    }
+    let (_, _, available) = match caller(&app, &headers).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let tools: Vec<_> = available.iter().map(AvailableSpec::spec).collect();
+    let skills = skills_shown(&app, &available);
+    let prompt = soulbase_skills::system_prompt_sections(&tools, &skills, q.max_iterations);
+    json_response(StatusCode::OK, &json!({ "prompt": prompt }))
+}
+
+async fn skill_info(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let (_, _, available) = match caller(&app, &headers).await {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let not_found = || {
+        error_response(
+            &SoulError::new(ErrorCode::ToolNotFound, format!("skill {name:?} not found"))
+                .with_field("skill", name.clone()),
+        )
+    };
+    let Some(skills) = &app.skills else {
+        return not_found();
+    };
+    let set = skills.catalog.current();
+    if !soulbase_skills::skill_shows(&set, &available, &name) {
+        return not_found();
+    }
+    match soulbase_skills::get_skill_info(&set, &name) {
+        Ok(info) => json_response(StatusCode::OK, &json!(info)),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The model-facing routes (see the module doc), for the tools role's router.
+pub fn routes() -> axum::Router<Arc<App>> {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/api/model/tools", get(model_tools))
+        .route("/api/model/tool_calls", post(model_tool_calls))
+        .route("/api/model/prompt", get(model_prompt))
+        .route("/api/skills/{name}", get(skill_info))
+}
