@@ -6,7 +6,8 @@
 //!   OpenAI tools (plain or `strict`), Anthropic tools or MCP tool definitions,
 //!   with the provider-safe names ↔ tool ids ([`NameMap`]) used.
 //! - [`Stack::route_tool_calls`]: an assistant turn's tool calls (OpenAI
-//!   `tool_calls`, Anthropic `tool_use` blocks) in, one answer per call out, in
+//!   `tool_calls`, Anthropic `tool_use` blocks — its other blocks left out) in,
+//!   one answer per call out, in
 //!   order; the calls run concurrently, each through [`Stack::invoke`] with
 //!   origin `llm`, so each is governed, metered and evidenced like any other. An
 //!   entry that cannot be read is answered in place with its stable code (and
@@ -157,7 +158,16 @@ impl Stack {
     ) -> Result<Vec<Value>, SoulError> {
         let available = self.available(surface, subject, binding).await?;
         let names = NameMap::new(available.iter().map(|a| a.id()));
-        let runs = calls.iter().map(|entry| {
+        // Anthropic content may hold text and other blocks beside the calls: the
+        // model's words, not calls.
+        let calls = calls.iter().filter(|entry| match style {
+            CallStyle::OpenAi => true,
+            CallStyle::Anthropic => entry
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(|t| t == "tool_use"),
+        });
+        let runs = calls.map(|entry| {
             let names = &names;
             async move {
                 let read = match style {

@@ -1,8 +1,12 @@
-//! `soulbase.tools.v1.ToolInvoker` over the one governed [`Stack`].
+//! `soulbase.tools.v1.ToolInvoker` over the one governed [`Stack`]: preflight and
+//! invoke, and the model-facing surface ([`soulbase_edge::model`]): the caller's
+//! tools for a model API, a model's tool calls routed.
 
 use std::sync::Arc;
 
-use soulbase_edge::{CallMeta, CallRequest, Stack, SubjectResolver, Surface};
+use soulbase_edge::{
+    Binding, CallMeta, CallRequest, CallStyle, ExportFormat, Stack, SubjectResolver, Surface,
+};
 use soulbase_errors::SoulError;
 use soulbase_tools::pipeline::{CallResult, CallStatus};
 use soulbase_types::Subject;
@@ -79,6 +83,16 @@ impl InvokerService {
         let call = convert::call_request(subject.clone(), request.get_ref(), meta);
         Ok((subject, call))
     }
+
+    /// The request's subject and skill binding.
+    async fn caller<T>(&self, request: &Request<T>) -> Result<(Subject, Binding), Status> {
+        let headers = request.metadata().clone().into_headers();
+        let subject = self.auth.resolve(&headers).await.map_err(|e| {
+            self.stack.observer().refused(Surface::Grpc, e.code());
+            e.to_status()
+        })?;
+        Ok((subject, CallMeta::from_headers(&headers).binding))
+    }
 }
 
 #[tonic::async_trait]
@@ -127,6 +141,64 @@ impl ToolInvoker for InvokerService {
                 .map(ToString::to_string)
                 .unwrap_or_default(),
             replayed: result.replayed,
+        }))
+    }
+
+    async fn export_tools(
+        &self,
+        request: Request<proto::ExportToolsRequest>,
+    ) -> Result<Response<proto::ExportToolsResponse>, Status> {
+        let (subject, binding) = self.caller(&request).await?;
+        let format = match request.get_ref().format() {
+            proto::ExportFormat::Unspecified | proto::ExportFormat::Openai => ExportFormat::OpenAi,
+            proto::ExportFormat::OpenaiStrict => ExportFormat::OpenAiStrict,
+            proto::ExportFormat::Anthropic => ExportFormat::Anthropic,
+            proto::ExportFormat::Mcp => ExportFormat::Mcp,
+        };
+        let exported = self
+            .stack
+            .export_tools(Surface::Grpc, &subject, &binding, format)
+            .await
+            .map_err(|e| e.to_status())?;
+        let warnings = serde_json::to_string(&exported.warnings)
+            .map_err(|e| SoulError::internal(e).to_status())?;
+        Ok(Response::new(proto::ExportToolsResponse {
+            format: format.as_str().to_owned(),
+            tools_json: serde_json::Value::Array(exported.tools).to_string(),
+            names: exported
+                .names
+                .iter()
+                .map(|(id, name)| (name.to_owned(), id.to_string()))
+                .collect(),
+            warnings_json: warnings,
+        }))
+    }
+
+    async fn route_tool_calls(
+        &self,
+        request: Request<proto::RouteToolCallsRequest>,
+    ) -> Result<Response<proto::RouteToolCallsResponse>, Status> {
+        let (subject, binding) = self.caller(&request).await?;
+        let req = request.get_ref();
+        let style = match req.style() {
+            proto::CallStyle::Unspecified | proto::CallStyle::Openai => CallStyle::OpenAi,
+            proto::CallStyle::Anthropic => CallStyle::Anthropic,
+        };
+        let calls = match convert::arguments("calls_json", &req.calls_json) {
+            Ok(serde_json::Value::Array(calls)) => calls,
+            Ok(_) => {
+                let e = convert::invalid("calls_json", "calls_json must be a JSON array");
+                return Err(e.to_status());
+            }
+            Err(e) => return Err(e.to_status()),
+        };
+        let answers = self
+            .stack
+            .route_tool_calls(Surface::Grpc, &subject, &binding, style, &calls)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(proto::RouteToolCallsResponse {
+            answers_json: serde_json::Value::Array(answers).to_string(),
         }))
     }
 }

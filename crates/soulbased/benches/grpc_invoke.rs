@@ -38,7 +38,10 @@ use std::time::{Duration, Instant};
 use soulbase_config::ConfigLoader;
 use soulbase_grpc::proto::tool_invoker_client::ToolInvokerClient;
 use soulbase_grpc::proto::tool_invoker_server::{ToolInvoker, ToolInvokerServer};
-use soulbase_grpc::proto::{InvokeRequest, InvokeResponse, PreflightResponse};
+use soulbase_grpc::proto::{
+    ExportToolsRequest, ExportToolsResponse, InvokeRequest, InvokeResponse, PreflightResponse,
+    RouteToolCallsRequest, RouteToolCallsResponse,
+};
 use soulbased::app::App;
 
 #[global_allocator]
@@ -92,6 +95,20 @@ impl ToolInvoker for Floor {
             evidence_ref: String::new(),
             replayed: false,
         }))
+    }
+
+    async fn export_tools(
+        &self,
+        _request: tonic::Request<ExportToolsRequest>,
+    ) -> Result<tonic::Response<ExportToolsResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("the floor only invokes"))
+    }
+
+    async fn route_tool_calls(
+        &self,
+        _request: tonic::Request<RouteToolCallsRequest>,
+    ) -> Result<tonic::Response<RouteToolCallsResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("the floor only invokes"))
     }
 }
 

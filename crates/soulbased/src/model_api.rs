@@ -139,16 +139,7 @@ async fn model_tool_calls(
         body.get("content"),
     ) {
         (Some(Value::Array(calls)), None) => (CallStyle::OpenAi, calls.clone(), "messages"),
-        (None, Some(Value::Array(blocks))) => (
-            CallStyle::Anthropic,
-            // Text and other blocks are the model's words, not calls.
-            blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-                .cloned()
-                .collect(),
-            "content",
-        ),
+        (None, Some(Value::Array(blocks))) => (CallStyle::Anthropic, blocks.clone(), "content"),
         _ => {
             return error_response(&convert::invalid(
                 "body",

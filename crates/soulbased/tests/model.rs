@@ -235,3 +235,67 @@ async fn the_prompt_sections_follow_the_callers_skills() {
     let (status, _) = get(&server, "/api/skills/zodiac").await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_surface_over_grpc_is_the_same() {
+    use soulbase_grpc::proto;
+    let server = Server::start_in(CONFIG, prepare);
+    let mut invoker = server.invoker().await;
+    let exported = invoker
+        .export_tools(common::as_dev(
+            proto::ExportToolsRequest {
+                format: proto::ExportFormat::OpenaiStrict as i32,
+            },
+            "acme",
+            "agent",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(exported.format, "openai-strict");
+    assert_eq!(
+        exported.names["skills__zodiac__get_chart_snapshot"],
+        "skills.zodiac.get_chart_snapshot"
+    );
+    let tools: Value = serde_json::from_str(&exported.tools_json).unwrap();
+    // The same list as over HTTP.
+    let (_, http_tools) = get(&server, "/api/model/tools?format=openai-strict").await;
+    assert_eq!(tools, http_tools["tools"]);
+
+    let calls = json!([
+        {"id": "call_1", "type": "function", "function": {
+            "name": "skills__zodiac__get_chart_snapshot",
+            "arguments": "{\"birth_date\": \"1990-07-04\", \"include_aspects\": null}"}},
+        {"id": "call_2", "type": "function"},
+    ]);
+    let routed = invoker
+        .route_tool_calls(common::as_dev(
+            proto::RouteToolCallsRequest {
+                style: proto::CallStyle::Openai as i32,
+                calls_json: calls.to_string(),
+            },
+            "acme",
+            "agent",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let answers: Value = serde_json::from_str(&routed.answers_json).unwrap();
+    assert_eq!(content(&answers[0])["sun_sign"], "cancer", "{answers}");
+    assert_eq!(
+        content(&answers[1])["error"]["code"],
+        "SCHEMA.VALIDATION_FAILED"
+    );
+    let bad = invoker
+        .route_tool_calls(common::as_dev(
+            proto::RouteToolCallsRequest {
+                style: proto::CallStyle::Anthropic as i32,
+                calls_json: "{}".into(),
+            },
+            "acme",
+            "agent",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(common::code_of(&bad), "SCHEMA.VALIDATION_FAILED");
+}

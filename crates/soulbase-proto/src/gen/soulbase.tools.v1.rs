@@ -245,6 +245,50 @@ pub struct PreflightResponse {
     #[prost(string, tag = "7")]
     pub obligations_json: ::prost::alloc::string::String,
 }
+/// The caller's governed tools in a model API's shape (R3). The skill binding
+/// comes from the `x-soulbase-skill` metadata, as for calls.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExportToolsRequest {
+    #[prost(enumeration = "ExportFormat", tag = "1")]
+    pub format: i32,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ExportToolsResponse {
+    /// The format's name: openai, openai-strict, anthropic or mcp.
+    #[prost(string, tag = "1")]
+    pub format: ::prost::alloc::string::String,
+    /// The tool definitions, as a JSON array, in tool id order.
+    #[prost(string, tag = "2")]
+    pub tools_json: ::prost::alloc::string::String,
+    /// Provider-safe name → tool id, for the names the definitions use (empty for MCP).
+    #[prost(map = "string, string", tag = "3")]
+    pub names: ::std::collections::HashMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// What the export had to change or could not express, as a JSON array of
+    /// {tool, location, message}.
+    #[prost(string, tag = "4")]
+    pub warnings_json: ::prost::alloc::string::String,
+}
+/// A model's turn of tool calls, each run through the governed pipeline with
+/// origin LLM (concurrently), answered in order; an entry that cannot be read is
+/// answered in place with its stable code.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RouteToolCallsRequest {
+    #[prost(enumeration = "CallStyle", tag = "1")]
+    pub style: i32,
+    /// The calls, as a JSON array (OpenAI `tool_calls`, or Anthropic content blocks:
+    /// blocks other than `tool_use` are left out).
+    #[prost(string, tag = "2")]
+    pub calls_json: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RouteToolCallsResponse {
+    /// One answer per call, in order, as a JSON array.
+    #[prost(string, tag = "1")]
+    pub answers_json: ::prost::alloc::string::String,
+}
 /// A tool's lifecycle state as the calling tenant sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
@@ -423,6 +467,78 @@ impl Origin {
             "ORIGIN_LLM" => Some(Self::Llm),
             "ORIGIN_API" => Some(Self::Api),
             "ORIGIN_SYSTEM" => Some(Self::System),
+            _ => None,
+        }
+    }
+}
+/// The shapes a model API takes tools in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ExportFormat {
+    /// treated as OPENAI
+    Unspecified = 0,
+    Openai = 1,
+    /// OpenAI function calling with `strict: true` (structured outputs).
+    OpenaiStrict = 2,
+    Anthropic = 3,
+    /// MCP tool definitions (`name` = the tool id).
+    Mcp = 4,
+}
+impl ExportFormat {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "EXPORT_FORMAT_UNSPECIFIED",
+            Self::Openai => "EXPORT_FORMAT_OPENAI",
+            Self::OpenaiStrict => "EXPORT_FORMAT_OPENAI_STRICT",
+            Self::Anthropic => "EXPORT_FORMAT_ANTHROPIC",
+            Self::Mcp => "EXPORT_FORMAT_MCP",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "EXPORT_FORMAT_UNSPECIFIED" => Some(Self::Unspecified),
+            "EXPORT_FORMAT_OPENAI" => Some(Self::Openai),
+            "EXPORT_FORMAT_OPENAI_STRICT" => Some(Self::OpenaiStrict),
+            "EXPORT_FORMAT_ANTHROPIC" => Some(Self::Anthropic),
+            "EXPORT_FORMAT_MCP" => Some(Self::Mcp),
+            _ => None,
+        }
+    }
+}
+/// The shape of a model's tool calls and of their answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum CallStyle {
+    /// treated as OPENAI
+    Unspecified = 0,
+    /// OpenAI `tool_calls` entries in, `role: tool` messages out.
+    Openai = 1,
+    /// Anthropic `tool_use` blocks in, `tool_result` blocks out.
+    Anthropic = 2,
+}
+impl CallStyle {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "CALL_STYLE_UNSPECIFIED",
+            Self::Openai => "CALL_STYLE_OPENAI",
+            Self::Anthropic => "CALL_STYLE_ANTHROPIC",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CALL_STYLE_UNSPECIFIED" => Some(Self::Unspecified),
+            "CALL_STYLE_OPENAI" => Some(Self::Openai),
+            "CALL_STYLE_ANTHROPIC" => Some(Self::Anthropic),
             _ => None,
         }
     }
@@ -1314,6 +1430,58 @@ pub mod tool_invoker_client {
                 .insert(GrpcMethod::new("soulbase.tools.v1.ToolInvoker", "Invoke"));
             self.inner.unary(req, path, codec).await
         }
+        /// The model-facing surface: the caller's tools for a model API, and a model's
+        /// tool calls routed through the pipeline.
+        pub async fn export_tools(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ExportToolsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ExportToolsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.tools.v1.ToolInvoker/ExportTools",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("soulbase.tools.v1.ToolInvoker", "ExportTools"));
+            self.inner.unary(req, path, codec).await
+        }
+        pub async fn route_tool_calls(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RouteToolCallsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RouteToolCallsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.tools.v1.ToolInvoker/RouteToolCalls",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("soulbase.tools.v1.ToolInvoker", "RouteToolCalls"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -1341,6 +1509,22 @@ pub mod tool_invoker_server {
             &self,
             request: tonic::Request<super::InvokeRequest>,
         ) -> std::result::Result<tonic::Response<super::InvokeResponse>, tonic::Status>;
+        /// The model-facing surface: the caller's tools for a model API, and a model's
+        /// tool calls routed through the pipeline.
+        async fn export_tools(
+            &self,
+            request: tonic::Request<super::ExportToolsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ExportToolsResponse>,
+            tonic::Status,
+        >;
+        async fn route_tool_calls(
+            &self,
+            request: tonic::Request<super::RouteToolCallsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RouteToolCallsResponse>,
+            tonic::Status,
+        >;
     }
     /// The governed invocation pipeline (R4).
     #[derive(Debug)]
@@ -1494,6 +1678,96 @@ pub mod tool_invoker_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = InvokeSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.tools.v1.ToolInvoker/ExportTools" => {
+                    #[allow(non_camel_case_types)]
+                    struct ExportToolsSvc<T: ToolInvoker>(pub Arc<T>);
+                    impl<
+                        T: ToolInvoker,
+                    > tonic::server::UnaryService<super::ExportToolsRequest>
+                    for ExportToolsSvc<T> {
+                        type Response = super::ExportToolsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ExportToolsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ToolInvoker>::export_tools(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ExportToolsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.tools.v1.ToolInvoker/RouteToolCalls" => {
+                    #[allow(non_camel_case_types)]
+                    struct RouteToolCallsSvc<T: ToolInvoker>(pub Arc<T>);
+                    impl<
+                        T: ToolInvoker,
+                    > tonic::server::UnaryService<super::RouteToolCallsRequest>
+                    for RouteToolCallsSvc<T> {
+                        type Response = super::RouteToolCallsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RouteToolCallsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ToolInvoker>::route_tool_calls(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RouteToolCallsSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
