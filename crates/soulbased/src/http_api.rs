@@ -816,7 +816,7 @@ async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next)
         }
         None => {}
     }
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     if session.is_none()
         && let Some(id) = response
             .headers()
@@ -841,6 +841,10 @@ async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next)
     {
         gate.sessions.forget(id);
         hold = None;
+        // The session is gone: `200 OK`, as the reference SDKs' servers answer
+        // (rmcp says `202 Accepted`, which the Python client reports as a
+        // failed termination).
+        *response.status_mut() = StatusCode::OK;
     }
     match hold {
         Some(h) => response.map(|b| crate::listener::holding(b, h)),

@@ -66,10 +66,12 @@ async fn the_python_sdk_passes_call_options_in_meta() {
     })
     .await
     .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python client failed: {stderr}");
+    // Closing the session (HTTP DELETE) is answered as the SDK expects.
     assert!(
-        out.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        !stderr.contains("Session termination failed"),
+        "the Python client could not end its session: {stderr}"
     );
     let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
