@@ -84,8 +84,10 @@ pub struct ServerConfig {
     pub dev_insecure: bool,
     /// TLS (and mTLS) for the gRPC and HTTP listeners; plaintext when absent.
     pub tls: Option<TlsConfig>,
-    /// Browser origins allowed on the MCP endpoint (`Origin` validation); requests
-    /// without an `Origin` header always pass. Empty: any browser origin is refused.
+    /// Browser origins allowed on the MCP endpoint (`Origin` validation), beside
+    /// the server's own loopback origin (`http://127.0.0.1:PORT` — or `localhost`,
+    /// `[::1]` — when the request's `Host` is that same address); requests without
+    /// an `Origin` header always pass. Empty: any other browser origin is refused.
     pub mcp_allowed_origins: Vec<String>,
     /// Where roles this process does not serve are reached (gRPC endpoints).
     pub remote: RemoteRoles,

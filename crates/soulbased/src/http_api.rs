@@ -746,8 +746,26 @@ struct McpGate {
 /// The MCP session id header.
 const MCP_SESSION_ID: &str = "mcp-session-id";
 
+/// Whether `origin` is this server's own origin on a loopback address: the page
+/// was served by this very listener (`Origin` and `Host` name the same loopback
+/// host and port), which no other site's page can claim — a DNS-rebinding page
+/// sends its own name, not `127.0.0.1`.
+fn own_loopback_origin(origin: &str, host: Option<&str>) -> bool {
+    let Some(authority) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let name = authority
+        .rsplit_once(':')
+        .map_or(authority, |(name, _)| name);
+    matches!(name, "127.0.0.1" | "localhost" | "[::1]") && host == Some(authority)
+}
+
 /// Origin validation, authentication and session limits in front of MCP: a
-/// browser `Origin` must be listed in `server.mcp_allowed_origins`; the caller must
+/// browser `Origin` must be this server's own loopback origin or listed in
+/// `server.mcp_allowed_origins`; the caller must
 /// authenticate; an `initialize` needs room under `server.mcp_max_sessions*`; a
 /// session is used by its own tenant only, and is busy (never idle-expired) while
 /// a request on it is answered.
@@ -761,9 +779,13 @@ async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next)
             .server
             .mcp_allowed_origins
             .clone();
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
         let ok = origin
             .to_str()
-            .is_ok_and(|o| allowed.iter().any(|a| a == o));
+            .is_ok_and(|o| allowed.iter().any(|a| a == o) || own_loopback_origin(o, host));
         if !ok {
             return error_response(
                 &SoulError::new(ErrorCode::AuthForbidden, "this Origin may not use MCP")
