@@ -1,12 +1,13 @@
-//! `soulbase tools list|get|enable|disable`, `soulbase invoke` and
+//! `soulbase tools list|get|enable|disable|export`, `soulbase invoke` and
 //! `soulbase preflight`, remotely over gRPC or locally (see [`crate::target`]).
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-use soulbase_edge::{Binding, CallMeta, CallRequest, Surface};
+use soulbase_edge::{Binding, CallMeta, CallRequest, ExportFormat, Surface};
 use soulbase_errors::SoulError;
+use soulbase_grpc::proto::tool_invoker_client::ToolInvokerClient;
 use soulbase_grpc::proto::tool_registry_client::ToolRegistryClient;
 use soulbase_grpc::{RemoteInvoker, convert, proto};
 use soulbase_tools::pipeline::{CallResult, CallStatus, PreflightReport, ToolCall};
@@ -43,6 +44,14 @@ enum ToolsCommand {
     Disable {
         /// The tool id.
         id: String,
+    },
+    /// The tools the tenant may be offered, as a model API takes them: a JSON
+    /// array of definitions on stdout (with `--json`: also the provider names
+    /// used and the export's warnings); warnings on stderr.
+    Export {
+        /// `openai`, `openai-strict`, `anthropic` or `mcp`.
+        #[arg(long, default_value = "openai")]
+        format: String,
     },
 }
 
@@ -259,6 +268,96 @@ async fn set_state(
     }
 }
 
+/// An export as the server answered it.
+struct Exported {
+    format: String,
+    tools: Value,
+    names: Value,
+    warnings: Value,
+}
+
+/// The tenant's tools as `format` (see [`ToolsCommand::Export`]).
+async fn export(global: &Global, mode: &Mode, format: &str) -> Result<Exported, Failure> {
+    let parsed: ExportFormat = format
+        .parse()
+        .map_err(|e: SoulError| Failure::Usage(format!("--format: {}", e.public().message)))?;
+    let parse = |what: &str, text: &str| {
+        serde_json::from_str::<Value>(text).map_err(|e| {
+            Failure::Failed(format!("UNKNOWN.INTERNAL: the server sent bad {what}: {e}"))
+        })
+    };
+    match mode {
+        Mode::Remote { url } => {
+            let wire = match parsed {
+                ExportFormat::OpenAi => proto::ExportFormat::Openai,
+                ExportFormat::OpenAiStrict => proto::ExportFormat::OpenaiStrict,
+                ExportFormat::Anthropic => proto::ExportFormat::Anthropic,
+                ExportFormat::Mcp => proto::ExportFormat::Mcp,
+            };
+            let req = request(
+                global,
+                proto::ExportToolsRequest {
+                    format: wire as i32,
+                },
+            )?;
+            let resp = ToolInvokerClient::new(target::channel(url).await?)
+                .export_tools(req)
+                .await
+                .map_err(|s| status(&s))?
+                .into_inner();
+            Ok(Exported {
+                format: resp.format,
+                tools: parse("tools", &resp.tools_json)?,
+                names: json!(resp.names),
+                warnings: parse("warnings", &resp.warnings_json)?,
+            })
+        }
+        Mode::Local(l) => {
+            let x = l
+                .app
+                .stack
+                .export_tools(Surface::Cli, &l.subject, &Binding::None, parsed)
+                .await
+                .map_err(|e| soul(&e))?;
+            let names: serde_json::Map<String, Value> = x
+                .names
+                .iter()
+                .map(|(id, name)| (name.to_owned(), Value::String(id.to_string())))
+                .collect();
+            Ok(Exported {
+                format: parsed.as_str().to_owned(),
+                tools: Value::Array(x.tools),
+                names: Value::Object(names),
+                warnings: json!(x.warnings),
+            })
+        }
+    }
+}
+
+fn print_export(global: &Global, x: &Exported) {
+    for w in x.warnings.as_array().into_iter().flatten() {
+        eprintln!(
+            "warning: {}: {}: {}",
+            w["tool"].as_str().unwrap_or_default(),
+            w["location"].as_str().unwrap_or_default(),
+            w["message"].as_str().unwrap_or_default()
+        );
+    }
+    if global.json {
+        println!(
+            "{}",
+            output::pretty(&json!({
+                "format": x.format,
+                "tools": x.tools,
+                "names": x.names,
+                "warnings": x.warnings,
+            }))
+        );
+    } else {
+        println!("{}", output::pretty(&x.tools));
+    }
+}
+
 fn print_tool(global: &Global, tool: &proto::Tool) {
     if global.json {
         println!("{}", output::pretty(&output::tool_json(tool)));
@@ -270,7 +369,7 @@ fn print_tool(global: &Global, tool: &proto::Tool) {
 /// Runs `soulbase tools …`.
 pub fn run_tools(global: &Global, args: ToolsArgs) -> ExitCode {
     let id = match &args.command {
-        ToolsCommand::List => None,
+        ToolsCommand::List | ToolsCommand::Export { .. } => None,
         ToolsCommand::Get { id } | ToolsCommand::Enable { id } | ToolsCommand::Disable { id } => {
             match tool_id(id) {
                 Ok(id) => Some(id),
@@ -299,6 +398,9 @@ pub fn run_tools(global: &Global, args: ToolsArgs) -> ExitCode {
                 (ToolsCommand::Disable { .. }, Some(id)) => set_state(global, &mode, id, false)
                     .await
                     .map(|t| print_tool(global, &t)),
+                (ToolsCommand::Export { format }, _) => export(global, &mode, format)
+                    .await
+                    .map(|x| print_export(global, &x)),
                 (_, None) => Err(Failure::Usage("a tool id is required".into())),
             };
             mode.close().await;

@@ -86,6 +86,31 @@ fn server_mode_over_grpc() {
     assert_eq!(table.status.code(), Some(0), "{}", err(&table));
     assert!(out(&table).starts_with("ID "), "{}", out(&table));
 
+    // The tools as a model API takes them, from the server's governed list.
+    let exported = json(&remote(&["tools", "export", "--format", "openai-strict"]));
+    let echo = exported
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "soulbase__builtin__echo")
+        .unwrap_or_else(|| panic!("{exported}"));
+    assert_eq!(echo["function"]["strict"], true, "{echo}");
+    let full = json(&remote(&[
+        "tools",
+        "export",
+        "--format",
+        "anthropic",
+        "--json",
+    ]));
+    assert_eq!(full["format"], "anthropic");
+    assert_eq!(
+        full["names"]["soulbase__builtin__echo"],
+        "soulbase.builtin.echo"
+    );
+    let bad = remote(&["tools", "export", "--format", "gemini"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", err(&bad));
+    assert!(err(&bad).contains("--format"), "{}", err(&bad));
+
     let r = json(&remote(&[
         "invoke",
         "soulbase.builtin.echo",
