@@ -51,6 +51,7 @@ use soulbase_store::Persistence;
 use soulbase_tools::Registry;
 use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency};
 use soulbase_tools::registry::admin::RegistryAdmin;
+use soulbase_types::{ActorId, Subject, TenantId};
 
 use crate::builtins;
 use crate::evidence::{self, EvidenceFlush};
@@ -300,10 +301,27 @@ impl App {
         }
         // Credentials are checked where the keys are: by the auth role when it is
         // remote, so the tools process needs no `auth` configuration of its own.
-        let auth: Arc<dyn SubjectResolver> = Arc::new(match &remote_auth {
-            Some(r) => MetadataAuth::remote(Arc::new(r.clone()), dev_insecure),
-            None => MetadataAuth::new(Some(authenticator.clone()), dev_insecure),
+        // Validated at load: only with dev_insecure, with valid ids.
+        let dev_default = cfg.server.dev_identity.as_ref().and_then(|d| {
+            Some(Subject::new(
+                TenantId::new(d.tenant.as_str()).ok()?,
+                ActorId::new(d.actor.as_str()).ok()?,
+            ))
         });
+        if let Some(s) = &dev_default {
+            tracing::warn!(
+                tenant = %s.tenant,
+                actor = %s.actor,
+                "server.dev_identity is set: requests naming no one act as this identity"
+            );
+        }
+        let auth: Arc<dyn SubjectResolver> = Arc::new(
+            match &remote_auth {
+                Some(r) => MetadataAuth::remote(Arc::new(r.clone()), dev_insecure),
+                None => MetadataAuth::new(Some(authenticator.clone()), dev_insecure),
+            }
+            .with_dev_default(dev_default),
+        );
         if remote_auth.is_some() && (!cfg.auth.api_keys.is_empty() || !cfg.auth.jwt.is_empty()) {
             tracing::warn!(
                 "auth.api_keys / auth.jwt are not used here: the remote auth role checks \

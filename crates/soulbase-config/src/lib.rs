@@ -21,6 +21,7 @@ mod snapshot;
 mod watcher;
 
 pub use layers::{ConfigLoader, Source, read_secret_file};
+pub use model::DevIdentity;
 pub use model::POLICY_ACTIONS;
 pub use model::RemoteRoles;
 pub use model::SkillSubscription;

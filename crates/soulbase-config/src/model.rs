@@ -67,6 +67,16 @@ pub enum Role {
     Evidence,
 }
 
+/// The identity `server.dev_identity` gives a request that names none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevIdentity {
+    /// The tenant.
+    pub tenant: String,
+    /// The actor.
+    pub actor: String,
+}
+
 /// Server addresses and roles.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -82,6 +92,10 @@ pub struct ServerConfig {
     /// Development only: accept the unauthenticated `x-soulbase-tenant` /
     /// `x-soulbase-actor` headers as the caller's identity. Never in production.
     pub dev_insecure: bool,
+    /// Development only (needs `dev_insecure`): the identity of a request that
+    /// names none — no credential and neither development header — so stock
+    /// clients (curl, MCP clients) connect with no custom headers. Read at start-up.
+    pub dev_identity: Option<DevIdentity>,
     /// TLS (and mTLS) for the gRPC and HTTP listeners; plaintext when absent.
     pub tls: Option<TlsConfig>,
     /// Browser origins allowed on the MCP endpoint (`Origin` validation), beside
@@ -191,6 +205,7 @@ impl Default for ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             shutdown_grace_ms: 10_000,
             dev_insecure: false,
+            dev_identity: None,
             tls: None,
             mcp_allowed_origins: Vec::new(),
             remote: RemoteRoles::default(),
@@ -676,6 +691,26 @@ impl Config {
                 if path.as_os_str().is_empty() {
                     push(format!("server.tls.{field}"), "must not be empty".into());
                 }
+            }
+        }
+        if let Some(id) = &self.server.dev_identity {
+            if !self.server.dev_insecure {
+                push(
+                    "server.dev_identity".into(),
+                    "is honoured only with server.dev_insecure: true (development only)".into(),
+                );
+            }
+            if soulbase_types::TenantId::new(id.tenant.as_str()).is_err() {
+                push(
+                    "server.dev_identity.tenant".into(),
+                    "is not a valid tenant id".into(),
+                );
+            }
+            if soulbase_types::ActorId::new(id.actor.as_str()).is_err() {
+                push(
+                    "server.dev_identity.actor".into(),
+                    "is not a valid actor id".into(),
+                );
             }
         }
         for (i, o) in self.server.mcp_allowed_origins.iter().enumerate() {

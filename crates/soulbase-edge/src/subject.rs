@@ -8,8 +8,10 @@
 //! process does not serve that role: the keys and JWT settings then live with the
 //! auth role only). The development headers
 //! `x-soulbase-tenant` / `x-soulbase-actor` are honoured **only** when the resolver
-//! was built with `dev_headers = true` (`server.dev_insecure` in configuration);
-//! otherwise a request without valid credentials is `AUTH.UNAUTHENTICATED`.
+//! was built with `dev_headers = true` (`server.dev_insecure` in configuration),
+//! and then a request naming no one may stand for a default development identity
+//! (`server.dev_identity`); otherwise a request without valid credentials is
+//! `AUTH.UNAUTHENTICATED`.
 
 use std::sync::Arc;
 
@@ -60,6 +62,8 @@ enum Checker {
 pub struct MetadataAuth {
     checker: Checker,
     dev_headers: bool,
+    /// With `dev_headers`: who a request naming no one is.
+    dev_default: Option<Subject>,
 }
 
 impl std::fmt::Debug for MetadataAuth {
@@ -87,6 +91,7 @@ impl MetadataAuth {
         Self {
             checker: authenticator.map_or(Checker::Nothing, Checker::Local),
             dev_headers,
+            dev_default: None,
         }
     }
 
@@ -97,7 +102,16 @@ impl MetadataAuth {
         Self {
             checker: Checker::Remote(auth),
             dev_headers,
+            dev_default: None,
         }
+    }
+
+    /// With the development headers accepted, a request with no credential and
+    /// neither header acts as `subject` (`server.dev_identity`), so stock clients
+    /// connect without custom headers. Ignored without the development headers.
+    pub fn with_dev_default(mut self, subject: Option<Subject>) -> Self {
+        self.dev_default = subject.filter(|_| self.dev_headers);
+        self
     }
 
     /// Whether the insecure development headers are accepted.
@@ -166,6 +180,11 @@ impl SubjectResolver for MetadataAuth {
             };
         }
         if self.dev_headers {
+            let named =
+                headers.contains_key(DEV_TENANT_HEADER) || headers.contains_key(DEV_ACTOR_HEADER);
+            if let (false, Some(default)) = (named, &self.dev_default) {
+                return Ok(default.clone());
+            }
             return Self::dev_subject(headers);
         }
         Err(unauthenticated())
@@ -176,6 +195,31 @@ impl SubjectResolver for MetadataAuth {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn a_dev_default_identity_stands_for_a_request_naming_no_one() {
+        let bob = Subject::new(TenantId::new("acme").unwrap(), ActorId::new("bob").unwrap());
+        let auth = MetadataAuth::new(None, true).with_dev_default(Some(bob.clone()));
+        assert_eq!(auth.resolve(&HeaderMap::new()).await.unwrap(), bob);
+        // Headers still win; half of them is still refused.
+        let eve = auth
+            .resolve(&headers(&[
+                (DEV_TENANT_HEADER, "beta"),
+                (DEV_ACTOR_HEADER, "eve"),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(eve.tenant.as_str(), "beta");
+        let half = auth.resolve(&headers(&[(DEV_TENANT_HEADER, "beta")])).await;
+        assert_eq!(half.unwrap_err().code(), ErrorCode::AuthUnauthenticated);
+        // A bad credential is never replaced by the default.
+        let bad = auth.resolve(&headers(&[(API_KEY_HEADER, "sbk_x_y")])).await;
+        assert_eq!(bad.unwrap_err().code(), ErrorCode::AuthUnauthenticated);
+        // Without the development headers there is no default.
+        let strict = MetadataAuth::new(None, false).with_dev_default(Some(bob));
+        let none = strict.resolve(&HeaderMap::new()).await;
+        assert_eq!(none.unwrap_err().code(), ErrorCode::AuthUnauthenticated);
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{DEV_CONFIG, Server, http};
+use common::{DEV_CONFIG, Server, config_with, http};
 use serde_json::{Value, json};
 
 /// One error case: method, path, headers, body, HTTP status, stable code.
@@ -220,4 +220,63 @@ async fn reload_applies_a_new_policy_and_rejects_a_bad_file() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["code"], "CONFIG.INVALID");
     assert_eq!(http(&server.http, "POST", path, &other, "{}").await.0, 200);
+}
+
+/// `server.dev_identity`: with `dev_insecure`, a request naming no one (no
+/// credential, no development header) acts as the configured identity, so curl
+/// and stock MCP clients work with no custom headers; headers still win. Without
+/// `dev_insecure` the setting is refused at start-up, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_identity_lets_stock_clients_call_without_headers() {
+    let config = config_with("  dev_identity: { tenant: acme, actor: dev }\n")
+        .replacen("reload]", "reload, read_evidence]", 1);
+    let server = Server::start(&config);
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[],
+        r#"{"hi": 1}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let (_, evidence) = http(
+        &server.http,
+        "GET",
+        &format!("/api/evidence/{}", v["call_id"].as_str().unwrap()),
+        &[],
+        "",
+    )
+    .await;
+    assert!(evidence.contains("\"actor\":\"dev\""), "{evidence}");
+    // Named headers still decide: tenant `other` has no rule.
+    let (status, _) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/invoke",
+        &[("x-soulbase-tenant", "other"), ("x-soulbase-actor", "eve")],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 403);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "server:\n  dev_identity: { tenant: acme, actor: dev }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server.dev_identity"), "{err}");
 }
