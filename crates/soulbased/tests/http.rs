@@ -228,8 +228,11 @@ async fn reload_applies_a_new_policy_and_rejects_a_bad_file() {
 /// `dev_insecure` the setting is refused at start-up, naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dev_identity_lets_stock_clients_call_without_headers() {
-    let config = config_with("  dev_identity: { tenant: acme, actor: dev }\n")
-        .replacen("reload]", "reload, read_evidence]", 1);
+    let config = config_with("  dev_identity: { tenant: acme, actor: dev }\n").replacen(
+        "reload]",
+        "reload, read_evidence]",
+        1,
+    );
     let server = Server::start(&config);
     let (status, body) = http(
         &server.http,
