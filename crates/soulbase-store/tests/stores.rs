@@ -550,14 +550,20 @@ async fn idempotency_across_a_crash(db: Db) {
     };
     assert_eq!(again, settled);
 
-    // A live owner's heartbeat keeps its key past many leases.
-    let live = Arc::new(SqlIdempotency::new(db.clone()).with_lease(lease));
+    // A live owner's heartbeat keeps its key past many leases. (A longer lease
+    // here: a renewal is one write every quarter lease, and on a machine busy
+    // enough a 50 ms beat on SQLite can come late.)
+    let live_lease = lease * 5;
+    let live = Arc::new(SqlIdempotency::new(db.clone()).with_lease(live_lease));
     let beat = live.spawn_heartbeat();
     assert_eq!(
         live.claim(&key("c3"), "d", wait).await.unwrap(),
         Claim::Owner
     );
-    let err = retry.claim(&key("c3"), "d", lease * 4).await.unwrap_err();
+    let err = retry
+        .claim(&key("c3"), "d", live_lease * 3)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict, "{err:?}");
     beat.abort();
 
