@@ -179,18 +179,6 @@ async fn an_unreachable_redis_fails_closed_by_default_and_open_when_configured()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_without_a_url_refuses_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, "quota:\n  backend: redis\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
-        .current_dir(dir.path())
-        .arg("--config")
-        .arg(&path)
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::refused_start("quota:\n  backend: redis\n", &[]);
     assert!(err.contains("quota.redis_url"), "{err}");
 }

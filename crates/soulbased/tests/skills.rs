@@ -299,19 +299,7 @@ async fn skills_load_at_start_and_enable_disable_and_reload_over_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_configured_skills_dir_refuses_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.yaml");
-    std::fs::write(&config, "skills:\n  dir: ./not-there\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
-        .current_dir(dir.path())
-        .arg("--config")
-        .arg(&config)
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::refused_start("skills:\n  dir: ./not-there\n", &[]);
     assert!(
         err.contains("CONFIG.INVALID") && err.contains("skills.dir"),
         "{err}"

@@ -474,19 +474,7 @@ async fn without_an_internal_token_role_services_are_not_served() {
     assert_eq!(st.code(), tonic::Code::Unimplemented);
 
     // A process serving only role services refuses to start without the token.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, "server:\n  roles: [sandbox]\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
-        .current_dir(dir.path())
-        .arg("--config")
-        .arg(&path)
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::refused_start("server:\n  roles: [sandbox]\n", &[]);
     assert!(err.contains("server.internal_token_env"), "{err}");
 }
 
@@ -531,20 +519,7 @@ async fn an_unreachable_role_fails_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_internal_token_variable_refuses_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, roles_only()).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbased"))
-        .current_dir(dir.path())
-        .arg("--config")
-        .arg(&path)
-        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-        .env_remove(TOKEN_ENV)
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::refused_start(&roles_only(), &[TOKEN_ENV]);
     assert!(err.contains("server.internal_token_env"), "{err}");
 }
 

@@ -247,29 +247,15 @@ fn place(
                 id,
             ));
         };
-        events.push(RegistryEvent::Registered {
-            tenant: tenant.cloned(),
-            id: id.clone(),
-            version: tool.manifest.version.clone(),
-        });
-        if p.state != ToolState::Registered {
-            events.push(RegistryEvent::StateChanged {
-                tenant: tenant.cloned(),
-                id: id.clone(),
-                from: ToolState::Registered,
-                to: p.state,
-            });
-        }
-        snap.table_mut(tenant)
-            .put(Entry::new(Arc::new(id.clone()), tool, p.state));
+        put_new(snap, events, tenant, tool, p.state);
         return Ok(());
     };
     if !reachable(prev.state, p.state) {
         return Err(super::illegal(id, prev.state, p.state));
     }
-    let mut entry = (*prev).clone();
+    let mut tool = None;
     if prev.tool.digest != p.digest {
-        let tool = match &p.compiled {
+        let new = match &p.compiled {
             Some(c) if c.digest == prev.tool.digest => None,
             Some(c) => Some(c.clone()),
             None => {
@@ -279,8 +265,8 @@ fn place(
                 ));
             }
         };
-        if let Some(tool) = tool {
-            let problems = check_upgrade(&prev.tool.manifest, &tool.manifest);
+        if let Some(new) = new {
+            let problems = check_upgrade(&prev.tool.manifest, &new.manifest);
             if !problems.is_empty() {
                 let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 return Err(problems_error(
@@ -290,28 +276,75 @@ fn place(
                 )
                 .with_field("tool_id", id.as_str()));
             }
-            events.push(RegistryEvent::Updated {
-                tenant: tenant.cloned(),
-                id: id.clone(),
-                from: prev.tool.manifest.version.clone(),
-                to: tool.manifest.version.clone(),
-            });
-            entry = entry.with_tool(tool);
+            tool = Some(new);
         }
     }
-    if prev.state != p.state {
+    put_changed(snap, events, tenant, &prev, tool, p.state);
+    Ok(())
+}
+
+/// Adds a tool `tenant` (`None`: global) did not have, directly in `state`, with
+/// the events a reader expects (`Registered`, then `StateChanged` unless it stays
+/// `registered`).
+pub(super) fn put_new(
+    snap: &mut Snapshot,
+    events: &mut Vec<RegistryEvent>,
+    tenant: Option<&TenantId>,
+    tool: Arc<CompiledTool>,
+    state: ToolState,
+) {
+    let id = tool.manifest.id.clone();
+    events.push(RegistryEvent::Registered {
+        tenant: tenant.cloned(),
+        id: id.clone(),
+        version: tool.manifest.version.clone(),
+    });
+    if state != ToolState::Registered {
+        events.push(RegistryEvent::StateChanged {
+            tenant: tenant.cloned(),
+            id: id.clone(),
+            from: ToolState::Registered,
+            to: state,
+        });
+    }
+    snap.table_mut(tenant)
+        .put(Entry::new(Arc::new(id), tool, state));
+}
+
+/// Replaces `prev`'s compiled tool with `tool` (if given and different) and
+/// moves it to `state`, with an `Updated` and a `StateChanged` event for what
+/// changed; leaves the table alone when nothing did.
+pub(super) fn put_changed(
+    snap: &mut Snapshot,
+    events: &mut Vec<RegistryEvent>,
+    tenant: Option<&TenantId>,
+    prev: &Arc<Entry>,
+    tool: Option<Arc<CompiledTool>>,
+    state: ToolState,
+) {
+    let id = &prev.tool.manifest.id;
+    let mut entry = (**prev).clone();
+    if let Some(tool) = tool.filter(|t| t.digest != prev.tool.digest) {
+        events.push(RegistryEvent::Updated {
+            tenant: tenant.cloned(),
+            id: id.clone(),
+            from: prev.tool.manifest.version.clone(),
+            to: tool.manifest.version.clone(),
+        });
+        entry = entry.with_tool(tool);
+    }
+    if prev.state != state {
         events.push(RegistryEvent::StateChanged {
             tenant: tenant.cloned(),
             id: id.clone(),
             from: prev.state,
-            to: p.state,
+            to: state,
         });
-        entry = entry.with_state(p.state);
+        entry = entry.with_state(state);
     }
     if !Arc::ptr_eq(&entry.tool, &prev.tool) || entry.state != prev.state {
         snap.table_mut(tenant).put(entry);
     }
-    Ok(())
 }
 
 /// Removes what `key` names, if it is there, with the events a reader expects.

@@ -12,9 +12,9 @@ use tokio::sync::broadcast;
 
 use soulbase_errors::{ErrorCode, SoulError, SoulResult};
 
-use super::export::{ExportedOverride, ExportedTool, place_override, remove};
-use super::snapshot::{Entry, Snapshot};
-use super::{EVENT_CAPACITY, Inner, Registry, RegistryEvent, RegistryView, ToolOwner, ToolState};
+use super::export::{ExportedOverride, ExportedTool, place_override, put_changed, put_new, remove};
+use super::snapshot::Snapshot;
+use super::{EVENT_CAPACITY, Inner, Registry, RegistryEvent, RegistryView, ToolOwner};
 use crate::manifest::{CompiledTool, compile};
 
 /// What one record is about.
@@ -255,15 +255,7 @@ fn place_record(
             else {
                 return Ok(false);
             };
-            if prev.state != t.state {
-                events.push(RegistryEvent::StateChanged {
-                    tenant: tenant.cloned(),
-                    id: t.manifest.id.clone(),
-                    from: prev.state,
-                    to: t.state,
-                });
-                snap.table_mut(tenant).put(prev.with_state(t.state));
-            }
+            put_changed(snap, events, tenant, &prev, None, t.state);
             Ok(true)
         }
         (None, Take::Whole) => {
@@ -272,8 +264,10 @@ fn place_record(
         }
         (Some(Record::Tool(t)), Take::Whole) => {
             let tenant = t.owner.tenant_id();
-            let id = &t.manifest.id;
-            let prev = snap.table(tenant).and_then(|x| x.get(id)).cloned();
+            let prev = snap
+                .table(tenant)
+                .and_then(|x| x.get(&t.manifest.id))
+                .cloned();
             let tool = match (&prev, compiled) {
                 (_, Some(c)) => c,
                 (Some(p), None) if p.tool.digest == t.digest => p.tool.clone(),
@@ -281,47 +275,8 @@ fn place_record(
                 _ => compile(t.manifest.clone()).map(Arc::new)?,
             };
             match prev {
-                None => {
-                    events.push(RegistryEvent::Registered {
-                        tenant: tenant.cloned(),
-                        id: id.clone(),
-                        version: tool.manifest.version.clone(),
-                    });
-                    if t.state != ToolState::Registered {
-                        events.push(RegistryEvent::StateChanged {
-                            tenant: tenant.cloned(),
-                            id: id.clone(),
-                            from: ToolState::Registered,
-                            to: t.state,
-                        });
-                    }
-                    snap.table_mut(tenant)
-                        .put(Entry::new(Arc::new(id.clone()), tool, t.state));
-                }
-                Some(prev) => {
-                    let mut entry = (*prev).clone();
-                    if prev.tool.digest != tool.digest {
-                        events.push(RegistryEvent::Updated {
-                            tenant: tenant.cloned(),
-                            id: id.clone(),
-                            from: prev.tool.manifest.version.clone(),
-                            to: tool.manifest.version.clone(),
-                        });
-                        entry = entry.with_tool(tool);
-                    }
-                    if prev.state != t.state {
-                        events.push(RegistryEvent::StateChanged {
-                            tenant: tenant.cloned(),
-                            id: id.clone(),
-                            from: prev.state,
-                            to: t.state,
-                        });
-                        entry = entry.with_state(t.state);
-                    }
-                    if !Arc::ptr_eq(&entry.tool, &prev.tool) || entry.state != prev.state {
-                        snap.table_mut(tenant).put(entry);
-                    }
-                }
+                None => put_new(snap, events, tenant, tool, t.state),
+                Some(prev) => put_changed(snap, events, tenant, &prev, Some(tool), t.state),
             }
             Ok(true)
         }

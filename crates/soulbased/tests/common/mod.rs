@@ -738,3 +738,23 @@ pub fn python() -> std::path::PathBuf {
     );
     std::path::Path::new(&dir).join("python")
 }
+
+/// Starts `soulbased` in a fresh directory with `config` as its config file,
+/// expecting it to refuse to start (without `env_remove`d variables); its stderr.
+pub fn refused_start(config: &str, env_remove: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_soulbased"));
+    cmd.current_dir(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .env("RUST_LOG", "error");
+    for k in env_remove {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "soulbased started with:\n{config}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
