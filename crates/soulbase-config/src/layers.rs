@@ -9,6 +9,12 @@ use serde_json::{Map, Value};
 use crate::snapshot::ConfigSnapshot;
 use crate::{Config, ConfigError, ConfigProblem};
 
+/// The development preset: trusted identity headers, a default identity (`dev` /
+/// `dev`), every tool allowed to tenant `dev`, and what the repository's example
+/// skills need. Layered between the defaults and the file by
+/// [`ConfigLoader::with_dev_preset`].
+pub const DEV_PRESET: &str = include_str!("dev.yaml");
+
 /// The environment variable naming the config file.
 const CONFIG_FILE_VAR: &str = "SOULBASE_CONFIG";
 /// The prefix of environment overrides: `SOULBASE_SKILLS__DIR` sets `skills.dir`.
@@ -19,6 +25,8 @@ const ENV_PREFIX: &str = "SOULBASE_";
 pub enum Source {
     /// Built-in default.
     Default,
+    /// A named preset (the development preset of `--dev`).
+    Preset(&'static str),
     /// The config file at this path.
     File(PathBuf),
     /// An environment variable.
@@ -31,6 +39,7 @@ impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Source::Default => f.write_str("defaults"),
+            Source::Preset(name) => write!(f, "preset {name}"),
             Source::File(p) => write!(f, "{}", p.display()),
             Source::Env(v) => write!(f, "environment {v}"),
             Source::Flag(flag) => write!(f, "flag {flag}"),
@@ -45,6 +54,7 @@ impl fmt::Display for Source {
 /// overriding the file across reloads.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigLoader {
+    preset: Option<(&'static str, &'static str)>,
     file: Option<PathBuf>,
     file_required: bool,
     env: Vec<(String, String)>,
@@ -70,6 +80,18 @@ impl ConfigLoader {
             Some(path) => loader.with_file(path),
             None => loader.with_optional_file("config.yaml"),
         }
+    }
+
+    /// Adds the development preset ([`DEV_PRESET`]) as a layer between the defaults
+    /// and the file, under the name `flag` (what the user typed, e.g. `--dev`).
+    pub fn with_dev_preset(mut self, flag: &'static str) -> Self {
+        self.preset = Some((flag, DEV_PRESET));
+        self
+    }
+
+    /// Whether the development preset is layered in.
+    pub fn has_dev_preset(&self) -> bool {
+        self.preset.is_some()
     }
 
     /// Reads `path` as the file layer; a missing file is an error.
@@ -158,6 +180,13 @@ impl ConfigLoader {
             ));
         }
 
+        if let Some((name, yaml)) = self.preset {
+            let source = Source::Preset(name);
+            let preset = parse_yaml(yaml.as_bytes())
+                .map_err(|m| ConfigError::one("", source.to_string(), m))?;
+            merge(&mut tree, preset, "", &source, &mut provenance);
+            sources.push(source.to_string());
+        }
         if let (Some(path), Some(bytes)) = (&self.file, bytes) {
             let source = Source::File(path.clone());
             let file_tree =

@@ -1,6 +1,7 @@
 //! Soulbase's configuration: layered, typed, validated, hashed, hot-reloadable.
 //!
-//! Layers, lowest first: built-in defaults < `config.yaml` < environment
+//! Layers, lowest first: built-in defaults < the development preset (only with
+//! `--dev`, [`DEV_PRESET`]) < `config.yaml` < environment
 //! (`SOULBASE_<SECTION>__<FIELD>` and the shorthand `SKILLS_DIR`) < CLI flags
 //! (`--set path=value`, or a binary's own flags mapped onto paths). A later layer
 //! overrides an earlier one field by field. The merged tree is deserialized into the
@@ -20,7 +21,7 @@ mod problem;
 mod snapshot;
 mod watcher;
 
-pub use layers::{ConfigLoader, Source, read_secret_file};
+pub use layers::{ConfigLoader, DEV_PRESET, Source, read_secret_file};
 pub use model::DevIdentity;
 pub use model::POLICY_ACTIONS;
 pub use model::RemoteRoles;

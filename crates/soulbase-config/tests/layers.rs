@@ -351,3 +351,34 @@ fn a_policy_rule_naming_an_unknown_action_is_refused_naming_it() {
     assert_eq!(problems[0].0, "policy.rules[0].actions[1]");
     assert!(problems[0].1.contains("unknown action"), "{problems:?}");
 }
+
+#[test]
+fn the_dev_preset_sits_between_the_defaults_and_the_file() {
+    let snap = ConfigLoader::new().with_dev_preset("--dev").load().unwrap();
+    assert!(snap.server.dev_insecure);
+    let who = snap.server.dev_identity.clone().unwrap();
+    assert_eq!((who.tenant.as_str(), who.actor.as_str()), ("dev", "dev"));
+    assert_eq!(snap.policy.rules.len(), 1);
+    assert_eq!(snap.policy.rules[0].tenant, "dev");
+    assert!(snap.sources().iter().any(|s| s == "preset --dev"), "{:?}", snap.sources());
+    // Without it: nothing trusted, nothing allowed.
+    let plain = ConfigLoader::new().load().unwrap();
+    assert!(!plain.server.dev_insecure && plain.policy.rules.is_empty());
+    // The file overrides the preset field by field; an error names the preset.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "server:\n  dev_identity: { tenant: acme, actor: me }\n");
+    let snap = ConfigLoader::new()
+        .with_dev_preset("--dev")
+        .with_file(&path)
+        .load()
+        .unwrap();
+    assert_eq!(snap.server.dev_identity.clone().unwrap().tenant, "acme");
+    assert!(snap.server.dev_insecure, "the preset's sibling stays");
+    let path = write(&dir, "server:\n  dev_insecure: false\n");
+    let err = ConfigLoader::new()
+        .with_dev_preset("--dev")
+        .with_file(&path)
+        .load()
+        .unwrap_err();
+    assert!(err.to_string().contains("preset --dev"), "{err}");
+}

@@ -35,6 +35,12 @@ struct Cli {
     /// Development only: trust x-soulbase-tenant / x-soulbase-actor headers.
     #[arg(long, global = true)]
     dev_insecure: bool,
+    /// Development quick start, no file needed: trusts identity headers, acts as
+    /// tenant `dev` / actor `dev` when a request names no one, allows every tool to
+    /// tenant `dev`, and prints how to connect. A config.yaml still overrides it.
+    /// Never in production.
+    #[arg(long, global = true)]
+    dev: bool,
     /// Any configuration value, `--set path=value` (highest precedence).
     #[arg(long = "set", value_name = "PATH=VALUE", global = true)]
     set: Vec<String>,
@@ -63,6 +69,9 @@ enum Command {
 
 fn loader(cli: &Cli) -> Result<ConfigLoader, String> {
     let mut loader = ConfigLoader::from_process_env();
+    if cli.dev {
+        loader = loader.with_dev_preset("--dev");
+    }
     if let Some(path) = &cli.config {
         loader = loader.with_file(path);
     }

@@ -304,6 +304,10 @@ pub async fn run(
     println!("soulbased: grpc listening on {grpc_addr}");
     println!("soulbased: http listening on {http_addr}");
     println!("soulbased: ready");
+    if let Some(banner) = dev_banner(&app.config.current().config().server, http_addr) {
+        tracing::warn!("development mode: identity headers are trusted; never expose this server");
+        println!("{banner}");
+    }
     tracing::info!(%grpc_addr, %http_addr, "soulbased ready");
 
     shutdown.await;
@@ -434,6 +438,40 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// What a development server (`server.dev_insecure`) prints once it is ready: a loud
+/// warning and, when `server.dev_identity` lets stock clients in without headers, a
+/// first call and an MCP client configuration ready to paste. `None` otherwise.
+fn dev_banner(server: &soulbase_config::ServerConfig, http_addr: SocketAddr) -> Option<String> {
+    if !server.dev_insecure {
+        return None;
+    }
+    let mut out = String::from(
+        "soulbased: DEVELOPMENT MODE: x-soulbase-tenant / x-soulbase-actor headers are \
+         trusted as the caller's identity. Never expose this server.",
+    );
+    let Some(who) = &server.dev_identity else {
+        return Some(out);
+    };
+    // A wildcard listen address is reached on the loopback.
+    let host = match http_addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => {
+            SocketAddr::from(([127, 0, 0, 1], http_addr.port()))
+        }
+        ip if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, http_addr.port()))
+        }
+        _ => http_addr,
+    };
+    out.push_str(&format!(
+        "\nsoulbased: a request naming no one acts as tenant {:?}, actor {:?}. Try:\n  \
+         curl -s -X POST -d '{{\"hello\": \"world\"}}' http://{host}/api/tools/soulbase.builtin.echo/invoke\n\
+         soulbased: MCP clients (streamable HTTP): \
+         {{\"mcpServers\": {{\"soulbase\": {{\"type\": \"http\", \"url\": \"http://{host}/mcp\"}}}}}}",
+        who.tenant, who.actor
+    ));
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -461,5 +499,32 @@ mod tests {
             assert_eq!(timeout_of(bad), None, "{bad:?}");
         }
         assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+    }
+
+    /// The development banner shows a call and an MCP configuration that reach the
+    /// server: a wildcard listen address becomes the loopback.
+    #[test]
+    fn the_dev_banner_points_at_a_reachable_address() {
+        let mut server = soulbase_config::ServerConfig::default();
+        assert_eq!(dev_banner(&server, "127.0.0.1:8080".parse().unwrap()), None);
+        server.dev_insecure = true;
+        let plain = dev_banner(&server, "127.0.0.1:8080".parse().unwrap()).unwrap();
+        assert!(
+            plain.contains("DEVELOPMENT MODE") && !plain.contains("curl"),
+            "{plain}"
+        );
+        server.dev_identity = Some(soulbase_config::DevIdentity {
+            tenant: "dev".into(),
+            actor: "dev".into(),
+        });
+        let banner = dev_banner(&server, "0.0.0.0:9000".parse().unwrap()).unwrap();
+        assert!(
+            banner.contains("http://127.0.0.1:9000/api/tools/soulbase.builtin.echo/invoke"),
+            "{banner}"
+        );
+        assert!(
+            banner.contains(r#""url": "http://127.0.0.1:9000/mcp""#),
+            "{banner}"
+        );
     }
 }
