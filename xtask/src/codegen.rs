@@ -1,4 +1,6 @@
-//! `cargo xtask codegen`: proto/ → crates/soulbase-proto/src/gen.
+//! `cargo xtask codegen`: proto/ → crates/soulbase-proto/src/gen, and the
+//! configuration reference generated from the config model (`docs/configuration.md`,
+//! `docs/config.schema.json`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -69,8 +71,47 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     Ok(files)
 }
 
-/// Regenerates the committed code, or with `check` verifies it is up to date.
+/// Regenerates the committed code and docs, or with `check` verifies they are up
+/// to date.
 pub fn run(check: bool) -> Result<()> {
+    grpc(check)?;
+    config_reference(check)
+}
+
+/// The configuration reference: its Markdown and its JSON Schema.
+fn config_reference(check: bool) -> Result<()> {
+    let schema = serde_json::to_string_pretty(&soulbase_config::reference::json_schema())
+        .map_err(|e| format!("encoding the config schema: {e}"))?
+        + "\n";
+    let files = [
+        (
+            "docs/configuration.md",
+            soulbase_config::reference::markdown(),
+        ),
+        ("docs/config.schema.json", schema),
+    ];
+    for (rel, fresh) in files {
+        let path = root().join(rel);
+        let committed = fs::read_to_string(&path).unwrap_or_default();
+        if committed == fresh {
+            continue;
+        }
+        if check {
+            return Err(format!(
+                "{rel} is stale (the config model changed); run `cargo xtask codegen` and commit"
+            ));
+        }
+        fs::write(&path, fresh).map_err(|e| format!("writing {rel}: {e}"))?;
+        eprintln!("xtask: ✔ generated {rel}");
+    }
+    if check {
+        eprintln!("xtask: ✔ the configuration reference is up to date");
+    }
+    Ok(())
+}
+
+/// The gRPC code.
+fn grpc(check: bool) -> Result<()> {
     let target = root().join("crates/soulbase-proto/src/gen");
     let tmp = tempfile::tempdir().map_err(|e| format!("creating a temp dir: {e}"))?;
     generate(tmp.path())?;

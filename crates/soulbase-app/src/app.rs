@@ -93,6 +93,9 @@ pub struct Options {
 pub struct App {
     /// The configuration in force.
     pub config: ConfigHandle,
+    /// The configuration the process started with: what its start-up-only keys
+    /// still hold (see [`App::needs_restart`]).
+    pub started: Arc<soulbase_config::ConfigSnapshot>,
     /// The loader (file, environment, flags) used for reloads.
     pub loader: ConfigLoader,
     /// The tool registry. Read it freely; change it for a caller only through
@@ -420,6 +423,7 @@ impl App {
         }
         .build();
         let app = Arc::new(App {
+            started: config.current(),
             config,
             loader,
             registry,
@@ -441,19 +445,21 @@ impl App {
         Ok((app, flush))
     }
 
-    /// Reports what an accepted snapshot cannot change in a running process. Every
-    /// seam follows the configuration handle itself (policy, Cedar, credentials,
-    /// quotas, subscriptions, the hash recorded in evidence), so nothing is pushed.
+    /// The keys whose accepted value differs from the one this process started
+    /// with and that only a restart applies (`soulbase_config::reference`): every
+    /// other seam follows the configuration handle itself (policy, Cedar,
+    /// credentials, quotas, subscriptions, the hash recorded in evidence).
+    pub fn needs_restart(&self) -> Vec<String> {
+        soulbase_config::reference::restart_changes(
+            self.started.config(),
+            self.config.current().config(),
+        )
+    }
+
+    /// Warns about each accepted change that waits for a restart.
     pub fn apply_current(&self) {
-        let snap = self.config.current();
-        if let Some(s) = &self.skills
-            && snap.config().skills.dir != s.catalog.root()
-        {
-            tracing::warn!(
-                dir = %snap.config().skills.dir.display(),
-                serving = %s.catalog.root().display(),
-                "skills.dir changed: the new directory is used after a restart"
-            );
+        for key in self.needs_restart() {
+            tracing::warn!(key, "configuration changed: takes effect after a restart");
         }
     }
 

@@ -350,7 +350,7 @@ fn forget_below(prov: &mut BTreeMap<String, Source>, path: &str) {
 }
 
 /// Whether `path` is `prefix` or lies below it (`a.b` is under `a`, `a.bc` is not).
-fn is_under(path: &str, prefix: &str) -> bool {
+pub(crate) fn is_under(path: &str, prefix: &str) -> bool {
     path == prefix
         || (path.starts_with(prefix)
             && matches!(path.as_bytes().get(prefix.len()), Some(b'.') | Some(b'[')))

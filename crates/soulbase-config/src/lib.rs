@@ -18,6 +18,7 @@
 mod layers;
 mod model;
 mod problem;
+pub mod reference;
 mod snapshot;
 mod watcher;
 

@@ -8,11 +8,12 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soulbase_types::Rate;
 
 /// The whole configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Where embedded state lives (SQLite evidence, the evidence spool).
@@ -52,7 +53,9 @@ impl Default for Config {
 }
 
 /// A role `soulbased` can serve locally; roles not served locally are reached remotely.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Tool registry and invoker.
@@ -68,7 +71,7 @@ pub enum Role {
 }
 
 /// The identity `server.dev_identity` gives a request that names none.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DevIdentity {
     /// The tenant.
@@ -78,7 +81,7 @@ pub struct DevIdentity {
 }
 
 /// Server addresses and roles.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Roles served by this process.
@@ -163,7 +166,7 @@ pub struct ServerConfig {
 /// gRPC endpoints (`http://host:port`) of roles served elsewhere. The role clients
 /// speak plaintext HTTP/2: keep the role services on a private network (NetworkPolicy,
 /// a service mesh's mTLS) and require the internal token.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteRoles {
     /// The `auth` role (authorization and consent), when not served here.
@@ -179,7 +182,7 @@ pub struct RemoteRoles {
 }
 
 /// Server TLS (rustls): PEM files, re-read at start-up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// The certificate chain (PEM).
@@ -229,7 +232,7 @@ impl Default for ServerConfig {
 }
 
 /// The skills directory and how it is watched.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SkillsConfig {
     /// The directory of YAML descriptors and SKILL.md packages (`SKILLS_DIR`).
@@ -254,7 +257,7 @@ impl Default for SkillsConfig {
 }
 
 /// A subscription of a tenant (or one of its actors) to a skill.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SkillSubscription {
     /// The subscribing tenant.
@@ -267,7 +270,7 @@ pub struct SkillSubscription {
 }
 
 /// Where evidence is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EvidenceBackend {
     /// An SQLite file under `data_dir` (the embedded default).
@@ -277,7 +280,7 @@ pub enum EvidenceBackend {
 }
 
 /// When evidence must be durable relative to the call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DurabilityMode {
     /// Begin is durable before execution (for a call that can change nothing:
@@ -288,7 +291,7 @@ pub enum DurabilityMode {
 }
 
 /// Evidence storage and durability.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvidenceConfig {
     /// Which store.
@@ -333,7 +336,7 @@ impl Default for EvidenceConfig {
 }
 
 /// Which quota backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum QuotaBackend {
     /// In this process (one replica).
@@ -343,7 +346,7 @@ pub enum QuotaBackend {
 }
 
 /// What to do when the quota backend is unreachable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FailMode {
     /// Refuse calls (default).
@@ -353,7 +356,7 @@ pub enum FailMode {
 }
 
 /// One rate limit: who it applies to and the rate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaLimit {
     /// Tenant, or `*` for every tenant (each tenant gets its own bucket).
@@ -363,11 +366,12 @@ pub struct QuotaLimit {
     #[serde(default = "star")]
     pub tool: String,
     /// The rate, e.g. `100/min`.
+    #[schemars(with = "String")]
     pub rate: Rate,
 }
 
 /// Quotas and rate limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuotaConfig {
     /// In-process or Redis.
@@ -387,7 +391,7 @@ pub struct QuotaConfig {
 }
 
 /// The fixed window a budget is counted over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetWindow {
     /// One second.
@@ -414,7 +418,7 @@ impl BudgetWindow {
 
 /// A budget: how much a tenant (or one actor) may use of a tool set per window.
 /// A call is refused with `QUOTA.BUDGET_EXCEEDED` once any amount is used up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaBudget {
     /// Tenant, or `*` for every tenant (each tenant gets its own counters).
@@ -459,7 +463,7 @@ impl Default for QuotaConfig {
 }
 
 /// Allow or deny.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyEffect {
     /// Grants, unless some deny rule matches.
@@ -477,7 +481,7 @@ fn star_list() -> Vec<String> {
 }
 
 /// One static policy rule. A call is allowed when some allow rule matches and no deny rule does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyRule {
     /// Allow or deny.
@@ -517,7 +521,7 @@ fn default_actions() -> Vec<String> {
 }
 
 /// The static, in-process policy (replaced by the policy engine where configured).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// Rules; with none, everything is denied.
@@ -525,7 +529,7 @@ pub struct PolicyConfig {
 }
 
 /// Authentication and the policy engine.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// API keys, stored as SHA-256 digests; remove an entry (or set `revoked`) to revoke it.
@@ -537,7 +541,7 @@ pub struct AuthConfig {
 }
 
 /// One API key. The key itself (`sbk_<id>_<secret>`) is never stored, only its digest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
     /// The key id (the `<id>` part of the key), unique.
@@ -560,7 +564,7 @@ pub struct ApiKeyConfig {
 }
 
 /// A JWT signing algorithm Soulbase accepts (`none` never is).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum JwtAlgorithm {
     /// HMAC-SHA256 with a shared secret.
     HS256,
@@ -571,7 +575,7 @@ pub enum JwtAlgorithm {
 }
 
 /// One verification key of an issuer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtKeyConfig {
     /// Key id matched against the token's `kid` header, when both are present.
@@ -588,7 +592,7 @@ pub struct JwtKeyConfig {
 }
 
 /// A trusted token issuer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtIssuerConfig {
     /// The `iss` claim tokens must carry.
@@ -621,7 +625,7 @@ fn default_leeway() -> u64 {
 }
 
 /// Cedar policies: files and/or inline text, validated against Soulbase's schema at load.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CedarConfig {
     /// Policy files (`.cedar`), read on every configuration reload.
@@ -631,7 +635,7 @@ pub struct CedarConfig {
 }
 
 /// Tracing and metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ObserveConfig {
     /// OTLP gRPC endpoint for traces; none disables export.
@@ -1029,7 +1033,7 @@ impl Config {
 /// PolicyConfig) and the executors' settings. Capabilities are written in manifest
 /// syntax (`{kind: fs, paths: [...], access: [...]}`) and checked by the sandbox when
 /// it is built from this section (`IntersectingProfiles::from_config`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
     /// The deployment-wide ceiling; `null` (the default) adds no restriction.
@@ -1087,7 +1091,7 @@ impl Default for SandboxConfig {
 }
 
 /// One tenant's grant.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantGrant {
     /// The tenant.

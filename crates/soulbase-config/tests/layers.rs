@@ -360,13 +360,20 @@ fn the_dev_preset_sits_between_the_defaults_and_the_file() {
     assert_eq!((who.tenant.as_str(), who.actor.as_str()), ("dev", "dev"));
     assert_eq!(snap.policy.rules.len(), 1);
     assert_eq!(snap.policy.rules[0].tenant, "dev");
-    assert!(snap.sources().iter().any(|s| s == "preset --dev"), "{:?}", snap.sources());
+    assert!(
+        snap.sources().iter().any(|s| s == "preset --dev"),
+        "{:?}",
+        snap.sources()
+    );
     // Without it: nothing trusted, nothing allowed.
     let plain = ConfigLoader::new().load().unwrap();
     assert!(!plain.server.dev_insecure && plain.policy.rules.is_empty());
     // The file overrides the preset field by field; an error names the preset.
     let dir = tempfile::tempdir().unwrap();
-    let path = write(&dir, "server:\n  dev_identity: { tenant: acme, actor: me }\n");
+    let path = write(
+        &dir,
+        "server:\n  dev_identity: { tenant: acme, actor: me }\n",
+    );
     let snap = ConfigLoader::new()
         .with_dev_preset("--dev")
         .with_file(&path)

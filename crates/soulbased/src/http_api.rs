@@ -430,6 +430,7 @@ async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         return error_response(&e);
     }
     let status = app.reload();
+    let needs_restart = app.needs_restart();
     let skills = match app.reload_skills().await {
         None => Value::Null,
         Some(Ok(report)) => skills_json(&report),
@@ -438,11 +439,11 @@ async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     match status {
         ReloadStatus::Loaded { hash } | ReloadStatus::Unchanged { hash } => json_response(
             StatusCode::OK,
-            &json!({"status": "unchanged", "hash": hash, "skills": skills}),
+            &json!({"status": "unchanged", "hash": hash, "skills": skills, "needs_restart": needs_restart}),
         ),
         ReloadStatus::Applied { hash, previous } => json_response(
             StatusCode::OK,
-            &json!({"status": "applied", "hash": hash, "previous": previous, "skills": skills}),
+            &json!({"status": "applied", "hash": hash, "previous": previous, "skills": skills, "needs_restart": needs_restart}),
         ),
         ReloadStatus::Rejected { error, kept } => {
             let e = SoulError::new(
@@ -709,6 +710,17 @@ async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
     )
 }
 
+/// The JSON Schema of `config.yaml`, for editors: derived from the config model,
+/// the same document as `docs/config.schema.json`. It holds no configuration
+/// values, so it is served to anyone who can reach the port, like `/healthz`.
+async fn config_schema() -> Response {
+    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    json_response(
+        StatusCode::OK,
+        SCHEMA.get_or_init(soulbase_config::reference::json_schema),
+    )
+}
+
 async fn healthz() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
@@ -916,6 +928,7 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         return limit(
             Router::new()
                 .route("/api/reload", post(reload))
+                .route("/api/config/schema", get(config_schema))
                 .route("/healthz", get(healthz))
                 .route("/readyz", get(readyz))
                 .route("/metrics", get(metrics))
@@ -940,6 +953,7 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         .route("/api/skills/{name}", patch(patch_skill))
         .merge(crate::model_api::routes())
         .route("/api/reload", post(reload))
+        .route("/api/config/schema", get(config_schema))
         .route("/api/evidence/{call_id}", get(read_evidence))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -212,6 +212,23 @@ async fn reload_applies_a_new_policy_and_rejects_a_bad_file() {
         "{body}"
     );
     assert_eq!(http(&server.http, "POST", path, &other, "{}").await.0, 200);
+    assert_eq!(
+        v["needs_restart"],
+        serde_json::json!([]),
+        "a policy reloads live"
+    );
+
+    // A start-up-only key is accepted but named as waiting for a restart.
+    let later = allowed.replace("shutdown_grace_ms: 10000", "shutdown_grace_ms: 2000");
+    std::fs::write(server.config_path(), &later).unwrap();
+    let (status, body) = http(&server.http, "POST", "/api/reload", &ACME, "").await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["needs_restart"],
+        serde_json::json!(["server.shutdown_grace_ms"]),
+        "{body}"
+    );
 
     // An invalid file is refused and the previous configuration stays.
     std::fs::write(server.config_path(), "server: {roles: []}\n").unwrap();
@@ -220,6 +237,28 @@ async fn reload_applies_a_new_policy_and_rejects_a_bad_file() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["code"], "CONFIG.INVALID");
     assert_eq!(http(&server.http, "POST", path, &other, "{}").await.0, 200);
+}
+
+/// `GET /api/config/schema` serves the configuration's JSON Schema to anyone (it
+/// holds no values): the committed `docs/config.schema.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_schema_is_served_for_editors() {
+    let server = Server::start(DEV_CONFIG);
+    let (status, body) = http(&server.http, "GET", "/api/config/schema", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let served: Value = serde_json::from_str(&body).unwrap();
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(served, committed, "run `cargo xtask codegen`");
+    assert_eq!(
+        served["$defs"]["ServerConfig"]["properties"]["http_addr"]["x-reload"],
+        "restart"
+    );
 }
 
 /// `server.dev_identity`: with `dev_insecure`, a request naming no one (no
