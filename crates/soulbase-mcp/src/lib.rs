@@ -26,6 +26,8 @@
 //! live sessions are bounded in total and per tenant, and idle ones closed
 //! ([`sessions::McpSessions`]).
 
+pub mod prompts;
+pub mod resources;
 pub mod sessions;
 pub mod skills;
 mod tools;
@@ -33,9 +35,13 @@ mod tools;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    ServerNotification, SubscriptionFilter, ToolListChangedNotification,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerCapabilities,
+    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+    ToolListChangedNotification, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -47,7 +53,7 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_skills::SkillTerms;
 use soulbase_tools::Registry;
 use soulbase_tools::pipeline::CallResult;
-use soulbase_tools::registry::TenantEvents;
+use soulbase_tools::registry::{AvailableSpec, TenantEvents};
 use soulbase_types::{Origin, Subject};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -77,7 +83,19 @@ pub struct McpServer {
     skills: Option<Arc<SkillTerms>>,
     /// The skill a stdio session is bound to (set by the operator).
     bound_skill: Option<String>,
+    /// What one MCP session holds (fresh per session: [`McpServer::for_session`]).
+    session: Arc<SessionState>,
 }
+
+/// One session's resource subscriptions (URI → what it last read as).
+#[derive(Debug, Default)]
+struct SessionState {
+    subscribed: Subscribed,
+    watching: std::sync::atomic::AtomicBool,
+}
+
+/// Followed resource URIs and what each last read as (`None`: not readable).
+type Subscribed = Arc<std::sync::Mutex<std::collections::BTreeMap<String, Option<String>>>>;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,6 +133,17 @@ impl McpServer {
             stop: CancellationToken::new(),
             skills: None,
             bound_skill: None,
+            session: Arc::default(),
+        }
+    }
+
+    /// This server for a new session: the same seams, a session state of its own
+    /// (its resource subscriptions). The streamable HTTP service makes one per
+    /// session with it.
+    pub fn for_session(&self) -> Self {
+        Self {
+            session: Arc::default(),
+            ..self.clone()
         }
     }
 
@@ -128,6 +157,7 @@ impl McpServer {
             stop: CancellationToken::new(),
             skills: None,
             bound_skill: None,
+            session: Arc::default(),
         }
     }
 
@@ -181,6 +211,73 @@ impl McpServer {
             return Ok(s.clone());
         }
         auth.resolve(&parts.headers).await
+    }
+
+    /// The skill set and the caller's governed list, for the skill views
+    /// (resources, prompts, completion); `None` without skills.
+    async fn skill_view(
+        &self,
+        ext: &rmcp::model::Extensions,
+    ) -> Result<Option<(Arc<soulbase_skills::SkillSet>, Vec<AvailableSpec>)>, ErrorData> {
+        let Some(terms) = &self.skills else {
+            return Ok(None);
+        };
+        let subject = self.subject_from(ext).await.map_err(|e| rpc_error(&e))?;
+        let available = self
+            .stack
+            .available(Surface::Mcp, &subject, &self.binding(ext))
+            .await
+            .map_err(|e| rpc_error(&e))?;
+        Ok(Some((terms.catalog().current(), available)))
+    }
+
+    /// Re-reads every subscribed resource after each skills reload and sends
+    /// `notifications/resources/updated` for those whose contents changed (or that
+    /// stopped being readable), until `send` fails or the server stops.
+    async fn watch_resources<F, Fut>(
+        self,
+        ext: rmcp::model::Extensions,
+        subscribed: Subscribed,
+        request: CancellationToken,
+        mut send: F,
+    ) where
+        F: FnMut(String) -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let Some(terms) = self.skills.clone() else {
+            return;
+        };
+        let mut reloads = terms.catalog().reloads();
+        loop {
+            tokio::select! {
+                () = self.stop.cancelled() => return,
+                () = request.cancelled() => return,
+                changed = reloads.changed() => if changed.is_err() { return },
+            }
+            let Ok(Some((set, available))) = self.skill_view(&ext).await else {
+                continue;
+            };
+            let changed: Vec<String> = {
+                let mut subscribed = subscribed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                subscribed
+                    .iter_mut()
+                    .filter_map(|(uri, seen)| {
+                        let now = resources::fingerprint(&set, &available, uri);
+                        (now != *seen).then(|| {
+                            *seen = now;
+                            uri.clone()
+                        })
+                    })
+                    .collect()
+            };
+            for uri in changed {
+                if !send(uri).await {
+                    return;
+                }
+            }
+        }
     }
 
     /// Forwards the registry changes of `rx` (one tenant's, from
@@ -327,6 +424,16 @@ impl McpServer {
     }
 }
 
+/// The MCP error for a resource that does not exist or is not the caller's
+/// (`-32002`, as the specification names it).
+fn resource_not_found(uri: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode::RESOURCE_NOT_FOUND,
+        "resource not found",
+        Some(serde_json::json!({ "uri": uri })),
+    )
+}
+
 /// The `_meta` of a `tools/call`: rmcp moves the request's `_meta` into the
 /// request context; one still in the parameters (a request built in-process) is
 /// taken first.
@@ -345,6 +452,10 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_completions()
+                .enable_prompts()
+                .enable_resources()
+                .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -404,41 +515,243 @@ impl ServerHandler for McpServer {
         Ok(self.call(request, subject, meta).await.into())
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let items = match self.skill_view(&context.extensions).await? {
+            Some((set, available)) => resources::list(&set, &available),
+            None => Vec::new(),
+        };
+        Ok(ListResourcesResult::with_all_items(items))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let items = if self.skills.is_some() {
+            resources::templates()
+        } else {
+            Vec::new()
+        };
+        Ok(ListResourceTemplatesResult::with_all_items(items))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let Some((set, available)) = self.skill_view(&context.extensions).await? else {
+            return Err(resource_not_found(&request.uri));
+        };
+        match resources::read(&set, &available, &request.uri) {
+            Ok(contents) => Ok(ReadResourceResult::new(vec![contents]).into()),
+            Err(e) if e.code() == ErrorCode::ToolNotFound => Err(resource_not_found(&request.uri)),
+            Err(e) => Err(rpc_error(&e)),
+        }
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some((set, available)) = self.skill_view(&context.extensions).await? else {
+            return Err(resource_not_found(&request.uri));
+        };
+        // Only what the caller may read can be followed.
+        let seen = resources::fingerprint(&set, &available, &request.uri)
+            .ok_or_else(|| resource_not_found(&request.uri))?;
+        self.session
+            .subscribed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(request.uri, Some(seen));
+        if !self
+            .session
+            .watching
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let peer = context.peer.clone();
+            let subscribed = self.session.subscribed.clone();
+            let watch = self.clone().watch_resources(
+                context.extensions,
+                subscribed,
+                CancellationToken::new(),
+                move |uri| {
+                    let peer = peer.clone();
+                    async move {
+                        peer.send_notification(ServerNotification::ResourceUpdatedNotification(
+                            ResourceUpdatedNotification::new(
+                                ResourceUpdatedNotificationParam::new(uri),
+                            ),
+                        ))
+                        .await
+                        .is_ok()
+                    }
+                },
+            );
+            tokio::spawn(watch);
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.session
+            .subscribed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let items = match self.skill_view(&context.extensions).await? {
+            Some((set, available)) => prompts::list(&set, &available),
+            None => Vec::new(),
+        };
+        Ok(ListPromptsResult::with_all_items(items))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let Some((set, available)) = self.skill_view(&context.extensions).await? else {
+            return Err(ErrorData::invalid_params("no such prompt", None));
+        };
+        prompts::get(&set, &available, &request.name, request.arguments.as_ref())
+            .map(Into::into)
+            .map_err(|e| match e.code() {
+                ErrorCode::ToolNotFound => {
+                    ErrorData::invalid_params(format!("no such prompt: {}", request.name), None)
+                }
+                _ => rpc_error(&e),
+            })
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let info = match self.skill_view(&context.extensions).await? {
+            Some((set, available)) => prompts::complete(
+                &set,
+                &available,
+                &request.r#ref,
+                &request.argument.name,
+                &request.argument.value,
+                request.context.as_ref().and_then(|c| c.arguments.as_ref()),
+            ),
+            None => Default::default(),
+        };
+        Ok(CompleteResult::new(info))
+    }
+
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         accepted.tools_list_changed = requested.tools_list_changed;
+        // Skill URIs only; which of them the caller may read is judged at each
+        // reload (an unreadable one is never reported).
+        if self.skills.is_some() {
+            accepted.resource_subscriptions =
+                requested.resource_subscriptions.as_ref().map(|uris| {
+                    uris.iter()
+                        .filter(|u| resources::parse(u).is_some())
+                        .cloned()
+                        .collect()
+                });
+        }
         Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let subject = self
-            .subject_from(&context.request_context().extensions)
-            .await
-            .map_err(|e| rpc_error(&e))?;
+        let ext = context.request_context().extensions.clone();
+        let subject = self.subject_from(&ext).await.map_err(|e| rpc_error(&e))?;
         let request = context.request_context().ct.clone();
         let sink = context.sink().clone();
-        Self::forward_changes(
-            self.registry.subscribe_for(&subject.tenant),
-            self.stop.clone(),
-            request,
-            || {
-                let sink = sink.clone();
-                async move {
-                    sink.send(ServerNotification::ToolListChangedNotification(
-                        ToolListChangedNotification {
-                            method: Default::default(),
-                            extensions: Default::default(),
-                        },
-                    ))
-                    .await
-                    .is_ok()
-                }
-            },
-        )
-        .await;
+        let accepted = context.accepted().clone();
+        let tools = async {
+            if accepted.tools_list_changed != Some(true) {
+                return;
+            }
+            let sink = sink.clone();
+            Self::forward_changes(
+                self.registry.subscribe_for(&subject.tenant),
+                self.stop.clone(),
+                request.clone(),
+                || {
+                    let sink = sink.clone();
+                    async move {
+                        sink.send(ServerNotification::ToolListChangedNotification(
+                            ToolListChangedNotification {
+                                method: Default::default(),
+                                extensions: Default::default(),
+                            },
+                        ))
+                        .await
+                        .is_ok()
+                    }
+                },
+            )
+            .await;
+        };
+        let followed = async {
+            let uris = accepted.resource_subscriptions.clone().unwrap_or_default();
+            if uris.is_empty() {
+                return;
+            }
+            let seen = match self.skill_view(&ext).await {
+                Ok(Some((set, available))) => uris
+                    .into_iter()
+                    .map(|u| {
+                        let f = resources::fingerprint(&set, &available, &u);
+                        (u, f)
+                    })
+                    .collect(),
+                _ => return,
+            };
+            let subscribed: Subscribed = Arc::new(std::sync::Mutex::new(seen));
+            let sink = sink.clone();
+            self.clone()
+                .watch_resources(ext.clone(), subscribed, request.clone(), move |uri| {
+                    let sink = sink.clone();
+                    async move { sink.notify_resource_updated(uri).await.is_ok() }
+                })
+                .await;
+        };
+        let idle = accepted.tools_list_changed != Some(true)
+            && accepted
+                .resource_subscriptions
+                .as_ref()
+                .is_none_or(Vec::is_empty);
+        tokio::join!(tools, followed);
+        if idle {
+            // Nothing to send: held open until the client or the server ends it.
+            tokio::select! {
+                () = self.stop.cancelled() => {}
+                () = request.cancelled() => {}
+            }
+        }
         Ok(())
     }
 

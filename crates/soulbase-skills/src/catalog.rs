@@ -116,6 +116,9 @@ struct Inner {
     current: ArcSwap<SkillSet>,
     state: Mutex<ReloadState>,
     disabled: Mutex<BTreeSet<String>>,
+    /// Counts finished reloads (changed or not): a file beside the skills (a
+    /// package's `references/`) may have changed without changing the set.
+    reloads: tokio::sync::watch::Sender<u64>,
 }
 
 /// The live catalog. Cheap to clone; clones share it.
@@ -149,6 +152,7 @@ impl SkillCatalog {
                 current: ArcSwap::from_pointee(SkillSet::default()),
                 state: Mutex::new(ReloadState::default()),
                 disabled: Mutex::new(BTreeSet::new()),
+                reloads: tokio::sync::watch::Sender::new(0),
             }),
         };
         let report = catalog.reload();
@@ -170,10 +174,23 @@ impl SkillCatalog {
         self.inner.current.load_full()
     }
 
+    /// A receiver marked changed after every reload, whether or not the set
+    /// changed (each file event, poll, SIGHUP or explicit reload): what followers
+    /// of the files' contents (MCP resource subscriptions) re-check on.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.reloads.subscribe()
+    }
+
     /// Re-reads the directory and applies the differences. Never fails: problems
     /// (including an unusable directory, which keeps the current set) are in the
     /// report.
     pub fn reload(&self) -> ReloadReport {
+        let report = self.reload_locked();
+        self.inner.reloads.send_modify(|n| *n += 1);
+        report
+    }
+
+    fn reload_locked(&self) -> ReloadReport {
         let mut state = self
             .inner
             .state

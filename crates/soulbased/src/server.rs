@@ -143,7 +143,7 @@ pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> h
     sessions.spawn_sweeper(stop);
     app.metrics.watch_mcp_sessions(sessions.clone());
     http_api::Mcp {
-        service: StreamableHttpService::new(move || Ok(server.clone()), manager, config),
+        service: StreamableHttpService::new(move || Ok(server.for_session()), manager, config),
         sessions,
     }
 }

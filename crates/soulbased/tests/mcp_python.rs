@@ -150,3 +150,118 @@ async fn the_python_sdk_passes_call_options_in_meta() {
         .collect();
     assert_eq!(traced.len(), 1, "{page}");
 }
+
+const RESOURCES_CONFIG: &str = r#"
+server:
+  dev_insecure: true
+  dev_identity: { tenant: acme, actor: py }
+skills:
+  dir: ./skills
+  watch: false
+policy:
+  rules:
+    - { effect: allow, tenant: acme, tools: ["skills.notes.*"], actions: [invoke] }
+    - { effect: allow, tenant: acme, tools: ["soulbase.server.config"], actions: [reload] }
+"#;
+
+const NOTES: &str = "---\nname: notes\ndescription: Keep notes.\nprovider: {type: builtin}\n\
+tools:\n  - name: note\n    description: Keep a note.\n---\n# Notes\n\nCall `note` with the text.\n";
+
+/// Skills as resources and prompts, read by the official Python SDK: the files
+/// byte for byte (text and binary), only the caller's skills, a prompt per skill
+/// with the full SKILL.md, completion of skill names, and a subscription told
+/// when SKILL.md changes on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_reads_skills_as_resources_and_prompts() {
+    let binary: Vec<u8> = vec![0, 159, 146, 150, 255, 10];
+    let server = Server::start_in(RESOURCES_CONFIG, |dir| {
+        let notes = dir.join("skills/notes");
+        std::fs::create_dir_all(notes.join("references")).unwrap();
+        std::fs::write(notes.join("SKILL.md"), NOTES).unwrap();
+        std::fs::write(notes.join("references/guide.md"), "Be brief.\r\n").unwrap();
+        std::fs::write(notes.join("logo.bin"), [0u8, 159, 146, 150, 255, 10]).unwrap();
+        let hidden = dir.join("skills/hidden");
+        std::fs::create_dir_all(&hidden).unwrap();
+        std::fs::write(
+            hidden.join("SKILL.md"),
+            NOTES.replace("name: notes", "name: hidden"),
+        )
+        .unwrap();
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_resources.py");
+    let mut child = Command::new(python())
+        .arg(script)
+        .arg(format!("http://{}/mcp", server.http))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the Python client stopped answering")
+    };
+    let seen: Value = serde_json::from_str(&next()).unwrap();
+    let uris: Vec<&str> = seen["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            "skill://notes/SKILL.md",
+            "skill://notes/logo.bin",
+            "skill://notes/references/guide.md"
+        ],
+        "only the caller's skill, its SKILL.md first: {seen}"
+    );
+    let reads = &seen["reads"];
+    assert_eq!(reads["skill://notes/SKILL.md"]["text"], NOTES);
+    assert_eq!(reads["skill://notes/SKILL.md"]["mime"], "text/markdown");
+    assert_eq!(
+        reads["skill://notes/references/guide.md"]["text"],
+        "Be brief.\r\n"
+    );
+    let hex: String = binary.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(reads["skill://notes/logo.bin"]["blob_hex"], hex.as_str());
+    assert_eq!(
+        seen["templates"],
+        serde_json::json!(["skill://{name}/SKILL.md", "skill://{name}/{path}"])
+    );
+    assert_eq!(seen["prompts"], serde_json::json!(["notes"]));
+    assert_eq!(
+        seen["prompt"],
+        serde_json::json!([NOTES, "Summarize my notes."])
+    );
+    assert_eq!(seen["complete"], serde_json::json!(["notes"]));
+    assert!(
+        seen["hidden"].as_str().unwrap().contains("not found"),
+        "another skill's file is not served: {seen}"
+    );
+
+    // Followed: an edit on disk, once the skills are reloaded, is announced.
+    assert_eq!(next(), "LISTENING");
+    std::fs::write(
+        server.dir().join("skills/notes/SKILL.md"),
+        format!("{NOTES}\nAlso: dates.\n"),
+    )
+    .unwrap();
+    let (status, body) = common::http(&server.http, "POST", "/api/reload", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let event: Value = serde_json::from_str(&next()).unwrap();
+    assert_eq!(event["event"], "ResourceUpdated", "{event}");
+    assert_eq!(event["uri"], "skill://notes/SKILL.md");
+    let status = child.wait().unwrap();
+    assert!(status.success());
+}
