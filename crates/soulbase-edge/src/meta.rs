@@ -20,6 +20,8 @@ pub const CALL_ID_HEADER: &str = "x-soulbase-call-id";
 pub const META_IDEMPOTENCY_KEY: &str = "soulbase/idempotencyKey";
 /// The MCP `_meta` key carrying a consent token on `tools/call`.
 pub const META_CONSENT: &str = "soulbase/consent";
+/// The MCP `_meta` key naming the call (like the `x-soulbase-call-id` header).
+pub const META_CALL_ID: &str = "soulbase/callId";
 /// The MCP `_meta` key carrying a W3C trace context (SEP-414).
 pub const META_TRACEPARENT: &str = "traceparent";
 
@@ -75,7 +77,7 @@ impl CallMeta {
             .with_field("field", format!("_meta.{key}"))),
         };
         Ok(Self {
-            call_id: None,
+            call_id: text(META_CALL_ID)?,
             idempotency_key: text(META_IDEMPOTENCY_KEY)?,
             consent: text(META_CONSENT)?,
             traceparent: text(META_TRACEPARENT)?,

@@ -34,14 +34,17 @@ mod tools;
 
 use std::sync::Arc;
 
+#[allow(deprecated)]
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+    PaginatedRequestParams, ProgressNotification, ProgressNotificationParam, ProgressToken,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerCapabilities,
-    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
-    ToolListChangedNotification, UnsubscribeRequestParams,
+    ServerConfig, ServerNotification, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, ToolListChangedNotification, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -58,7 +61,7 @@ use soulbase_types::{Origin, Subject};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-pub use soulbase_edge::meta::{META_CONSENT, META_IDEMPOTENCY_KEY, META_TRACEPARENT};
+pub use soulbase_edge::meta::{META_CALL_ID, META_CONSENT, META_IDEMPOTENCY_KEY, META_TRACEPARENT};
 pub use tools::{PAGE_SIZE, annotations, page, to_mcp_tool};
 
 /// Re-exported rmcp transports for serving.
@@ -92,6 +95,36 @@ pub struct McpServer {
 struct SessionState {
     subscribed: Subscribed,
     watching: std::sync::atomic::AtomicBool,
+    /// The least severe `notifications/message` the client asked for
+    /// (`logging/setLevel`); `None`: no log messages.
+    #[allow(deprecated)]
+    log_level: std::sync::Mutex<Option<LoggingLevel>>,
+}
+
+/// The severity of a finished call in the session's log: executed and ok → info,
+/// refused before execution → warning, ran and failed → error.
+#[allow(deprecated)]
+fn call_level(result: &CallResult) -> LoggingLevel {
+    match result.status {
+        soulbase_tools::pipeline::CallStatus::Ok => LoggingLevel::Info,
+        soulbase_tools::pipeline::CallStatus::Denied => LoggingLevel::Warning,
+        soulbase_tools::pipeline::CallStatus::Error => LoggingLevel::Error,
+    }
+}
+
+/// Severity order (rmcp's enum is declared least severe first).
+#[allow(deprecated)]
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
 }
 
 /// Followed resource URIs and what each last read as (`None`: not readable).
@@ -327,13 +360,14 @@ impl McpServer {
         }
     }
 
-    /// The protocol tools (`None` when `name` is not one of them or skills are off).
+    /// The protocol tools (`None` when `name` is not one of them or skills are off),
+    /// with the governed call's result when one was made (`run_skill`).
     async fn protocol_call(
         &self,
         request: &CallToolRequestParams,
         subject: &Subject,
         meta: &CallMeta,
-    ) -> Option<CallToolResult> {
+    ) -> Option<(CallToolResult, Option<CallResult>)> {
         let terms = self.skills.as_ref()?;
         let empty = JsonObject::new();
         let args = request.arguments.as_ref().unwrap_or(&empty);
@@ -370,7 +404,7 @@ impl McpServer {
                         .await
                 }
             };
-            return Some(Self::result_of(&result));
+            return Some((Self::result_of(&result), Some(result)));
         }
         let available = match self
             .stack
@@ -378,10 +412,10 @@ impl McpServer {
             .await
         {
             Ok(a) => a,
-            Err(e) => return Some(Self::error_result(&e)),
+            Err(e) => return Some((Self::error_result(&e), None)),
         };
         let set = terms.catalog().current();
-        Some(if name == skills::LIST_SKILLS {
+        let answer = if name == skills::LIST_SKILLS {
             let v = skills::list_skills(&set, &available);
             let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
             r.structured_content = Some(v);
@@ -395,17 +429,19 @@ impl McpServer {
                 }
                 Err(e) => Self::error_result(&e),
             }
-        })
+        };
+        Some((answer, None))
     }
 
     /// `tools/call` for `subject`, with the options of `meta` (the request's
-    /// `_meta` and binding).
+    /// `_meta` and binding); the answer, and the governed call's result when one
+    /// was made.
     async fn call(
         &self,
         request: CallToolRequestParams,
         subject: Subject,
         meta: CallMeta,
-    ) -> CallToolResult {
+    ) -> (CallToolResult, Option<CallResult>) {
         if let Some(r) = self.protocol_call(&request, &subject, &meta).await {
             return r;
         }
@@ -420,8 +456,62 @@ impl McpServer {
                 meta,
             })
             .await;
-        Self::result_of(&result)
+        (Self::result_of(&result), Some(result))
     }
+
+    /// Tells the session's log (`notifications/message`, when the client set a
+    /// level this call reaches) what a call did: its id, tool, status and code.
+    #[allow(deprecated)]
+    async fn log_call(
+        &self,
+        peer: &rmcp::Peer<RoleServer>,
+        asked: Option<LoggingLevel>,
+        tool: &str,
+        result: &CallResult,
+    ) {
+        let level = call_level(result);
+        // The request's own level (2026 protocol), else the session's (setLevel).
+        let wanted = asked.or(*self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner));
+        if wanted.is_none_or(|w| severity(level) < severity(w)) {
+            return;
+        }
+        let data = serde_json::json!({
+            "call_id": result.call_id.as_str(),
+            "tool": tool,
+            "status": result.status,
+            "error_code": result.error_code.map(|c| c.as_str()),
+            "replayed": result.replayed,
+        });
+        let mut param = LoggingMessageNotificationParam::new(level, data);
+        param.logger = Some("soulbase.calls".into());
+        let _ = peer
+            .send_notification(ServerNotification::LoggingMessageNotification(
+                LoggingMessageNotification::new(param),
+            ))
+            .await;
+    }
+}
+
+/// Sends `notifications/progress` for `token`, ignoring a client that is gone.
+async fn progress(peer: &rmcp::Peer<RoleServer>, token: &ProgressToken, done: bool) {
+    let param = if done {
+        ProgressNotificationParam::new(token.clone(), 1.0)
+            .with_total(1.0)
+            .with_message("finished")
+    } else {
+        ProgressNotificationParam::new(token.clone(), 0.0)
+            .with_total(1.0)
+            .with_message("started")
+    };
+    let _ = peer
+        .send_notification(ServerNotification::ProgressNotification(
+            ProgressNotification::new(param),
+        ))
+        .await;
 }
 
 /// The MCP error for a resource that does not exist or is not the caller's
@@ -449,9 +539,11 @@ fn request_meta(
 }
 
 impl ServerHandler for McpServer {
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_logging()
                 .enable_completions()
                 .enable_prompts()
                 .enable_resources()
@@ -512,7 +604,42 @@ impl ServerHandler for McpServer {
             }
         };
         meta.binding = self.binding(&context.extensions);
-        Ok(self.call(request, subject, meta).await.into())
+        let token = context.meta.get_progress_token();
+        if let Some(t) = &token {
+            progress(&context.peer, t, false).await;
+        }
+        let tool = request.name.to_string();
+        // `notifications/cancelled` cancels the request's token: the governed call
+        // is dropped, which ends a started execution as `cancelled` (and refunds
+        // its quota hold); the client expects no answer.
+        let (answer, result) = tokio::select! {
+            done = self.call(request, subject, meta) => done,
+            () = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("cancelled by the client", None));
+            }
+        };
+        if let Some(t) = &token {
+            progress(&context.peer, t, true).await;
+        }
+        if let Some(r) = &result {
+            let asked = context.meta.log_level();
+            self.log_call(&context.peer, asked, &tool, r).await;
+        }
+        Ok(answer.into())
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(request.level);
+        Ok(())
     }
 
     async fn list_resources(

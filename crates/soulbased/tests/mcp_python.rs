@@ -265,3 +265,84 @@ async fn the_python_sdk_reads_skills_as_resources_and_prompts() {
     let status = child.wait().unwrap();
     assert!(status.success());
 }
+
+/// One session's extras with the official Python SDK: `logging/setLevel` then a
+/// `notifications/message` per call at or above the level (never for other
+/// sessions), progress for a call that carries a token, and a call the client
+/// cancels ending `cancelled` in the evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_gets_logs_progress_and_cancels_calls() {
+    let config = common::config_with("  dev_identity: { tenant: acme, actor: py }\n").replacen(
+        "reload]",
+        "reload, read_evidence]",
+        1,
+    );
+    let server = Server::start(&config);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_session.py");
+    let url = format!("http://{}/mcp", server.http);
+    let cancelled = "call_cancelled_by_the_client";
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .arg(script)
+            .args([url.as_str(), cancelled])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["ok"], serde_json::json!({"echo": {"a": 1}}), "{seen}");
+    assert_eq!(seen["refused"]["code"], "SCHEMA.VALIDATION_FAILED");
+    assert_eq!(seen["cancelled"], true);
+    assert_eq!(seen["after"], serde_json::json!({"echo": {"b": 2}}));
+    let logs = seen["logs"].as_array().unwrap();
+    let summary: Vec<(&str, &str, &str)> = logs
+        .iter()
+        .map(|l| {
+            (
+                l["level"].as_str().unwrap(),
+                l["data"]["tool"].as_str().unwrap(),
+                l["data"]["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("info", "soulbase.builtin.echo", "ok"),
+            ("warning", "soulbase.builtin.sleep", "denied"),
+            ("info", "soulbase.builtin.echo", "ok"),
+        ],
+        "one message per call of the session that asked for them: {seen}"
+    );
+    assert!(logs.iter().all(|l| l["logger"] == "soulbase.calls"));
+    let progress = seen["progress"].as_array().unwrap();
+    assert_eq!(
+        progress
+            .iter()
+            .map(|p| p["message"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["started", "finished"],
+        "{seen}"
+    );
+    assert_eq!(progress[1]["progress"], progress[1]["total"]);
+    // The cancelled call began, and ended cancelled.
+    let path = format!("/api/evidence/{cancelled}");
+    let acme = [("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "py")];
+    let (status, body) = common::http(&server.http, "GET", &path, &acme, "").await;
+    assert_eq!(status, 200, "{body}");
+    let evidence: Value = serde_json::from_str(&body).unwrap();
+    let ends: Vec<&Value> = evidence["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["payload"]["event"] == "end")
+        .collect();
+    assert_eq!(ends.len(), 1, "{body}");
+    assert_eq!(ends[0]["payload"]["status"], "cancelled", "{body}");
+}
