@@ -12,7 +12,10 @@
 //!   cause is fixed; those it takes leave the file (exit 1 when any stay). It holds
 //!   the spool's lock, so the server using the spool must be stopped first.
 //!
-//! `--tenant` is the global option; `--json` is the same as `--format json`.
+//! `--json` is the same as `--format json`. Text output shows instants in UTC as
+//! RFC 3339 (`2026-11-25T10:04:05.123Z`); JSON keeps Unix milliseconds. `--tenant`
+//! is each query's own option (also accepted before the subcommand); `retry` has
+//! none and refuses one given before it.
 //!
 //! The database is `--database-url`, else the configuration's (`evidence.url`, or
 //! the SQLite file under `data_dir`; `config.yaml` and `SOULBASE_…` variables apply).
@@ -34,7 +37,11 @@ use soulbase_observe::{
 use soulbase_store::{Db, SqlEvidenceStore};
 use soulbase_types::{CallId, TenantId, ToolId, UnixMillis};
 
-use crate::target::Global;
+use crate::duration::parse_millis;
+use crate::options::{Common, ConfigArgs, OutputArgs};
+use crate::output::table;
+use crate::target::{Failure, Global};
+use crate::timestamp::rfc3339_utc;
 
 /// Arguments of `soulbase evidence`.
 #[derive(Debug, Args)]
@@ -42,9 +49,16 @@ pub struct EvidenceArgs {
     /// The evidence database (postgres://… or sqlite:…); default: from the configuration.
     #[arg(long, global = true)]
     database_url: Option<String>,
-    /// Output format.
+    /// Output format (text shows instants in UTC, RFC 3339; json keeps Unix
+    /// milliseconds).
     #[arg(long, value_enum, default_value = "text", global = true)]
     format: Format,
+    /// The configuration (for the database and the spool directory).
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// `--json`: the same as `--format json`.
+    #[command(flatten)]
+    output: OutputArgs,
     #[command(subcommand)]
     command: EvidenceCommand,
 }
@@ -91,15 +105,18 @@ enum EvidenceCommand {
 #[derive(Debug, Subcommand)]
 enum QueryCommand {
     /// Every record of one call, oldest first.
-    ///
-    /// Only if the call belongs to the global `--tenant`, when given.
     Show {
         /// The call id.
         call_id: String,
+        /// Only if the call belongs to this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
     },
-    /// A tenant's calls (the global `--tenant`, required), newest first, one page at
-    /// a time.
+    /// A tenant's calls, newest first, one page at a time.
     List {
+        /// The tenant whose calls to list (required).
+        #[arg(long)]
+        tenant: Option<String>,
         /// Only this tool.
         #[arg(long)]
         tool: Option<String>,
@@ -123,49 +140,38 @@ enum QueryCommand {
         after: Option<String>,
     },
     /// Rebuild a call's key behaviour and result summary from its evidence.
-    ///
-    /// Only if the call belongs to the global `--tenant`, when given.
     Replay {
         /// The call id.
         call_id: String,
+        /// Only if the call belongs to this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum QuarantineCommand {
     /// Every quarantined record (line, kind, envelope, call, tenant, why), in file
-    /// order; with the global `--tenant`, only that tenant's records.
+    /// order.
     List {
         /// The spool directory; default: `<data_dir>/spool` of the configuration.
         #[arg(long)]
         spool: Option<PathBuf>,
+        /// Only this tenant's records.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Offer the quarantined records to the database again; those it takes leave
     /// the file, the rest stay as they are.
     ///
     /// Needs the spool's lock: stop the server that uses the spool first (it
-    /// cannot start while this runs). Exit 1 while lines stay.
+    /// cannot start while this runs). Exit 1 while lines stay. It offers every
+    /// tenant's records: there is no `--tenant`.
     Retry {
         /// The spool directory; default: `<data_dir>/spool` of the configuration.
         #[arg(long)]
         spool: Option<PathBuf>,
     },
-}
-
-/// Parses `90s`, `15m`, `2h`, `7d` into milliseconds.
-fn parse_since(s: &str) -> Result<i64, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num
-        .parse()
-        .map_err(|_| format!("--since {s:?}: expected a number and a unit (s, m, h, d)"))?;
-    let per = match unit {
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("--since {s:?}: the unit must be s, m, h or d")),
-    };
-    Ok(n.saturating_mul(per))
 }
 
 /// `explicit` when given, else what `pick` reads off the configuration.
@@ -206,23 +212,46 @@ fn tenant_arg(t: Option<String>) -> Result<Option<TenantId>, String> {
         .transpose()
 }
 
-fn summary_line(c: &CallSummary) -> String {
-    format!(
-        "{}  {}  {}@{}  {}  {}{}  {}",
-        c.began_at.0,
-        c.call_id,
-        c.tool_id,
-        c.tool_version,
-        c.actor,
-        c.status
-            .map(|s| serde_json::to_value(s)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default())
-            .unwrap_or_else(|| "open".into()),
-        c.error_code.map(|e| format!(" {e}")).unwrap_or_default(),
-        c.duration_us.map(|d| format!("{d}µs")).unwrap_or_default(),
+/// The `list` table: one row per call, its start in UTC (RFC 3339).
+fn calls_table(calls: &[CallSummary]) -> String {
+    let rows: Vec<Vec<String>> = calls
+        .iter()
+        .map(|c| {
+            let status = c
+                .status
+                .map(|s| {
+                    serde_json::to_value(s)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                })
+                .unwrap_or_else(|| "open".into());
+            vec![
+                rfc3339_utc(c.began_at.0),
+                c.call_id.to_string(),
+                format!("{}@{}", c.tool_id, c.tool_version),
+                c.actor.to_string(),
+                match c.error_code {
+                    Some(e) => format!("{status} {e}"),
+                    None => status,
+                },
+                c.duration_us.map(|d| format!("{d}µs")).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &["BEGAN (UTC)", "CALL", "TOOL", "ACTOR", "STATUS", "DURATION"],
+        &rows,
     )
+}
+
+/// A record as pretty JSON for people: its `at` as RFC 3339 in UTC.
+fn record_text(record: &serde_json::Value) -> String {
+    let mut v = record.clone();
+    if let Some(at) = v.get("at").and_then(serde_json::Value::as_i64) {
+        v["at"] = json!(rfc3339_utc(at));
+    }
+    crate::output::pretty(&v)
 }
 
 /// One quarantine entry as a JSON object.
@@ -290,9 +319,6 @@ async fn retry_quarantine(
     global: &Global,
     json: bool,
 ) -> Result<bool, String> {
-    if global.tenant.is_some() {
-        return Err("--tenant: retry offers the whole quarantine file, not one tenant's".into());
-    }
     if quarantine::read(dir).map_err(err)?.is_empty() {
         println!("no quarantined records in {}", dir.display());
         return Ok(true);
@@ -348,7 +374,7 @@ async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
     let json = global.json || matches!(args.format, Format::Json);
     match args.command {
         EvidenceCommand::Quarantine {
-            command: QuarantineCommand::List { spool },
+            command: QuarantineCommand::List { spool, .. },
         } => list_quarantine(&spool_dir(spool, global)?, global.tenant.as_deref(), json),
         EvidenceCommand::Quarantine {
             command: QuarantineCommand::Retry { spool },
@@ -369,7 +395,7 @@ async fn query(
     let store = SqlEvidenceStore::new(db.clone());
     let tenant = global.tenant.clone();
     let ok = match command {
-        QueryCommand::Show { call_id } => {
+        QueryCommand::Show { call_id, .. } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -377,16 +403,17 @@ async fn query(
                 return Err(format!("no evidence is recorded for call {call_id}"));
             }
             for r in &ev.records {
-                let line = if json {
-                    serde_json::to_string(r)
+                if json {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
                 } else {
-                    serde_json::to_string_pretty(r)
-                };
-                println!("{}", line.map_err(|e| e.to_string())?);
+                    let v = serde_json::to_value(r).map_err(|e| e.to_string())?;
+                    println!("{}", record_text(&v));
+                }
             }
             true
         }
         QueryCommand::List {
+            tenant: _,
             tool,
             status,
             since,
@@ -398,7 +425,9 @@ async fn query(
             let tenant = tenant.ok_or("--tenant is required (the tenant whose calls to list)")?;
             let tenant = TenantId::new(tenant).map_err(|e| format!("--tenant: {e}"))?;
             let from = match since {
-                Some(s) => Some(UnixMillis(UnixMillis::now().0 - parse_since(&s)?)),
+                Some(s) => Some(UnixMillis(
+                    UnixMillis::now().0 - parse_millis("--since", &s)?,
+                )),
                 None => from.map(UnixMillis),
             };
             let query = EvidenceQuery {
@@ -423,8 +452,8 @@ async fn query(
                     serde_json::to_string(&page).map_err(|e| e.to_string())?
                 );
             } else {
-                for c in &page.calls {
-                    println!("{}", summary_line(c));
+                if !page.calls.is_empty() {
+                    print!("{}", calls_table(&page.calls));
                 }
                 match &page.next {
                     Some(next) => println!("next page: --after {next}"),
@@ -433,7 +462,7 @@ async fn query(
             }
             true
         }
-        QueryCommand::Replay { call_id } => {
+        QueryCommand::Replay { call_id, .. } => {
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
@@ -452,7 +481,7 @@ async fn query(
                     ReplayOutcome::Denied { tool, code, at } => {
                         println!(
                             "outcome   denied before execution: {code} (tool {tool}, at {})",
-                            at.0
+                            rfc3339_utc(at.0)
                         );
                     }
                     ReplayOutcome::Executed(x) => {
@@ -470,11 +499,13 @@ async fn query(
                         if let Some(s) = &x.calling_skill {
                             println!("skill     {s}");
                         }
-                        println!("began     {}", x.began_at.0);
+                        println!("began     {}", rfc3339_utc(x.began_at.0));
                         match x.status {
                             Some(s) => println!(
                                 "ended     {} {:?}{} after {}µs",
-                                x.ended_at.map(|t| t.0).unwrap_or_default(),
+                                x.ended_at
+                                    .map(|t| rfc3339_utc(t.0))
+                                    .unwrap_or_else(|| "-".into()),
                                 s,
                                 x.error_code.map(|c| format!(" {c}")).unwrap_or_default(),
                                 x.duration_us.unwrap_or_default()
@@ -504,9 +535,50 @@ async fn query(
     Ok(ok)
 }
 
-/// Runs `soulbase evidence …`; exit 0 on success, 1 on anomalies found by replay
-/// or quarantined lines a retry left in place, 2 on errors.
-pub fn run(global: &Global, args: EvidenceArgs) -> ExitCode {
+/// The `--tenant` of the query, if it takes one.
+fn own_tenant(command: &EvidenceCommand) -> Option<String> {
+    match command {
+        EvidenceCommand::Query(
+            QueryCommand::Show { tenant, .. }
+            | QueryCommand::List { tenant, .. }
+            | QueryCommand::Replay { tenant, .. },
+        )
+        | EvidenceCommand::Quarantine {
+            command: QuarantineCommand::List { tenant, .. },
+        } => tenant.clone(),
+        EvidenceCommand::Quarantine {
+            command: QuarantineCommand::Retry { .. },
+        } => None,
+    }
+}
+
+/// Runs `soulbase evidence …`; `common` are the options given before the
+/// subcommand. Exit 0 on success, 1 on anomalies found by replay or quarantined
+/// lines a retry left in place, 2 on errors.
+pub fn run(common: Common, args: EvidenceArgs) -> ExitCode {
+    if let Err(f) = common.refuse_server("evidence") {
+        return f.report();
+    }
+    let retry = matches!(
+        args.command,
+        EvidenceCommand::Quarantine {
+            command: QuarantineCommand::Retry { .. }
+        }
+    );
+    if retry && common.tenant.is_some() {
+        return Failure::Usage(
+            "--tenant: `evidence quarantine retry` offers the whole quarantine file, \
+             not one tenant's"
+                .into(),
+        )
+        .report();
+    }
+    let identity = crate::options::IdentityArgs {
+        tenant: own_tenant(&args.command),
+        actor: None,
+    };
+    let global = common.local(identity, args.config.config.clone(), None, args.output.json);
+    let global = &global;
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -524,19 +596,5 @@ pub fn run(global: &Global, args: EvidenceArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(2)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn since_parses_units_and_refuses_garbage() {
-        assert_eq!(parse_since("90s").unwrap(), 90_000);
-        assert_eq!(parse_since("2h").unwrap(), 7_200_000);
-        assert_eq!(parse_since("7d").unwrap(), 604_800_000);
-        assert!(parse_since("7w").is_err());
-        assert!(parse_since("h").is_err());
     }
 }

@@ -9,12 +9,13 @@
 //!   tool list a model would see (for a skill: core ∪ own ∪ imports).
 //! - `prompt [DIR]` — the system-prompt sections for the enabled tools and skills.
 //!
-//! `DIR` defaults to `skills.dir` of the configuration (`config.yaml`, `SKILLS_DIR`),
-//! then `./skills`. The directory may be anywhere; every skill file must resolve
-//! (symlinks followed) inside it.
+//! `DIR` defaults to `skills.dir` of the configuration (`--config`, else
+//! `$SOULBASE_CONFIG` or `./config.yaml`; `SKILLS_DIR`), then `./skills`. The
+//! directory may be anywhere; every skill file must resolve (symlinks followed)
+//! inside it.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -25,16 +26,21 @@ use soulbase_tools::Registry;
 use soulbase_tools::discovery::{anthropic, openai};
 use soulbase_types::TenantId;
 
+use crate::options::{Common, ConfigArgs};
+
 /// Arguments of `soulbase skills`.
 #[derive(Debug, Args)]
 pub struct SkillsArgs {
+    /// The configuration naming the default directory.
+    #[command(flatten)]
+    config: ConfigArgs,
     #[command(subcommand)]
     command: SkillsCommand,
 }
 
 #[derive(Debug, Clone, Args)]
 struct DirArgs {
-    /// The skills directory (default: skills.dir from config.yaml or $SKILLS_DIR, then ./skills).
+    /// The skills directory (default: skills.dir of the configuration or $SKILLS_DIR, then ./skills).
     dir: Option<PathBuf>,
 }
 
@@ -100,24 +106,29 @@ enum SkillsCommand {
     },
 }
 
-/// Runs `soulbase skills`.
-pub fn run(args: SkillsArgs) -> ExitCode {
+/// Runs `soulbase skills`; `common` are the options given before the subcommand.
+pub fn run(common: Common, args: SkillsArgs) -> ExitCode {
+    if let Err(f) = common.refuse_server("skills") {
+        return f.report();
+    }
+    let config = args.config.config.or(common.config);
+    let config = config.as_deref();
     let result = match args.command {
         SkillsCommand::Check {
             dir,
             format,
             deny_warnings,
             today,
-        } => check(&dir, format, deny_warnings, today.as_deref()),
-        SkillsCommand::List { dir } => list(&dir),
-        SkillsCommand::Show { name, dir } => show(&DirArgs { dir }, &name),
+        } => check(&dir, config, format, deny_warnings, today.as_deref()),
+        SkillsCommand::List { dir } => list(&dir, config),
+        SkillsCommand::Show { name, dir } => show(&DirArgs { dir }, config, &name),
         SkillsCommand::Export {
             dir,
             skill,
             format,
             strict,
-        } => export(&dir, skill.as_deref(), format, strict),
-        SkillsCommand::Prompt { dir } => prompt(&dir),
+        } => export(&dir, config, skill.as_deref(), format, strict),
+        SkillsCommand::Prompt { dir } => prompt(&dir, config),
     };
     match result {
         Ok(code) => code,
@@ -129,14 +140,17 @@ pub fn run(args: SkillsArgs) -> ExitCode {
 }
 
 /// The directory: the argument, else `skills.dir` from the layered configuration
-/// (`config.yaml` or `SOULBASE_CONFIG`, then `SKILLS_DIR`), else `./skills`.
-fn resolve_dir(args: &DirArgs) -> Result<PathBuf, String> {
+/// (`config`, else `config.yaml` or `SOULBASE_CONFIG`, then `SKILLS_DIR`), else
+/// `./skills`.
+fn resolve_dir(args: &DirArgs, config: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(d) = &args.dir {
         return Ok(d.clone());
     }
-    let snapshot = soulbase_config::ConfigLoader::from_process_env()
-        .load()
-        .map_err(|e| e.to_string())?;
+    let mut loader = soulbase_config::ConfigLoader::from_process_env();
+    if let Some(file) = config {
+        loader = loader.with_file(file);
+    }
+    let snapshot = loader.load().map_err(|e| e.to_string())?;
     let dir = &snapshot.config().skills.dir;
     Ok(match dir.strip_prefix("./") {
         Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
@@ -146,11 +160,12 @@ fn resolve_dir(args: &DirArgs) -> Result<PathBuf, String> {
 
 fn check(
     args: &DirArgs,
+    config: Option<&Path>,
     format: ReportFormat,
     deny_warnings: bool,
     today: Option<&str>,
 ) -> Result<ExitCode, String> {
-    let dir = resolve_dir(args)?;
+    let dir = resolve_dir(args, config)?;
     let today = match today {
         Some(t) => Date::parse(t).ok_or_else(|| format!("--today {t:?} is not YYYY-MM-DD"))?,
         None => Date::today(),
@@ -197,8 +212,11 @@ fn check(
     })
 }
 
-fn open(args: &DirArgs) -> Result<(SkillCatalog, std::sync::Arc<SkillSet>), String> {
-    let dir = resolve_dir(args)?;
+fn open(
+    args: &DirArgs,
+    config: Option<&Path>,
+) -> Result<(SkillCatalog, std::sync::Arc<SkillSet>), String> {
+    let dir = resolve_dir(args, config)?;
     let (catalog, report) = SkillCatalog::open(Registry::new(), CatalogOptions::new(&dir))
         .map_err(|e| e.message().to_owned())?;
     for p in report.errors() {
@@ -208,8 +226,8 @@ fn open(args: &DirArgs) -> Result<(SkillCatalog, std::sync::Arc<SkillSet>), Stri
     Ok((catalog, set))
 }
 
-fn list(args: &DirArgs) -> Result<ExitCode, String> {
-    let (_, set) = open(args)?;
+fn list(args: &DirArgs, config: Option<&Path>) -> Result<ExitCode, String> {
+    let (_, set) = open(args, config)?;
     let mut out = std::io::stdout().lock();
     for s in soulbase_skills::list_skills(&set).iter() {
         let _ = writeln!(out, "{}\t{}", s.name, s.description);
@@ -217,8 +235,8 @@ fn list(args: &DirArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(args: &DirArgs, name: &str) -> Result<ExitCode, String> {
-    let (_, set) = open(args)?;
+fn show(args: &DirArgs, config: Option<&Path>, name: &str) -> Result<ExitCode, String> {
+    let (_, set) = open(args, config)?;
     let info = soulbase_skills::get_skill_info(&set, name).map_err(|e| e.message().to_owned())?;
     let _ = std::io::stdout().lock().write_all(info.content.as_bytes());
     Ok(ExitCode::SUCCESS)
@@ -230,11 +248,12 @@ fn tenant() -> Result<TenantId, String> {
 
 fn export(
     args: &DirArgs,
+    config: Option<&Path>,
     skill: Option<&str>,
     format: ExportFormat,
     strict: bool,
 ) -> Result<ExitCode, String> {
-    let (catalog, set) = open(args)?;
+    let (catalog, set) = open(args, config)?;
     let view = catalog.registry().view();
     let tenant = tenant()?;
     let specs = match skill {
@@ -253,8 +272,8 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-fn prompt(args: &DirArgs) -> Result<ExitCode, String> {
-    let (catalog, set) = open(args)?;
+fn prompt(args: &DirArgs, config: Option<&Path>) -> Result<ExitCode, String> {
+    let (catalog, set) = open(args, config)?;
     let view = catalog.registry().view();
     let tools = soulbase_skills::views::enabled_tools(&set, &view, &tenant()?);
     let text =

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
 use soulbase_app::App;
 use soulbase_app::evidence::EvidenceFlush;
 use soulbase_config::ConfigLoader;
@@ -23,35 +22,26 @@ pub const API_KEY_ENV: &str = "SOULBASE_API_KEY";
 /// `$SOULBASE_TOKEN`: the default for `--token`.
 pub const TOKEN_ENV: &str = "SOULBASE_TOKEN";
 
-/// The options every command accepts (before or after the subcommand).
-#[derive(Debug, Clone, Args)]
+/// The options a command runs with, resolved from its own arguments and those given
+/// before the subcommand ([`crate::options`]).
+#[derive(Debug, Clone, Default)]
 pub struct Global {
-    /// The server's gRPC URL, e.g. http://127.0.0.1:50051 (default: $SOULBASE_SERVER);
-    /// without one, tool commands run locally on the configuration.
-    #[arg(long, global = true, value_name = "URL")]
+    /// The server's gRPC URL (`--server`); without one (and no $SOULBASE_SERVER),
+    /// tool commands run locally on the configuration.
     pub server: Option<String>,
-    /// API key sent as x-api-key (default: $SOULBASE_API_KEY — prefer the variable:
-    /// command-line arguments are visible to other users of the machine).
-    #[arg(long, global = true, value_name = "KEY")]
+    /// API key sent as x-api-key (`--api-key`, default $SOULBASE_API_KEY).
     pub api_key: Option<String>,
-    /// JWT sent as `authorization: Bearer …` (default: $SOULBASE_TOKEN — prefer the
-    /// variable).
-    #[arg(long, global = true, value_name = "JWT")]
+    /// JWT sent as `authorization: Bearer …` (`--token`, default $SOULBASE_TOKEN).
     pub token: Option<String>,
-    /// The tenant to act for (local mode; development servers: x-soulbase-tenant).
-    #[arg(long, global = true)]
+    /// The tenant to act for (`--tenant`).
     pub tenant: Option<String>,
-    /// The actor to act as (local mode; development servers: x-soulbase-actor).
-    #[arg(long, global = true)]
+    /// The actor to act as (`--actor`).
     pub actor: Option<String>,
-    /// Local mode: the config file (default: $SOULBASE_CONFIG, else ./config.yaml if present).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// The config file (`--config`).
     pub config: Option<PathBuf>,
-    /// Local mode: the skills directory (skills.dir).
-    #[arg(long, global = true, value_name = "DIR")]
+    /// The skills directory (`--skills-dir`).
     pub skills_dir: Option<PathBuf>,
-    /// Print one JSON document instead of text.
-    #[arg(long, global = true)]
+    /// One JSON document instead of text (`--json`).
     pub json: bool,
 }
 

@@ -16,12 +16,16 @@ use soulbase_tools::{ToolFilter, ToolOwner};
 use soulbase_types::ToolId;
 use tonic::transport::Channel;
 
+use crate::options::TargetArgs;
 use crate::output;
 use crate::target::{self, Failure, Global, Local, soul};
 
 /// Arguments of `soulbase tools`.
 #[derive(Debug, Args)]
 pub struct ToolsArgs {
+    /// Where the command runs and as whom.
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(subcommand)]
     command: ToolsCommand,
 }
@@ -71,6 +75,9 @@ pub struct CallArgs {
 /// Arguments of `soulbase invoke`.
 #[derive(Debug, Args)]
 pub struct InvokeArgs {
+    /// Where the call runs and as whom.
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     call: CallArgs,
     /// The idempotency key (required by keyed tools; a repeat returns the stored
@@ -82,6 +89,9 @@ pub struct InvokeArgs {
 /// Arguments of `soulbase preflight`.
 #[derive(Debug, Args)]
 pub struct PreflightArgs {
+    /// Where the dry run happens and as whom.
+    #[command(flatten)]
+    pub target: TargetArgs,
     #[command(flatten)]
     call: CallArgs,
 }

@@ -290,3 +290,137 @@ fn quarantine_list_and_retry() {
         "{err}"
     );
 }
+
+#[test]
+fn text_shows_utc_rfc3339_and_json_keeps_milliseconds() {
+    const AT: i64 = 1_790_000_000_123;
+    const SHOWN: &str = "2026-09-21T14:13:20.123Z";
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("e.db").display());
+    let call_id = CallId::generate();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = SqlEvidenceStore::new(Db::connect(&url, true).await.unwrap());
+        let mut begin = Envelope::new(
+            TenantId::new("acme").unwrap(),
+            ActorId::new("alice").unwrap(),
+            Origin::Llm,
+            EvidenceEvent::Begin(EvidenceBegin {
+                call_id: call_id.clone(),
+                tool_id: ToolId::new("demo.echo.say").unwrap(),
+                tool_version: "1.0.0".into(),
+                manifest_digest: "m".into(),
+                profile_hash: "p".into(),
+                policy_hash: "pol".into(),
+                config_hash: "c".into(),
+                args_digest: "sha256:args".into(),
+                idempotency_key: None,
+                calling_skill: None,
+            }),
+        );
+        begin.at = soulbase_types::UnixMillis(AT);
+        let mut end = Envelope::new(
+            begin.tenant.clone(),
+            begin.actor.clone(),
+            begin.origin,
+            EvidenceEvent::End(EvidenceEnd {
+                call_id: call_id.clone(),
+                begin_id: begin.id.clone(),
+                status: EndStatus::Ok,
+                error_code: None,
+                output_digest: Some("sha256:out".into()),
+                side_effects: vec![],
+                usage: BudgetUsage::default(),
+                duration_us: 7,
+            }),
+        );
+        end.at = soulbase_types::UnixMillis(AT + 1_000);
+        store.write_batch(&[begin, end]).await.unwrap();
+    });
+    let evidence = |args: &[&str]| {
+        let all: Vec<&str> = ["evidence", "--database-url", url.as_str()]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        let (code, out, err) = soulbase(&all);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    let raw = AT.to_string();
+
+    let list = evidence(&["list", "--tenant", "acme"]);
+    assert!(list.starts_with("BEGAN (UTC)"), "{list}");
+    assert!(list.contains(SHOWN) && !list.contains(&raw), "{list}");
+    let show = evidence(&["show", call_id.as_str()]);
+    assert!(show.contains(&format!("\"at\": \"{SHOWN}\"")), "{show}");
+    assert!(
+        show.contains("2026-09-21T14:13:21.123Z") && !show.contains(&raw),
+        "{show}"
+    );
+    let replay = evidence(&["replay", call_id.as_str()]);
+    assert!(
+        replay.contains(&format!("began     {SHOWN}"))
+            && replay.contains("ended     2026-09-21T14:13:21.123Z"),
+        "{replay}"
+    );
+    assert!(!replay.contains(&raw), "{replay}");
+
+    let page: serde_json::Value =
+        serde_json::from_str(&evidence(&["list", "--tenant", "acme", "--json"])).unwrap();
+    assert_eq!(page["calls"][0]["began_at"], AT);
+    let first: serde_json::Value = serde_json::from_str(
+        evidence(&["show", call_id.as_str(), "--format", "json"])
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["at"], AT);
+    let replayed: serde_json::Value =
+        serde_json::from_str(&evidence(&["--json", "replay", call_id.as_str()])).unwrap();
+    assert_eq!(replayed["outcome"]["began_at"], AT, "{replayed:#}");
+}
+
+#[test]
+fn retry_takes_no_tenant_and_refuses_one_given_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().to_str().unwrap();
+    let (code, _, err) = soulbase(&[
+        "--tenant",
+        "acme",
+        "evidence",
+        "quarantine",
+        "retry",
+        "--spool",
+        spool,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--tenant"), "{err}");
+    let (code, _, err) = soulbase(&[
+        "evidence",
+        "quarantine",
+        "retry",
+        "--spool",
+        spool,
+        "--tenant",
+        "acme",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--tenant"), "{err}");
+    // A query takes it, before the subcommand too.
+    let (code, out, err) = soulbase(&[
+        "--tenant",
+        "acme",
+        "evidence",
+        "quarantine",
+        "list",
+        "--spool",
+        spool,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no quarantined records"), "{out}");
+}

@@ -194,6 +194,15 @@ fn the_directory_comes_from_config_yaml_or_skills_dir() {
         .output()
         .unwrap();
     assert!(stdout(&o).starts_with("only\t"), "{}", stdout(&o));
+    // --config names another file, after the subcommand or before it.
+    std::fs::write(work.path().join("other.yaml"), "skills:\n  dir: ./custom\n").unwrap();
+    for args in [
+        &["skills", "--config", "other.yaml", "list"][..],
+        &["--config", "other.yaml", "skills", "list"],
+    ] {
+        let o = soulbase(args, work.path());
+        assert!(stdout(&o).starts_with("only\t"), "{args:?}: {}", stdout(&o));
+    }
     // An invalid config is reported, not ignored.
     std::fs::write(work.path().join("config.yaml"), "skills:\n  dri: x\n").unwrap();
     let o = soulbase(&["skills", "list"], work.path());

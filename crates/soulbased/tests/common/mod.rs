@@ -79,6 +79,16 @@ impl Server {
         Self::spawn(dir, envs, "127.0.0.1:0".into())
     }
 
+    /// Starts `soulbased` in `dir`, which already holds its `config.yaml` (e.g.
+    /// written by `soulbase init`), with extra environment variables.
+    pub fn start_prepared(dir: tempfile::TempDir, envs: &[(&str, &str)]) -> Server {
+        let envs = envs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::spawn(dir, envs, "127.0.0.1:0".into())
+    }
+
     /// Like [`start_env`](Self::start_env), serving gRPC on `grpc_addr`, which a
     /// [`restart`](Self::restart) keeps.
     pub fn start_at(config: &str, envs: &[(&str, &str)], grpc_addr: &str) -> Server {
