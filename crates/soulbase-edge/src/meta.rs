@@ -41,12 +41,13 @@ pub struct CallMeta {
     pub binding: Binding,
 }
 
+/// A header's value as text: UTF-8 as sent (an idempotency key in any script is
+/// still that key, never silently dropped), other bytes replaced by U+FFFD.
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get(name)
-        .and_then(|v| v.to_str().ok())
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .filter(|v| !v.is_empty())
-        .map(str::to_owned)
 }
 
 impl CallMeta {
@@ -106,6 +107,21 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+
+    /// An option header in UTF-8 beyond ASCII is read as sent, not dropped (a
+    /// retried idempotency key must still deduplicate).
+    #[test]
+    fn utf8_option_headers_are_read_as_sent() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            IDEMPOTENCY_KEY_HEADER,
+            http::HeaderValue::from_bytes("clé-日本".as_bytes()).unwrap(),
+        );
+        assert_eq!(
+            CallMeta::from_headers(&h).idempotency_key.as_deref(),
+            Some("clé-日本")
+        );
+    }
 
     #[test]
     fn mcp_meta_values_must_be_strings() {

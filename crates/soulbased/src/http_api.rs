@@ -10,9 +10,15 @@
 //! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (action `enable` / `disable` on each of the skill's tools) |
 //! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
 //! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool) |
+//! | `GET /api/config/schema` | the JSON Schema of `config.yaml` (unauthenticated) |
+//! | `GET /api/openapi.json` | the OpenAPI 3.1 document of these routes, `docs/openapi.json` (unauthenticated) |
 //! | `GET /healthz` / `GET /readyz` | liveness / readiness (503 while starting or draining) |
 //! | `GET /metrics` | Prometheus text format |
 //! | `/mcp` | MCP streamable HTTP (Origin validated; sessions bounded per tenant and in total, idle ones closed) |
+//!
+//! Every route but `/mcp` is one of [`ROUTES`], which `docs/openapi.json` describes
+//! (a test holds the two to each other and fuzzes a running server against the
+//! document).
 //!
 //! Invocations, preflights and the tool list go through the one stack
 //! ([`soulbase_edge::Stack`]), like every surface's. `X-Soulbase-Skill: NAME` makes
@@ -42,7 +48,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{MethodRouter, get, patch, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use soulbase_auth::{Action, AuthzRequest};
@@ -215,6 +221,85 @@ async fn body_limit(State(limits): State<BodyLimits>, request: Request, next: Ne
     response
 }
 
+/// A route's path parameter, percent-decoded. Bytes that do not decode to UTF-8
+/// read as U+FFFD, so such a parameter names nothing and is answered like any
+/// other unknown or malformed one: in the JSON envelope (an invoke's in its
+/// `CallResult`), never with axum's plain-text rejection.
+pub(crate) struct Param(pub(crate) String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Param {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        use axum::extract::path::ErrorKind;
+        use axum::extract::rejection::PathRejection;
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(Param(p)),
+            Err(PathRejection::FailedToDeserializePathParams(e))
+                if matches!(e.kind(), ErrorKind::InvalidUtf8InPathParam { .. }) =>
+            {
+                Ok(Param(lossy_param(parts)))
+            }
+            Err(e) => {
+                let code = if e.status().is_server_error() {
+                    ErrorCode::UnknownInternal
+                } else {
+                    ErrorCode::SchemaValidationFailed
+                };
+                Err(error_response_with(
+                    e.status(),
+                    &SoulError::new(code, e.body_text()).with_field("field", "path"),
+                ))
+            }
+        }
+    }
+}
+
+/// The request's path parameter that is not UTF-8 once percent-decoded (the
+/// routes' own segments are ASCII, so the first such segment is it), with U+FFFD
+/// for what is not UTF-8.
+fn lossy_param(parts: &http::request::Parts) -> String {
+    let hex = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let decode = |raw: &str| {
+        let bytes = raw.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let pair = (bytes.get(i + 1).copied().and_then(hex))
+                .zip(bytes.get(i + 2).copied().and_then(hex));
+            match (bytes[i], pair) {
+                (b'%', Some((high, low))) => {
+                    out.push(high << 4 | low);
+                    i += 3;
+                }
+                (b, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        out
+    };
+    parts
+        .uri
+        .path()
+        .split('/')
+        .map(decode)
+        .find(|bytes| std::str::from_utf8(bytes).is_err())
+        .map_or_else(
+            || "\u{FFFD}".to_owned(),
+            |bytes| String::from_utf8_lossy(&bytes).into_owned(),
+        )
+}
+
 pub(crate) async fn subject(app: &App, headers: &HeaderMap) -> Result<Subject, SoulError> {
     app.auth.resolve(headers).await.inspect_err(|e| {
         app.metrics.refused(Surface::Http, e.code());
@@ -327,7 +412,7 @@ async fn call_request(
 
 async fn preflight(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    Param(id): Param,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -350,7 +435,7 @@ async fn preflight(
 
 async fn invoke(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    Param(id): Param,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -567,7 +652,7 @@ struct SkillPatch {
 /// leaves every view from the next request on.
 async fn patch_skill(
     State(app): State<Arc<App>>,
-    Path(name): Path<String>,
+    Param(name): Param,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -623,7 +708,7 @@ fn no_evidence() -> SoulError {
 /// rebuilds from them; needs action `read_evidence` on the call's tool.
 async fn read_evidence(
     State(app): State<Arc<App>>,
-    Path(call_id): Path<String>,
+    Param(call_id): Param,
     headers: HeaderMap,
 ) -> Response {
     match evidence_json(&app, &call_id, &headers).await {
@@ -745,6 +830,107 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         app.metrics.render(),
     )
         .into_response()
+}
+
+/// The OpenAPI 3.1 document of the HTTP API, as committed.
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+/// `GET /api/openapi.json`: the OpenAPI document of these routes. It holds no
+/// configuration, so it is served to anyone who can reach the port, like
+/// `/healthz`.
+async fn openapi() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
+        .into_response()
+}
+
+/// One route of the HTTP API (every route but `/mcp`).
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The method it serves.
+    pub method: Method,
+    /// Its path, with `{param}` segments as axum and OpenAPI write them.
+    pub path: &'static str,
+    /// Served by every process; otherwise only by one with the `tools` role.
+    pub every_role: bool,
+}
+
+impl Route {
+    /// A route of the `tools` role only.
+    const fn tools(method: Method, path: &'static str) -> Route {
+        Route {
+            method,
+            path,
+            every_role: false,
+        }
+    }
+
+    /// A route every process serves (operations).
+    const fn always(method: Method, path: &'static str) -> Route {
+        Route {
+            method,
+            path,
+            every_role: true,
+        }
+    }
+}
+
+/// Every route of the HTTP API but `/mcp`: the router is built from this table,
+/// and `docs/openapi.json` describes exactly these (checked by tests).
+pub const ROUTES: &[Route] = &[
+    Route::tools(Method::GET, "/api/tools"),
+    Route::tools(Method::POST, "/api/tools/{id}/preflight"),
+    Route::tools(Method::POST, "/api/tools/{id}/invoke"),
+    Route::tools(Method::GET, "/api/skills"),
+    Route::tools(Method::GET, "/api/skills/{name}"),
+    Route::tools(Method::PATCH, "/api/skills/{name}"),
+    Route::tools(Method::GET, "/api/model/tools"),
+    Route::tools(Method::POST, "/api/model/tool_calls"),
+    Route::tools(Method::GET, "/api/model/prompt"),
+    Route::always(Method::POST, "/api/reload"),
+    Route::always(Method::GET, "/api/config/schema"),
+    Route::always(Method::GET, "/api/openapi.json"),
+    Route::tools(Method::GET, "/api/evidence/{call_id}"),
+    Route::always(Method::GET, "/healthz"),
+    Route::always(Method::GET, "/readyz"),
+    Route::always(Method::GET, "/metrics"),
+];
+
+/// The handler of `route` in this module; `None` for the model-facing routes,
+/// which [`crate::model_api::routes`] serves.
+fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
+    Some(match (route.method.as_str(), route.path) {
+        ("GET", "/api/tools") => get(list_tools),
+        ("POST", "/api/tools/{id}/preflight") => post(preflight),
+        ("POST", "/api/tools/{id}/invoke") => post(invoke),
+        ("GET", "/api/skills") => get(list_skills),
+        ("PATCH", "/api/skills/{name}") => patch(patch_skill),
+        ("POST", "/api/reload") => post(reload),
+        ("GET", "/api/config/schema") => get(config_schema),
+        ("GET", "/api/openapi.json") => get(openapi),
+        ("GET", "/api/evidence/{call_id}") => get(read_evidence),
+        ("GET", "/healthz") => get(healthz),
+        ("GET", "/readyz") => get(readyz),
+        ("GET", "/metrics") => get(metrics),
+        _ => return None,
+    })
+}
+
+/// The routes of [`ROUTES`] a process with (or without) the `tools` role serves.
+fn api_routes(tools_role: bool) -> Router<Arc<App>> {
+    let mut router = Router::new();
+    for route in ROUTES.iter().filter(|r| tools_role || r.every_role) {
+        if let Some(endpoint) = endpoint(route) {
+            router = router.route(route.path, endpoint);
+        }
+    }
+    if tools_role {
+        router = router.merge(crate::model_api::routes());
+    }
+    router
 }
 
 /// What the `/mcp` gate needs.
@@ -900,8 +1086,10 @@ pub type McpService = soulbase_mcp::transport::StreamableHttpService<
     soulbase_mcp::transport::LocalSessionManager,
 >;
 
-/// The whole HTTP router, with `mcp` mounted at `/mcp`. Without the `tools` role only
-/// `/api/reload`, `/healthz`, `/readyz` and `/metrics` are served. Every route
+/// The whole HTTP router: [`ROUTES`], with `mcp` mounted at `/mcp`. Without the
+/// `tools` role only the operations routes are served (`/api/reload`,
+/// `/api/config/schema`, `/api/openapi.json`, `/healthz`, `/readyz`, `/metrics`).
+/// Every route
 /// takes bodies up to `server.max_body_bytes`, arriving within
 /// `server.body_read_timeout_ms` (both read at start-up).
 pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
@@ -926,12 +1114,7 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         // A role-only process (auth, qos, sandbox, evidence) answers other
         // processes over gRPC; its HTTP side is operations only.
         return limit(
-            Router::new()
-                .route("/api/reload", post(reload))
-                .route("/api/config/schema", get(config_schema))
-                .route("/healthz", get(healthz))
-                .route("/readyz", get(readyz))
-                .route("/metrics", get(metrics))
+            api_routes(false)
                 .fallback(no_route)
                 .method_not_allowed_fallback(wrong_method)
                 .with_state(app),
@@ -945,22 +1128,93 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
     let mcp_routes = Router::new()
         .route_service("/mcp", mcp.service)
         .layer(middleware::from_fn_with_state(gate, mcp_gate));
-    let all = Router::new()
-        .route("/api/tools", get(list_tools))
-        .route("/api/tools/{id}/preflight", post(preflight))
-        .route("/api/tools/{id}/invoke", post(invoke))
-        .route("/api/skills", get(list_skills))
-        .route("/api/skills/{name}", patch(patch_skill))
-        .merge(crate::model_api::routes())
-        .route("/api/reload", post(reload))
-        .route("/api/config/schema", get(config_schema))
-        .route("/api/evidence/{call_id}", get(read_evidence))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let all = api_routes(true)
         .with_state(app)
         .merge(mcp_routes)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method);
     limit(all)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// Whether `router` already serves `method` on `path`: adding it again
+    /// overlaps, which axum refuses (by panicking).
+    fn serves(router: Router<Arc<App>>, method: &Method, path: &str) -> bool {
+        let filter = axum::routing::MethodFilter::try_from(method.clone()).unwrap();
+        let probe = Router::new().route(path, axum::routing::on(filter, || async {}));
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| router.merge(probe))).is_err()
+    }
+
+    /// The paths `router` routes, as its `Debug` output names them (its
+    /// `path_router`, before its fallback's).
+    fn paths_of(router: &Router<Arc<App>>) -> std::collections::BTreeSet<String> {
+        let debug = format!("{router:?}");
+        let (routes, fallback) = debug.split_once("fallback_router").unwrap();
+        assert!(routes.contains("path_router"), "{debug}");
+        assert!(!fallback.is_empty());
+        routes
+            .split('"')
+            .filter(|s| s.starts_with('/'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Every route of the table is served, by this module or by the model-facing
+    /// routes, and those serve nothing the table does not list: the table is the
+    /// router.
+    #[test]
+    fn the_route_table_is_what_the_router_serves() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in ROUTES {
+            assert!(
+                seen.insert((r.method.as_str(), r.path)),
+                "{} {} twice",
+                r.method,
+                r.path
+            );
+        }
+        let model: Vec<&Route> = ROUTES.iter().filter(|r| endpoint(r).is_none()).collect();
+        for r in &model {
+            assert!(
+                serves(crate::model_api::routes(), &r.method, r.path),
+                "{} {} is served by nothing",
+                r.method,
+                r.path
+            );
+            assert!(!r.every_role, "{} is served by the tools role only", r.path);
+        }
+        let model_paths: std::collections::BTreeSet<String> =
+            model.iter().map(|r| r.path.to_owned()).collect();
+        assert_eq!(paths_of(&crate::model_api::routes()), model_paths);
+        // Nothing else of the model-facing routes' methods on those paths.
+        for path in &model_paths {
+            for method in [
+                Method::GET,
+                Method::POST,
+                Method::PUT,
+                Method::PATCH,
+                Method::DELETE,
+            ] {
+                let listed = model
+                    .iter()
+                    .any(|r| r.path == path.as_str() && r.method == method);
+                assert_eq!(
+                    serves(crate::model_api::routes(), &method, path),
+                    listed,
+                    "{method} {path}"
+                );
+            }
+        }
+    }
+
+    /// The served document is the committed one, and it is JSON.
+    #[test]
+    fn the_openapi_document_is_json() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        assert_eq!(doc["openapi"], "3.1.0");
+    }
 }

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
@@ -26,7 +26,7 @@ use soulbase_tools::registry::AvailableSpec;
 use soulbase_types::Subject;
 
 use crate::app::App;
-use crate::http_api::{error_response, json_response, subject};
+use crate::http_api::{Param, error_response, json_response, subject};
 
 /// The most iterations a prompt may state.
 const MAX_ITERATIONS: u32 = 100;
@@ -197,7 +197,7 @@ async fn model_prompt(
 
 async fn skill_info(
     State(app): State<Arc<App>>,
-    Path(name): Path<String>,
+    Param(name): Param,
     headers: HeaderMap,
 ) -> Response {
     let (_, _, available) = match caller(&app, &headers).await {
