@@ -1,13 +1,15 @@
 //! `cargo xtask`: Soulbase's project tasks.
 //!
 //! - `codegen [--check]` — regenerate `crates/soulbase-proto/src/gen` from `proto/`
-//!   with protox (pure Rust, no system `protoc`); `--check` fails when it is stale.
+//!   with protox (pure Rust, no system `protoc`) and the configuration reference
+//!   (`docs/configuration.md`, `docs/config.schema.json`); `--check` fails when stale.
 //! - `migrate [--database-url URL]` — apply `migrations/postgres` (or `migrations/sqlite`
 //!   for a `sqlite:` URL) to `DATABASE_URL`.
 //! - `test [ARGS…]` — fmt check, clippy `-D warnings`, codegen check, then the whole test
-//!   suite with Postgres and Redis provisioned (see [`services`]) and the deploy scan's
-//!   Python tools installed (`.ci/python-tools`, cached) unless `SOULBASE_PYTHON_TOOLS`
-//!   names them.
+//!   suite with Postgres and Redis provisioned (see [`services`]), the Python tools
+//!   and clients installed (`.ci/python-tools`, cached) unless `SOULBASE_PYTHON_TOOLS`
+//!   names them, and Node 22 with the MCP conformance suite (`.ci/node-tools`,
+//!   cached) unless `SOULBASE_NODE_TOOLS` names them.
 //! - `fixtures` — rebuild the sandbox test fixtures (`fixtures/wasm/*.wat` → `.wasm`).
 //! - `bench [ARGS…]` — benchmarks, with the same services provisioned.
 //! - `services -- CMD…` — run any command with the services provisioned.
@@ -106,10 +108,12 @@ fn test(extra: &[String]) -> Result<()> {
     )?;
     codegen::run(true)?;
     let python_tools = python_tools()?;
+    let node_tools = node_tools()?;
     let services = services::Services::provision()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(extra);
     cmd.env("SOULBASE_PYTHON_TOOLS", python_tools);
+    cmd.env("SOULBASE_NODE_TOOLS", node_tools);
     services.apply(&mut cmd);
     let outcome = run_cmd("cargo test", &mut cmd);
     drop(services);
@@ -121,23 +125,44 @@ fn test(extra: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The directory holding the deploy scan's Python tools (kubernetes-validate,
-/// checkov): `SOULBASE_PYTHON_TOOLS` when set, else the virtualenv `.ci/python-tools`
-/// installs them into (once; later runs reuse it).
+/// The directory holding the Python tools and clients the tests use (the deploy
+/// scan's, the MCP SDK, grpcio, schemathesis): `SOULBASE_PYTHON_TOOLS` when set,
+/// else the virtualenv `.ci/python-tools` installs them into (once; later runs
+/// reuse it).
 fn python_tools() -> Result<String> {
-    if let Ok(dir) = std::env::var("SOULBASE_PYTHON_TOOLS") {
+    tool_dir(
+        "SOULBASE_PYTHON_TOOLS",
+        ".ci/python-tools",
+        "the Python tools and clients the tests use",
+        "python3 with venv and pip, and PyPI",
+    )
+}
+
+/// The directory holding Node 22 and the MCP conformance suite:
+/// `SOULBASE_NODE_TOOLS` when set, else what `.ci/node-tools` installs from the
+/// npm registry (once; later runs reuse it).
+fn node_tools() -> Result<String> {
+    tool_dir(
+        "SOULBASE_NODE_TOOLS",
+        ".ci/node-tools",
+        "Node 22 and the MCP conformance suite",
+        "npm (any Node version) and the npm registry",
+    )
+}
+
+/// `var` when set, else the directory the installer `script` prints.
+fn tool_dir(var: &str, script: &str, what: &str, needs: &str) -> Result<String> {
+    if let Ok(dir) = std::env::var(var) {
         return Ok(dir);
     }
-    eprintln!("xtask: ▶ .ci/python-tools (the Python tools and clients the tests use)");
-    let out = Command::new(root().join(".ci/python-tools"))
+    eprintln!("xtask: ▶ {script} ({what})");
+    let out = Command::new(root().join(script))
         .stderr(std::process::Stdio::inherit())
         .output()
-        .map_err(|e| {
-            format!(".ci/python-tools could not run: {e}; it needs python3 with venv and pip")
-        })?;
+        .map_err(|e| format!("{script} could not run: {e}; it needs {needs}"))?;
     if !out.status.success() {
         return Err(format!(
-            ".ci/python-tools failed ({}); it needs python3 with venv and pip, and PyPI",
+            "{script} failed ({}); it needs {needs}",
             out.status
         ));
     }
