@@ -6,8 +6,8 @@
 //! authorizer (Cedar when `auth.cedar` is set, else the static rules), quota
 //! (`quota.backend`: in-process `LocalQuota` or the shared `RedisQuota`, both
 //! following reloads), consent (HMAC), profiles (Grant ∩ Manifest ∩ PolicyConfig,
-//! `IntersectingProfiles::from_config` over `sandbox`), sandbox (`LocalSandbox`:
-//! builtin executor with the example skills' handlers, plus the HTTP, WASM and
+//! `IntersectingProfiles::follow` over `sandbox`, following reloads), sandbox
+//! (`LocalSandbox`: builtin executor with the example skills' handlers, plus the HTTP, WASM and
 //! process executors), evidence (the durable spool sink draining into SQLite or
 //! Postgres, [`crate::evidence`]), idempotency (SQL, same database), registry state
 //! (restored at start; every change made for a caller committed there first
@@ -173,6 +173,7 @@ impl App {
         loader: ConfigLoader,
         options: Options,
     ) -> Result<(Arc<App>, EvidenceFlush), SoulError> {
+        let loader = loader.with_check(sandbox_check);
         let snapshot = loader.load().map_err(|e| {
             SoulError::new(ErrorCode::ConfigInvalid, "the configuration is invalid")
                 .with_note(e.to_string())
@@ -331,7 +332,8 @@ impl App {
                  every credential, so configure them there"
             );
         }
-        let profiles = Arc::new(IntersectingProfiles::from_config(&cfg.sandbox)?);
+        // Follows reloads: grants and ceiling are read again on the next call.
+        let profiles = Arc::new(IntersectingProfiles::follow(config.clone())?);
         let local_sandbox = Arc::new(sandbox(cfg, executor, executes_here)?);
         let sandbox: Arc<dyn Sandbox> = match &remote_sandbox {
             Some(r) => Arc::new(r.clone()),
@@ -468,6 +470,7 @@ impl App {
     /// What a long-running process (the server, an MCP stdio session) starts once.
     pub fn follow_config(self: &Arc<Self>, loader: ConfigLoader) -> soulbase_config::ConfigWatcher {
         let poll = Duration::from_millis(self.config.current().config().skills.poll_interval_ms);
+        let loader = loader.with_check(sandbox_check);
         let watcher = soulbase_config::watch(self.config.clone(), loader, poll);
         let mut status = self.config.subscribe();
         let follower = self.clone();
@@ -481,7 +484,8 @@ impl App {
         watcher
     }
 
-    /// Re-reads the configuration now and applies it when valid.
+    /// Re-reads the configuration now and applies it when valid (the loader's
+    /// checks include [`sandbox_check`]).
     pub fn reload(&self) -> ReloadStatus {
         let status = self.config.reload(&self.loader);
         self.apply_current();
@@ -547,6 +551,26 @@ fn sandbox(
         )
         .with_field("field", "sandbox.wasm_module_root")
         .with_note(e.to_string())),
+    }
+}
+
+/// The check every load of the configuration gets ([`soulbase_config::ConfigLoader::with_check`]):
+/// the sandbox grants, default grant and ceiling must compile into profiles — a
+/// capability the profiles would refuse rejects the snapshot at start-up, in the
+/// file watcher and on an explicit reload, naming its field
+/// (`sandbox.grants[0].capabilities[1].hosts[0]`).
+pub fn sandbox_check(cfg: &soulbase_config::Config) -> Vec<(String, String)> {
+    match IntersectingProfiles::from_config(&cfg.sandbox) {
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            let path = e.field("field").unwrap_or("sandbox").to_owned();
+            let causes = e.audit().causes.join("; ");
+            let message = causes
+                .strip_prefix(&format!("{path}: "))
+                .unwrap_or(&causes)
+                .to_owned();
+            vec![(path, message)]
+        }
     }
 }
 
@@ -652,8 +676,8 @@ fn start_skills(
         tracing::warn!(dir = %dir.display(), "no skills directory: serving without skills");
         return Ok(None);
     }
-    let options =
-        CatalogOptions::from_config(&cfg.skills).http_env_allow(cfg.sandbox.http_env_allow.clone());
+    // The same options `soulbase skills check` validates with.
+    let options = CatalogOptions::for_config(cfg);
     let (catalog, _report) = SkillCatalog::open(registry.clone(), options).map_err(|e| {
         SoulError::new(
             ErrorCode::ConfigInvalid,

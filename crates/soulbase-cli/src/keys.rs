@@ -25,6 +25,7 @@ pub struct KeysArgs {
 enum KeysCommand {
     /// Mint an API key: prints the key once, and the auth.api_keys entry to paste
     /// into config.yaml (it holds only the key's SHA-256).
+    #[command(visible_alias = "create")]
     New(NewKeyArgs),
 }
 

@@ -97,10 +97,11 @@ fn json_prints_the_key_and_the_entry() {
         (entry.tenant.as_str(), entry.actor.as_str()),
         ("true", "123")
     );
-    // Ids that YAML would read as a boolean and a number stay strings.
+    // Ids that YAML would read as a boolean and a number stay strings (and
+    // `keys create` is `keys new`).
     let text = soulbase(
         &[
-            "keys", "new", "--id", "k2", "--tenant", "true", "--actor", "123",
+            "keys", "create", "--id", "k2", "--tenant", "true", "--actor", "123",
         ],
         &[],
     );

@@ -54,6 +54,7 @@ impl fmt::Display for Source {
 /// overriding the file across reloads.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigLoader {
+    checks: Vec<ConfigCheck>,
     preset: Option<(&'static str, &'static str)>,
     file: Option<PathBuf>,
     file_required: bool,
@@ -61,7 +62,33 @@ pub struct ConfigLoader {
     flags: Vec<(String, String, String)>,
 }
 
+/// A check a layer above adds to every load (e.g. that the sandbox grants compile,
+/// which this crate cannot judge): `(field path, problem)` for each problem.
+#[derive(Clone)]
+pub struct ConfigCheck(std::sync::Arc<CheckFn>);
+
+/// The function of a [`ConfigCheck`].
+type CheckFn = dyn Fn(&Config) -> Vec<(String, String)> + Send + Sync;
+
+impl fmt::Debug for ConfigCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConfigCheck")
+    }
+}
+
 impl ConfigLoader {
+    /// Adds `check` to every load, after the model's own validation: a snapshot
+    /// it finds problems in is refused like any invalid file — at start-up, by the
+    /// watcher and by an explicit reload alike — each problem naming its field and
+    /// the layer that set it.
+    pub fn with_check(
+        mut self,
+        check: impl Fn(&Config) -> Vec<(String, String)> + Send + Sync + 'static,
+    ) -> Self {
+        self.checks.push(ConfigCheck(std::sync::Arc::new(check)));
+        self
+    }
+
     /// A loader with no file, no environment and no flags: defaults only.
     pub fn new() -> Self {
         Self::default()
@@ -229,6 +256,7 @@ impl ConfigLoader {
         problems = config
             .validate()
             .into_iter()
+            .chain(self.checks.iter().flat_map(|c| (c.0)(&config)))
             .map(|(path, message)| ConfigProblem {
                 source: source_of(&provenance, &path).to_string(),
                 path,

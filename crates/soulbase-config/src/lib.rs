@@ -22,7 +22,7 @@ pub mod reference;
 mod snapshot;
 mod watcher;
 
-pub use layers::{ConfigLoader, DEV_PRESET, Source, read_secret_file};
+pub use layers::{ConfigCheck, ConfigLoader, DEV_PRESET, Source, read_secret_file};
 pub use model::DevIdentity;
 pub use model::POLICY_ACTIONS;
 pub use model::RemoteRoles;

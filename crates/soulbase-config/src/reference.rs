@@ -11,14 +11,20 @@ use crate::Config;
 use crate::layers::is_under;
 
 /// The keys an accepted reload applies to the next call: the policy, credentials and
-/// Cedar policies, quota limits and budgets, skill subscriptions. Every other key is
-/// read at start-up and takes effect after a restart.
+/// Cedar policies, quota limits and budgets, skill subscriptions, the sandbox grants
+/// and ceiling (a call already running keeps the profile it started with). Every
+/// other key is read at start-up and takes effect after a restart — among them the
+/// executors' settings (`sandbox.process_*`, `sandbox.wasm_*`, `sandbox.http_*`,
+/// `sandbox.scratch_dir`), which configure executors built once.
 pub const LIVE_KEYS: &[&str] = &[
     "policy",
     "auth",
     "quota.limits",
     "quota.budgets",
     "skills.subscriptions",
+    "sandbox.ceiling",
+    "sandbox.default_grant",
+    "sandbox.grants",
 ];
 
 /// Whether a reload applies the key at dotted `path` without a restart.

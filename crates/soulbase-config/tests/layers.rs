@@ -389,3 +389,26 @@ fn the_dev_preset_sits_between_the_defaults_and_the_file() {
         .unwrap_err();
     assert!(err.to_string().contains("preset --dev"), "{err}");
 }
+
+#[test]
+fn a_check_from_a_layer_above_refuses_a_load_naming_the_field_and_its_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "data_dir: /forbidden\n");
+    let loader = ConfigLoader::new().with_file(&path).with_check(|c| {
+        if c.data_dir.starts_with("/forbidden") {
+            vec![("data_dir".into(), "is forbidden here".into())]
+        } else {
+            Vec::new()
+        }
+    });
+    let err = loader.load().unwrap_err();
+    assert_eq!(err.problems.len(), 1);
+    assert_eq!(err.problems[0].path, "data_dir");
+    assert!(err.problems[0].source.ends_with("config.yaml"), "{err}");
+    assert!(
+        ConfigLoader::new()
+            .with_check(|_| Vec::new())
+            .load()
+            .is_ok()
+    );
+}

@@ -1,11 +1,11 @@
 //! Capability profiles: what one call may do, and the seam that builds them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use soulbase_config::SandboxConfig;
+use soulbase_config::{ConfigHandle, SandboxConfig};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::TenantId;
 
@@ -96,62 +96,60 @@ impl ProfileBuilder for DeclaredProfiles {
 /// - **PolicyConfig**: the deployment-wide ceiling; `None` means the deployment adds
 ///   no restriction of its own.
 ///
-/// Profiles are cached per (tenant, manifest digest); changing a grant clears the cache.
+/// Built from a followed configuration ([`IntersectingProfiles::follow`]), the grants
+/// and the ceiling are those of the handle's current snapshot, recompiled on the first
+/// call after a reload: new calls see the new view at once, while a call already
+/// holding its [`Profile`] finishes under it.
+///
+/// Profiles are cached per (tenant, manifest digest) within one view; changing a grant
+/// or following a reload starts an empty cache.
 pub struct IntersectingProfiles {
+    view: RwLock<Arc<View>>,
+    handle: Option<ConfigHandle>,
+    reload: Mutex<()>,
+}
+
+/// One compiled set of grants and ceiling, with the profiles computed under it.
+struct View {
+    /// The hash of the configuration snapshot compiled (`None`: not from a handle).
+    config_hash: Option<String>,
     policy: Option<Vec<Capability>>,
     default_grant: Option<Vec<Capability>>,
-    grants: RwLock<HashMap<TenantId, Option<Vec<Capability>>>>,
+    grants: HashMap<TenantId, Option<Vec<Capability>>>,
     cache: RwLock<HashMap<(TenantId, String), Arc<Profile>>>,
 }
 
-impl IntersectingProfiles {
-    /// A builder under the policy ceiling `policy` (`None`: no ceiling). Tenants have
-    /// no grant until one is given, so every profile starts empty.
-    pub fn new(policy: Option<Vec<Capability>>) -> Self {
+impl View {
+    fn new(policy: Option<Vec<Capability>>) -> Self {
         Self {
+            config_hash: None,
             policy,
             default_grant: Some(Vec::new()),
-            grants: RwLock::new(HashMap::new()),
+            grants: HashMap::new(),
             cache: RwLock::new(HashMap::new()),
         }
     }
 
-    /// Sets the grant of tenants without their own (`None`: unrestricted, so the
-    /// manifest and the policy alone decide).
-    pub fn default_grant(mut self, grant: Option<Vec<Capability>>) -> Self {
-        self.default_grant = grant;
-        self
-    }
-
-    /// Sets (or replaces) `tenant`'s grant (`None`: unrestricted for this tenant).
-    pub fn grant(&self, tenant: TenantId, grant: Option<Vec<Capability>>) {
-        if let Ok(mut g) = self.grants.write() {
-            g.insert(tenant, grant);
-        }
-        if let Ok(mut c) = self.cache.write() {
-            c.clear();
+    /// The same grants and ceiling, with an empty cache.
+    fn fresh(&self) -> Self {
+        Self {
+            config_hash: self.config_hash.clone(),
+            policy: self.policy.clone(),
+            default_grant: self.default_grant.clone(),
+            grants: self.grants.clone(),
+            cache: RwLock::new(HashMap::new()),
         }
     }
 
-    /// Removes `tenant`'s own grant, so the default applies again.
-    pub fn revoke(&self, tenant: &TenantId) {
-        if let Ok(mut g) = self.grants.write() {
-            g.remove(tenant);
-        }
-        if let Ok(mut c) = self.cache.write() {
-            c.clear();
-        }
-    }
-
-    /// Builds the profiles of a deployment from its `sandbox` config section: the
-    /// ceiling, the default grant and the per-tenant grants. Every capability is
-    /// parsed and validated; a problem is `CONFIG.INVALID` naming the field
-    /// (e.g. `sandbox.grants[1].capabilities[0].hosts[2]`).
-    pub fn from_config(config: &SandboxConfig) -> Result<Self, SoulError> {
-        let ceiling = parse_capabilities(config.ceiling.as_deref(), "sandbox.ceiling")?;
-        let default_grant =
+    /// Compiles a `sandbox` section; a problem is `CONFIG.INVALID` naming the field.
+    fn compile(config: &SandboxConfig, config_hash: Option<String>) -> Result<Self, SoulError> {
+        let mut view = Self::new(parse_capabilities(
+            config.ceiling.as_deref(),
+            "sandbox.ceiling",
+        )?);
+        view.config_hash = config_hash;
+        view.default_grant =
             parse_capabilities(config.default_grant.as_deref(), "sandbox.default_grant")?;
-        let builder = Self::new(ceiling).default_grant(default_grant);
         for (i, g) in config.grants.iter().enumerate() {
             let tenant = TenantId::new(g.tenant.as_str()).map_err(|e| {
                 SoulError::of(ErrorCode::ConfigInvalid)
@@ -162,18 +160,16 @@ impl IntersectingProfiles {
                 g.capabilities.as_deref(),
                 &format!("sandbox.grants[{i}].capabilities"),
             )?;
-            builder.grant(tenant, caps);
+            view.grants.insert(tenant, caps);
         }
-        Ok(builder)
+        Ok(view)
     }
 
-    /// Computes the intersection without the cache.
-    pub fn compute(&self, tenant: &TenantId, declared: &[Capability]) -> Profile {
+    fn compute(&self, tenant: &TenantId, declared: &[Capability]) -> Profile {
         let grant = self
             .grants
-            .read()
-            .ok()
-            .and_then(|g| g.get(tenant).cloned())
+            .get(tenant)
+            .cloned()
             .unwrap_or_else(|| self.default_grant.clone());
         let mut caps = declared.to_vec();
         if let Some(g) = grant {
@@ -183,6 +179,137 @@ impl IntersectingProfiles {
             caps = intersect(&caps, p);
         }
         Profile::new(caps)
+    }
+
+    fn build(
+        &self,
+        tenant: &TenantId,
+        manifest_digest: &str,
+        declared: &[Capability],
+    ) -> Arc<Profile> {
+        let key = (tenant.clone(), manifest_digest.to_owned());
+        if let Ok(cache) = self.cache.read()
+            && let Some(p) = cache.get(&key)
+        {
+            return p.clone();
+        }
+        let profile = Arc::new(self.compute(tenant, declared));
+        if let Ok(mut cache) = self.cache.write() {
+            cache.insert(key, profile.clone());
+        }
+        profile
+    }
+}
+
+impl IntersectingProfiles {
+    /// A builder under the policy ceiling `policy` (`None`: no ceiling). Tenants have
+    /// no grant until one is given, so every profile starts empty.
+    pub fn new(policy: Option<Vec<Capability>>) -> Self {
+        Self::of(View::new(policy), None)
+    }
+
+    fn of(view: View, handle: Option<ConfigHandle>) -> Self {
+        Self {
+            view: RwLock::new(Arc::new(view)),
+            handle,
+            reload: Mutex::new(()),
+        }
+    }
+
+    /// Sets the grant of tenants without their own (`None`: unrestricted, so the
+    /// manifest and the policy alone decide).
+    pub fn default_grant(self, grant: Option<Vec<Capability>>) -> Self {
+        self.change(|v| v.default_grant = grant);
+        self
+    }
+
+    /// Sets (or replaces) `tenant`'s grant (`None`: unrestricted for this tenant).
+    /// On a builder following a configuration, the next accepted reload replaces it
+    /// with the configured grants.
+    pub fn grant(&self, tenant: TenantId, grant: Option<Vec<Capability>>) {
+        self.change(|v| {
+            v.grants.insert(tenant, grant);
+        });
+    }
+
+    /// Removes `tenant`'s own grant, so the default applies again.
+    pub fn revoke(&self, tenant: &TenantId) {
+        self.change(|v| {
+            v.grants.remove(tenant);
+        });
+    }
+
+    /// Replaces the view with a changed copy (empty cache).
+    fn change(&self, f: impl FnOnce(&mut View)) {
+        let _guard = self.reload.lock();
+        let mut next = self.load().fresh();
+        f(&mut next);
+        if let Ok(mut v) = self.view.write() {
+            *v = Arc::new(next);
+        }
+    }
+
+    fn load(&self) -> Arc<View> {
+        match self.view.read() {
+            Ok(v) => v.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Builds the profiles of a deployment from its `sandbox` config section: the
+    /// ceiling, the default grant and the per-tenant grants. Every capability is
+    /// parsed and validated; a problem is `CONFIG.INVALID` naming the field
+    /// (e.g. `sandbox.grants[1].capabilities[0].hosts[2]`).
+    pub fn from_config(config: &SandboxConfig) -> Result<Self, SoulError> {
+        Ok(Self::of(View::compile(config, None)?, None))
+    }
+
+    /// Like [`from_config`](Self::from_config) over the `sandbox` section of
+    /// `handle`'s current snapshot, then following it: the first call after an
+    /// accepted reload recompiles the grants and the ceiling (one hash comparison per
+    /// call otherwise). A section that does not compile is refused here; after a
+    /// reload it is logged and the previous grants stay.
+    pub fn follow(handle: ConfigHandle) -> Result<Self, SoulError> {
+        let snap = handle.current();
+        let view = View::compile(&snap.config().sandbox, Some(snap.hash().to_owned()))?;
+        Ok(Self::of(view, Some(handle)))
+    }
+
+    /// The view in force, recompiled first if the followed configuration changed.
+    fn current(&self) -> Arc<View> {
+        let view = self.load();
+        let Some(handle) = &self.handle else {
+            return view;
+        };
+        let snap = handle.current();
+        if view.config_hash.as_deref() == Some(snap.hash()) {
+            return view;
+        }
+        let _guard = self.reload.lock();
+        let view = self.load();
+        if view.config_hash.as_deref() == Some(snap.hash()) {
+            return view;
+        }
+        let next = match View::compile(&snap.config().sandbox, Some(snap.hash().to_owned())) {
+            Ok(next) => next,
+            // Keep the previous grants (the server logs why: `App::apply_current`);
+            // stop retrying this snapshot.
+            Err(_) => {
+                let mut kept = view.fresh();
+                kept.config_hash = Some(snap.hash().to_owned());
+                kept
+            }
+        };
+        let next = Arc::new(next);
+        if let Ok(mut v) = self.view.write() {
+            *v = next.clone();
+        }
+        next
+    }
+
+    /// Computes the intersection without the cache.
+    pub fn compute(&self, tenant: &TenantId, declared: &[Capability]) -> Profile {
+        self.current().compute(tenant, declared)
     }
 }
 
@@ -220,17 +347,7 @@ impl ProfileBuilder for IntersectingProfiles {
         manifest_digest: &str,
         declared: &[Capability],
     ) -> Result<Arc<Profile>, SoulError> {
-        let key = (tenant.clone(), manifest_digest.to_owned());
-        if let Ok(cache) = self.cache.read()
-            && let Some(p) = cache.get(&key)
-        {
-            return Ok(p.clone());
-        }
-        let profile = Arc::new(self.compute(tenant, declared));
-        if let Ok(mut cache) = self.cache.write() {
-            cache.insert(key, profile.clone());
-        }
-        Ok(profile)
+        Ok(self.current().build(tenant, manifest_digest, declared))
     }
 }
 
@@ -358,5 +475,62 @@ mod tests {
         cfg.ceiling = Some(vec![json!({"kind": "gpu"})]);
         let e = IntersectingProfiles::from_config(&cfg).err().unwrap();
         assert_eq!(e.field("field"), Some("sandbox.ceiling[0]"));
+    }
+
+    #[test]
+    fn a_followed_configuration_applies_to_the_next_call() {
+        use serde_json::json;
+        use soulbase_config::{Config, ConfigSnapshot};
+        let snapshot = |grant: Option<serde_json::Value>, ceiling: Option<serde_json::Value>| {
+            let mut c = Config::default();
+            c.sandbox.ceiling = ceiling.map(|v| vec![v]);
+            c.sandbox.grants.push(soulbase_config::TenantGrant {
+                tenant: "acme".into(),
+                capabilities: Some(grant.into_iter().collect()),
+            });
+            ConfigSnapshot::new(c, vec!["test".into()])
+        };
+        let tmp = json!({"kind": "tmp", "max_bytes": 100});
+        let handle = ConfigHandle::new(snapshot(Some(tmp.clone()), None));
+        let b = IntersectingProfiles::follow(handle.clone()).unwrap();
+        let acme = TenantId::new("acme").unwrap();
+        let declared = [Capability::Tmp { max_bytes: 1000 }];
+        let before = b.build(&acme, "d", &declared).unwrap();
+        assert_eq!(before.capabilities(), &[Capability::Tmp { max_bytes: 100 }]);
+
+        // A reload removing the grant: the next build is empty, the profile a call
+        // already holds is unchanged.
+        handle.publish(snapshot(None, None));
+        assert!(
+            b.build(&acme, "d", &declared)
+                .unwrap()
+                .capabilities()
+                .is_empty()
+        );
+        assert_eq!(before.capabilities(), &[Capability::Tmp { max_bytes: 100 }]);
+
+        // Granted again under a ceiling: both apply at once, to `compute` as well.
+        handle.publish(snapshot(
+            Some(tmp),
+            Some(json!({"kind": "tmp", "max_bytes": 10})),
+        ));
+        assert_eq!(
+            b.build(&acme, "d", &declared).unwrap().capabilities(),
+            &[Capability::Tmp { max_bytes: 10 }]
+        );
+        assert_eq!(
+            b.compute(&acme, &declared).capabilities(),
+            &[Capability::Tmp { max_bytes: 10 }]
+        );
+
+        // A snapshot whose grants do not compile keeps the previous ones.
+        handle.publish(snapshot(
+            Some(json!({"kind": "net", "hosts": ["*.com"]})),
+            None,
+        ));
+        assert_eq!(
+            b.build(&acme, "d", &declared).unwrap().capabilities(),
+            &[Capability::Tmp { max_bytes: 10 }]
+        );
     }
 }
