@@ -1,8 +1,11 @@
 //! `soulbase skills …`: validate, list and inspect a skills directory.
 //!
-//! - `check [DIR]` — loads every skill and checks the cross-skill contracts; prints
-//!   one line per problem (`error: path:line: field: reason`) and exits 1 when any
-//!   is an error (for CI), 0 otherwise. `--format json` prints a JSON report.
+//! - `check [DIR]` — validates the directory exactly as the server loads it (the
+//!   same function, the same severities, the checks the configuration asks for,
+//!   such as `sandbox.http_env_allow`); prints one line per problem
+//!   (`error: path:line: field: reason`) and exits 1 when any is an error (for
+//!   CI; a file with an error is one the server does not load), 0 otherwise.
+//!   `--format json` prints a JSON report.
 //! - `list [DIR]` — name and short description of every valid skill.
 //! - `show NAME [--dir DIR]` — the skill's document, verbatim.
 //! - `export [DIR] [--skill NAME] [--format openai|anthropic] [--strict]` — the
@@ -21,7 +24,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use soulbase_skills::model::Date;
-use soulbase_skills::{CatalogOptions, SkillCatalog, SkillSet, check_dir_at};
+use soulbase_skills::{CatalogOptions, SkillCatalog, SkillSet, check_dir_with};
 use soulbase_tools::Registry;
 use soulbase_tools::discovery::{anthropic, openai};
 use soulbase_types::TenantId;
@@ -146,16 +149,38 @@ fn resolve_dir(args: &DirArgs, config: Option<&Path>) -> Result<PathBuf, String>
     if let Some(d) = &args.dir {
         return Ok(d.clone());
     }
+    Ok(shown_dir(&load_config(config)?.skills.dir))
+}
+
+/// The layered configuration (`config`, else `config.yaml` or `SOULBASE_CONFIG`,
+/// then the environment), as the server reads it.
+fn load_config(config: Option<&Path>) -> Result<soulbase_config::Config, String> {
     let mut loader = soulbase_config::ConfigLoader::from_process_env();
     if let Some(file) = config {
         loader = loader.with_file(file);
     }
     let snapshot = loader.load().map_err(|e| e.to_string())?;
-    let dir = &snapshot.config().skills.dir;
-    Ok(match dir.strip_prefix("./") {
+    Ok(snapshot.config().clone())
+}
+
+/// `./skills` shown as `skills`.
+fn shown_dir(dir: &Path) -> PathBuf {
+    match dir.strip_prefix("./") {
         Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
-        _ => dir.clone(),
-    })
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// The options the server would load the skills with (`CatalogOptions::for_config`
+/// of the same layered configuration), on `DIR` when given.
+fn check_options(args: &DirArgs, config: Option<&Path>) -> Result<CatalogOptions, String> {
+    let cfg = load_config(config)?;
+    let mut options = CatalogOptions::for_config(&cfg);
+    options.root = match &args.dir {
+        Some(d) => d.clone(),
+        None => shown_dir(&cfg.skills.dir),
+    };
+    Ok(options)
 }
 
 fn check(
@@ -165,12 +190,13 @@ fn check(
     deny_warnings: bool,
     today: Option<&str>,
 ) -> Result<ExitCode, String> {
-    let dir = resolve_dir(args, config)?;
+    let options = check_options(args, config)?;
+    let dir = options.root.clone();
     let today = match today {
         Some(t) => Date::parse(t).ok_or_else(|| format!("--today {t:?} is not YYYY-MM-DD"))?,
         None => Date::today(),
     };
-    let set = check_dir_at(&dir, today).map_err(|p| p.to_string())?;
+    let set = check_dir_with(&options, today).map_err(|p| p.to_string())?;
     let errors = set.problems().iter().filter(|p| p.is_error()).count();
     let warnings = set.problems().len() - errors;
     let failed = errors > 0 || (deny_warnings && warnings > 0);

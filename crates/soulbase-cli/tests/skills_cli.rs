@@ -208,3 +208,245 @@ fn the_directory_comes_from_config_yaml_or_skills_dir() {
     let o = soulbase(&["skills", "list"], work.path());
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// An adversarial skills directory at `root/skills`, one row per way a file can
+/// fail (or only warn), plus a program outside it (`root/escape.sh`). Returns the
+/// expected outcome: the skills that load, and the (file, severity) problems.
+fn adversarial(root: &Path) -> (Vec<&'static str>, Vec<(&'static str, &'static str)>) {
+    let d = root.join("skills");
+    let put = |rel: &str, text: &str| {
+        let p = d.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let echo = "provider: builtin\nhandler: soulbase.builtin.echo\n";
+    let pkg = |name: &str, front: &str| {
+        format!("---\nname: {name}\ndescription: skill {name}\n{front}---\n# {name}\n")
+    };
+    let tool = "      description: x\n      input_schema: {type: object}\n      output_schema: {type: object}\n";
+    let own =
+        "    description: x\n    input_schema: {type: object}\n    output_schema: {type: object}\n";
+    // Loads cleanly.
+    put(
+        "good.yaml",
+        &format!("name: good\ndescription: fine\n{echo}"),
+    );
+    // Bad YAML; an unknown descriptor field.
+    put("bad_yaml.yaml", "name: [unclosed\ndescription: x\n");
+    put(
+        "unknown_field.yaml",
+        &format!("name: unknown_field\ndescription: x\n{echo}colour: red\n"),
+    );
+    // A provider exporting pub_t (api 1.0) and keeping priv_t.
+    put(
+        "prov/SKILL.md",
+        &pkg(
+            "prov",
+            &format!(
+                "provider: {{type: builtin, handler: soulbase.builtin.echo}}\ntools:\n  - name: priv_t\n{own}exports:\n  api_version: \"1.0\"\n  tools:\n    - name: pub_t\n{tool}"
+            ),
+        ),
+    );
+    // Imports of an unexported tool; a min_version above the provider's.
+    put(
+        "grabby/SKILL.md",
+        &pkg("grabby", "imports:\n  - from: prov\n    tools: [priv_t]\n"),
+    );
+    put(
+        "too-new/SKILL.md",
+        &pkg(
+            "too-new",
+            "imports:\n  - from: prov\n    tools: [pub_t]\n    min_version: \"1.5\"\n",
+        ),
+    );
+    // Imports from a skill refused above.
+    put(
+        "chained/SKILL.md",
+        &pkg("chained", "imports:\n  - from: grabby\n    tools: [x]\n"),
+    );
+    // A descriptor beside the package of the same name.
+    put(
+        "clash.yaml",
+        &format!("name: clash\ndescription: x\n{echo}"),
+    );
+    put(
+        "clash/SKILL.md",
+        &pkg(
+            "clash",
+            &format!(
+                "provider: {{type: builtin, handler: soulbase.builtin.echo}}\ntools:\n  - name: t\n{own}"
+            ),
+        ),
+    );
+    // A header variable neither allowed nor set: a warning, the skill loads.
+    put(
+        "token.yaml",
+        "name: token\ndescription: x\nprovider: http\nendpoint: http://127.0.0.1:9/execute\nheaders:\n  Authorization: Bearer ${ADVERSARIAL_TOKEN}\n",
+    );
+    // A process command outside the package (and the root).
+    std::fs::write(root.join("escape.sh"), "#!/bin/sh\n").unwrap();
+    put(
+        "escape/SKILL.md",
+        &pkg(
+            "escape",
+            &format!(
+                "provider: {{type: process, command: ../../escape.sh}}\ntools:\n  - name: t\n{own}"
+            ),
+        ),
+    );
+    // An unknown front-matter field: kept, warned about.
+    put(
+        "extra/SKILL.md",
+        &pkg(
+            "extra",
+            &format!(
+                "colour: red\n{echo_pkg}",
+                echo_pkg = "provider: {type: builtin, handler: soulbase.builtin.echo}\n"
+            ),
+        ),
+    );
+    let loaded = vec!["extra", "good", "prov", "token"];
+    let problems = vec![
+        ("bad_yaml.yaml", "error"),
+        ("chained/SKILL.md", "error"),
+        ("clash.yaml", "error"),
+        ("clash/SKILL.md", "error"),
+        ("escape/SKILL.md", "error"),
+        ("extra/SKILL.md", "warning"),
+        ("grabby/SKILL.md", "error"),
+        ("token.yaml", "warning"),
+        ("too-new/SKILL.md", "error"),
+        ("unknown_field.yaml", "error"),
+    ];
+    (loaded, problems)
+}
+
+/// `path` relative to the skills directory, `/`-separated.
+fn under_skills(path: &str) -> String {
+    let p = path.replace('\\', "/");
+    match p.rfind("skills/") {
+        Some(i) => p[i + "skills/".len()..].to_owned(),
+        None => p,
+    }
+}
+
+/// The check's verdict: the skills it loads and the distinct (file, severity)
+/// problems, from `--format json`.
+fn cli_verdict(dir: &Path, args: &[&str]) -> (i32, Vec<String>, Vec<(String, String)>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_soulbase"))
+        .args(["skills", "check", "--format", "json"])
+        .args(args)
+        .current_dir(dir)
+        .env_remove("SKILLS_DIR")
+        .env_remove("SOULBASE_CONFIG")
+        .env_remove("ADVERSARIAL_TOKEN")
+        .env_remove("SEARCH_LOGS_TOKEN")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|_| panic!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr)));
+    let mut skills: Vec<String> = v["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    skills.sort();
+    let mut problems: Vec<(String, String)> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                under_skills(p["path"].as_str().unwrap()),
+                p["severity"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    problems.sort();
+    problems.dedup();
+    (o.status.code().unwrap(), skills, problems)
+}
+
+/// What the server's load path (`SkillCatalog::open` with
+/// `CatalogOptions::for_config`, as `soulbase-app` assembles it) loads from the
+/// configuration file `config` (the defaults when `None`) with `skills.dir` =
+/// `dir`.
+fn server_verdict(config: Option<&Path>, dir: &Path) -> (Vec<String>, Vec<(String, String)>) {
+    let mut loader = soulbase_config::ConfigLoader::new();
+    if let Some(file) = config {
+        loader = loader.with_file(file);
+    }
+    let snapshot = loader.load().unwrap();
+    let mut options = soulbase_skills::CatalogOptions::for_config(snapshot.config());
+    options.root = dir.to_path_buf();
+    let (catalog, report) =
+        soulbase_skills::SkillCatalog::open(soulbase_tools::Registry::new(), options).unwrap();
+    let skills: Vec<String> = catalog.current().skills().map(|s| s.name.clone()).collect();
+    let mut problems: Vec<(String, String)> = report
+        .problems
+        .iter()
+        .map(|p| {
+            let sev = if p.is_error() { "error" } else { "warning" };
+            (under_skills(&p.path.display().to_string()), sev.to_owned())
+        })
+        .collect();
+    problems.sort();
+    problems.dedup();
+    (skills, problems)
+}
+
+fn owned(loaded: &[&str], problems: &[(&str, &str)]) -> (Vec<String>, Vec<(String, String)>) {
+    (
+        loaded.iter().map(|s| (*s).to_owned()).collect(),
+        problems
+            .iter()
+            .map(|(f, s)| ((*f).to_owned(), (*s).to_owned()))
+            .collect(),
+    )
+}
+
+#[test]
+fn the_check_and_the_server_load_agree_on_an_adversarial_directory() {
+    let work = tempfile::tempdir().unwrap();
+    let (loaded, problems) = adversarial(work.path());
+    let expected = owned(&loaded, &problems);
+    // The default configuration (no config.yaml) and one allowing the variable.
+    let (code, cli_skills, cli_problems) = cli_verdict(work.path(), &["skills"]);
+    assert_eq!(code, 1);
+    let server = server_verdict(None, &work.path().join("skills"));
+    assert_eq!((cli_skills.clone(), cli_problems.clone()), server);
+    assert_eq!((cli_skills, cli_problems), expected);
+
+    std::fs::write(
+        work.path().join("config.yaml"),
+        "sandbox:\n  http_env_allow: [ADVERSARIAL_TOKEN]\n",
+    )
+    .unwrap();
+    let (code, cli_skills, cli_problems) = cli_verdict(work.path(), &["skills"]);
+    assert_eq!(code, 1);
+    let server = server_verdict(
+        Some(&work.path().join("config.yaml")),
+        &work.path().join("skills"),
+    );
+    assert_eq!((cli_skills, cli_problems.clone()), server);
+    // Allowed but unset: still a warning (the executor would find it unset).
+    assert!(cli_problems.contains(&("token.yaml".to_owned(), "warning".to_owned())));
+}
+
+#[test]
+fn the_check_and_the_server_load_agree_on_the_examples_with_no_errors() {
+    let root = repo_skills().join("..");
+    let (code, cli_skills, cli_problems) = cli_verdict(&root, &["skills"]);
+    let server = server_verdict(None, &repo_skills());
+    assert_eq!((cli_skills.clone(), cli_problems.clone()), server);
+    assert_eq!(code, 0, "{cli_problems:?}");
+    assert_eq!(
+        cli_skills,
+        ["jungastro", "search_logs", "text-length", "zodiac"]
+    );
+    assert!(
+        cli_problems.iter().all(|(_, sev)| sev == "warning"),
+        "{cli_problems:?}"
+    );
+}

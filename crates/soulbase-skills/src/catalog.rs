@@ -23,7 +23,7 @@ use crate::confine::Confinement;
 use crate::load::{discover, parse_candidate, read_candidate};
 use crate::model::{Date, Skill};
 use crate::problem::SkillProblem;
-use crate::set::SkillSet;
+use crate::set::{Checks, SkillSet};
 
 /// How a catalog finds and registers its skills.
 #[derive(Debug, Clone)]
@@ -34,11 +34,9 @@ pub struct CatalogOptions {
     pub owner: ToolOwner,
     /// Whether new skill tools start enabled (default) or merely registered.
     pub enable_new: bool,
-    /// The HTTP executor's `${ENV}` allow-list (`sandbox.http_env_allow`). When
-    /// set, an HTTP header referencing a variable not on it is an error at load
-    /// (the skill is refused) instead of a failure on every call. `None` skips
-    /// the check.
-    pub http_env_allow: Option<Vec<String>>,
+    /// The configuration-dependent checks of the one validator
+    /// ([`SkillSet::build`]); none by default.
+    pub checks: Checks,
 }
 
 impl CatalogOptions {
@@ -48,7 +46,17 @@ impl CatalogOptions {
             root: root.into(),
             owner: ToolOwner::Global,
             enable_new: true,
-            http_env_allow: None,
+            checks: Checks::default(),
+        }
+    }
+
+    /// Everything the configuration says about loading skills: `skills.dir` and
+    /// the checks that depend on other sections (`sandbox.http_env_allow`). The
+    /// server and `soulbase skills check` both start here, so they validate alike.
+    pub fn for_config(config: &soulbase_config::Config) -> Self {
+        Self {
+            checks: Checks::from_config(config),
+            ..Self::from_config(&config.skills)
         }
     }
 
@@ -59,9 +67,9 @@ impl CatalogOptions {
     }
 
     /// Checks `${ENV}` header references against the HTTP executor's allow-list
-    /// (`sandbox.http_env_allow`) at load.
+    /// (`sandbox.http_env_allow`) at load: one not on it is a warning.
     pub fn http_env_allow(mut self, allow: Vec<String>) -> Self {
-        self.http_env_allow = Some(allow);
+        self.checks.http_env_allow = Some(allow);
         self
     }
 }
@@ -229,14 +237,7 @@ impl SkillCatalog {
                     // re-parses the skill and refreshes its digest.
                     let digest = cache_key(&bytes, entry.good.as_ref(), &confine);
                     if digest != entry.digest {
-                        let mut parsed = parse_candidate(c, &bytes, &confine);
-                        if let (Some(allow), Some(skill)) = (&opts.http_env_allow, &parsed.skill) {
-                            let refused = crate::common::env_not_allowed(skill, allow);
-                            if !refused.is_empty() {
-                                parsed.problems.extend(refused);
-                                parsed.skill = None;
-                            }
-                        }
+                        let parsed = parse_candidate(c, &bytes, &confine);
                         entry.problems = parsed.problems;
                         if let Some(s) = parsed.skill {
                             entry.good = Some(s);
@@ -270,9 +271,6 @@ impl SkillCatalog {
             problems.push(SkillProblem::warning(p, msg));
         }
         state.files.retain(|p, _| seen.contains(p));
-        for p in problems.iter().filter(|p| p.is_error()) {
-            tracing::warn!("{p}");
-        }
 
         let disabled = self
             .inner
@@ -281,7 +279,18 @@ impl SkillCatalog {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let generation = state.generation + 1;
-        let next = SkillSet::build(skills, problems, disabled, Date::today(), generation);
+        let next = SkillSet::build(
+            skills,
+            problems,
+            &opts.checks,
+            disabled,
+            Date::today(),
+            generation,
+        );
+        // Each refused file, with why (path, line, field, reason).
+        for p in next.problems().iter().filter(|p| p.is_error()) {
+            tracing::warn!("{p}");
+        }
         let prev = self.current();
 
         // Skill-level diff for the report.
@@ -478,7 +487,7 @@ fn cache_key(bytes: &[u8], good: Option<&Skill>, confine: &Confinement) -> Strin
     crate::common::sha256_hex(&key)
 }
 
-/// Loads `root` without a registry, for static checks (`soulbase skills check`):
+/// Loads `root` without a registry and without configuration-dependent checks:
 /// the skill set with every load and contract problem. `Err` when the directory
 /// itself is unusable.
 pub fn check_dir(root: &Path) -> Result<SkillSet, SkillProblem> {
@@ -487,6 +496,17 @@ pub fn check_dir(root: &Path) -> Result<SkillSet, SkillProblem> {
 
 /// [`check_dir`] as of a given date (for deprecation windows).
 pub fn check_dir_at(root: &Path, today: Date) -> Result<SkillSet, SkillProblem> {
+    check_dir_with(&CatalogOptions::new(root), today)
+}
+
+/// What a [`SkillCatalog`] opened with `options` would load, without a registry:
+/// `soulbase skills check`. The files are read and parsed as a reload reads them
+/// and validated by the same function ([`SkillSet::build`]) with the same
+/// `options.checks`, so the check and the server agree on every file: the same
+/// skills load, the same problems with the same severities. `Err` when the
+/// directory itself is unusable.
+pub fn check_dir_with(options: &CatalogOptions, today: Date) -> Result<SkillSet, SkillProblem> {
+    let root = options.root.as_path();
     let confine = Confinement::new(root).map_err(|why| SkillProblem::error(root, why))?;
     let outcomes = crate::load::load_all(&confine)?;
     let mut skills = Vec::new();
@@ -497,7 +517,14 @@ pub fn check_dir_at(root: &Path, today: Date) -> Result<SkillSet, SkillProblem> 
             skills.push(s);
         }
     }
-    Ok(SkillSet::build(skills, problems, BTreeSet::new(), today, 1))
+    Ok(SkillSet::build(
+        skills,
+        problems,
+        &options.checks,
+        BTreeSet::new(),
+        today,
+        1,
+    ))
 }
 
 /// A started skills subsystem: the catalog, its initial report, and the watcher

@@ -227,24 +227,35 @@ pub fn resolve_command(
 }
 
 /// The `${ENV}` references in `skill`'s HTTP headers that the HTTP executor's
-/// allow-list (`sandbox.http_env_allow`) does not contain, as errors: such a
-/// header could never be sent.
+/// allow-list (`sandbox.http_env_allow`) does not contain, as **warnings**: the
+/// skill loads, and the executor refuses every call sending such a header
+/// (`SANDBOX.CAPABILITY_BLOCKED`) until the variable is allowed — the allow-list
+/// is enforced where the secret would leave, whatever was loaded.
 pub fn env_not_allowed(skill: &Skill, allow: &[String]) -> Vec<SkillProblem> {
-    let mut out = Vec::new();
+    let mut out: Vec<SkillProblem> = Vec::new();
+    let (prefix, line) = match skill.kind {
+        crate::model::SkillKind::Descriptor => {
+            ("headers", crate::yaml::key_line(&skill.content, "headers"))
+        }
+        crate::model::SkillKind::Package => ("provider.headers", None),
+    };
     for t in &skill.tools {
         if let ProviderBinding::Http { headers, .. } = &t.compiled.manifest.provider {
             for (name, value) in headers {
                 for v in env_refs(value).unwrap_or_default() {
-                    if !allow.contains(&v) {
-                        out.push(
-                            SkillProblem::error(
-                                &skill.path,
-                                format!(
-                                    "references ${{{v}}}, which is not on the HTTP executor's allow-list (sandbox.http_env_allow); refused"
-                                ),
-                            )
-                            .in_field(format!("provider.headers.{name}")),
-                        );
+                    if allow.contains(&v) {
+                        continue;
+                    }
+                    let p = SkillProblem::warning(
+                        &skill.path,
+                        format!(
+                            "references ${{{v}}}, which is not on sandbox.http_env_allow: every call is refused (SANDBOX.CAPABILITY_BLOCKED) until it is added"
+                        ),
+                    )
+                    .in_field(format!("{prefix}.{name}"))
+                    .at_line(line);
+                    if !out.contains(&p) {
+                        out.push(p);
                     }
                 }
             }

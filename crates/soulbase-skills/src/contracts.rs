@@ -6,7 +6,7 @@
 //! - the provider's `exports.api_version` has the import's `min_version` major and
 //!   is ≥ it ([`version_compatible`]);
 //! - no import cycles (each reported as a real closed import path, `a → b → a`);
-//!   imports failing the version or cycle checks authorize nothing at runtime;
+//!   a skill failing any of these checks is not loaded ([`crate::SkillSet::build`]);
 //! - every exported tool has input and output schemas (enforced when parsing);
 //! - every deprecation states `since`, its window (`since` → `removal_date`) is at
 //!   least [`MIN_DEPRECATION_DAYS`] days, and a
@@ -69,9 +69,19 @@ pub fn blocked_imports(skills: &BTreeMap<String, Arc<Skill>>) -> BTreeSet<(Strin
 
 /// Checks the contracts between `skills` (by name) as of `today`.
 pub fn check(skills: &BTreeMap<String, Arc<Skill>>, today: Date) -> Vec<SkillProblem> {
+    check_with_refused(skills, &BTreeSet::new(), today)
+}
+
+/// [`check`], where `refused` names skills whose files exist but were refused
+/// (an import from one says so rather than "does not exist").
+pub fn check_with_refused(
+    skills: &BTreeMap<String, Arc<Skill>>,
+    refused: &BTreeSet<String>,
+    today: Date,
+) -> Vec<SkillProblem> {
     let mut out = Vec::new();
     for s in skills.values() {
-        check_imports(s, skills, today, &mut out);
+        check_imports(s, skills, refused, today, &mut out);
         check_exports(s, today, &mut out);
     }
     check_shared_names(skills, &mut out);
@@ -94,6 +104,7 @@ pub fn check(skills: &BTreeMap<String, Arc<Skill>>, today: Date) -> Vec<SkillPro
 fn check_imports(
     s: &Skill,
     skills: &BTreeMap<String, Arc<Skill>>,
+    refused: &BTreeSet<String>,
     today: Date,
     out: &mut Vec<SkillProblem>,
 ) {
@@ -118,13 +129,15 @@ fn check_imports(
             continue;
         }
         let Some(p) = skills.get(&imp.from) else {
-            out.push(
-                SkillProblem::error(
-                    &s.path,
-                    format!("imports from skill {}, which does not exist", imp.from),
+            let why = if refused.contains(&imp.from) {
+                format!(
+                    "imports from skill {}, which is not loaded (its file has errors)",
+                    imp.from
                 )
-                .in_field(format!("{field}.from")),
-            );
+            } else {
+                format!("imports from skill {}, which does not exist", imp.from)
+            };
+            out.push(SkillProblem::error(&s.path, why).in_field(format!("{field}.from")));
             continue;
         };
         for t in &imp.tools {

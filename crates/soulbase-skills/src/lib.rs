@@ -20,12 +20,21 @@
 //! never see a half-loaded set. A bad file is reported and skipped; a previously
 //! good skill stays in force until its file is fixed; files resolving outside the
 //! skills root (symlinks followed) are refused ([`confine`]) — the root itself may
-//! be anywhere, whatever the working directory; on a name clash the later file wins with a warning.
+//! be anywhere, whatever the working directory.
+//!
+//! **One validator.** The server's load and reload and `soulbase skills check`
+//! ([`check_dir_with`], from the same [`CatalogOptions::for_config`]) validate
+//! through one function, [`SkillSet::build`], with one set of severities: an
+//! error refuses the file (never loaded, the report and the log say why), a
+//! warning never does. Errors: anything a parser refuses, a name clash (two files
+//! defining one skill: both refused, each problem naming both files), and every
+//! contract error. Warnings include an `${ENV}` header reference that is unset or
+//! not on `sandbox.http_env_allow` (the HTTP executor refuses those calls).
 //!
 //! **Contracts.** [`contracts`] checks providers, imports ⊆ exports, api versions,
 //! cycles, schemas, deprecation windows and names — at start-up, on every reload,
-//! and in `soulbase skills check` ([`check_dir`]); imports failing them authorize
-//! nothing at runtime. At runtime [`SkillTerms`] are the invoker's `CallTerms`
+//! and in `soulbase skills check`; a skill failing them is not loaded (nor, in
+//! turn, a skill importing from it). At runtime [`SkillTerms`] are the invoker's `CallTerms`
 //! seam, consulted inside the one governed pipeline (so their refusals are evidenced,
 //! refunded, traced and preflighted like any other), with the calling skill the
 //! surface set from the caller's authorized binding (never a client claim):
@@ -67,11 +76,12 @@ pub use access::{
     TracingAudit,
 };
 pub use catalog::{
-    CatalogOptions, ReloadReport, RunningSkills, SkillCatalog, check_dir, check_dir_at, start,
+    CatalogOptions, ReloadReport, RunningSkills, SkillCatalog, check_dir, check_dir_at,
+    check_dir_with, start,
 };
 pub use model::{RiskLevel, Skill, SkillKind, SkillTool};
 pub use problem::{Severity, SkillProblem};
-pub use set::{SkillSet, SkillSummary};
+pub use set::{Checks, SkillSet, SkillSummary};
 pub use terms::{SkillTerms, rate_limits};
 pub use views::{
     SkillInfo, get_skill_info, list_skills, skill_shows, system_prompt_sections, tools_for_skill,

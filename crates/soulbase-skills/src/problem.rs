@@ -5,13 +5,25 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-/// How serious a finding is.
+/// How serious a finding is. The severity of every finding is fixed where it is
+/// found and nothing downgrades or upgrades it afterwards: the server and
+/// `soulbase skills check` share it (`SkillSet::build`). The table:
+///
+/// | finding | severity |
+/// |---|---|
+/// | unreadable, not UTF-8, bad YAML/front matter, unknown descriptor field, invalid value, schema, binding (WASM module or process command outside the root, absolute command, digest mismatch) | error |
+/// | a name clash between two files (descriptor beside package) | error, on both files |
+/// | contract: unknown provider, import of an unexported tool, `min_version` not met, cycle, bad deprecation window, `free_tools`/`rate_limit` naming a tool not exported | error |
+/// | importing from a skill refused for an error | error |
+/// | unknown `SKILL.md` front-matter field, deprecated `external_tools`, exports without `api_version`, import of a deprecated tool, shared exported name, replacement not exported | warning |
+/// | `${ENV}` header reference unset, or not on `sandbox.http_env_allow` (every such call is refused by the HTTP executor) | warning |
+/// | a bad file whose previous version stays in force (reload only) | warning |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Worth fixing; the skill still loads and `skills check` still passes.
     Warning,
-    /// The file (or the contract) is rejected; `skills check` fails.
+    /// The file is refused (its skill is not loaded); `skills check` fails.
     Error,
 }
 

@@ -19,6 +19,25 @@ pub struct SkillSummary {
     pub description: String,
 }
 
+/// The configuration-dependent checks of [`SkillSet::build`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checks {
+    /// The HTTP executor's `${ENV}` allow-list (`sandbox.http_env_allow`): a
+    /// header referencing a variable not on it is a warning. `None` skips the
+    /// check (a library use without a configuration).
+    pub http_env_allow: Option<Vec<String>>,
+}
+
+impl Checks {
+    /// The checks the configuration asks for: the server's and `soulbase skills
+    /// check`'s, from the same configuration.
+    pub fn from_config(config: &soulbase_config::Config) -> Self {
+        Self {
+            http_env_allow: Some(config.sandbox.http_env_allow.clone()),
+        }
+    }
+}
+
 /// A consistent snapshot of the skills directory. Readers hold an `Arc` to one and
 /// never see a half-applied reload.
 #[derive(Debug, Default)]
@@ -34,36 +53,120 @@ pub struct SkillSet {
 }
 
 impl SkillSet {
-    /// Builds a set from skills in load order (sorted by path): on a name clash the
-    /// later one wins and a warning names both files. Alias imports are resolved,
-    /// then the contracts are checked as of `today`. `problems` are the load
-    /// problems, kept alongside the contract ones.
+    /// **The validator** every consumer shares: the server's load and reload
+    /// ([`crate::SkillCatalog::reload`]) and `soulbase skills check`
+    /// ([`crate::check_dir_with`]) both build their set here, so they load the same
+    /// skills and report the same problems with the same severities.
+    ///
+    /// `skills` are the parsed skills in load order (sorted by path), `problems`
+    /// the load problems found so far (kept alongside). Then, as of `today`:
+    ///
+    /// 1. the configuration-dependent checks (`checks`): an `${ENV}` header
+    ///    reference not on `sandbox.http_env_allow` is a **warning** — the skill
+    ///    loads, every call of it is refused by the HTTP executor
+    ///    (`SANDBOX.CAPABILITY_BLOCKED`) until the variable is allowed;
+    /// 2. a **name clash** (two files defining one skill, e.g. `zodiac.yaml` beside
+    ///    `zodiac/SKILL.md`) is an error on each file, naming both; neither loads
+    ///    (the same bytes reached twice, e.g. through a symlink inside the root,
+    ///    load once with a warning);
+    /// 3. alias imports are resolved and the cross-skill contracts checked; a
+    ///    skill with a contract error (an import of an unexported tool, a
+    ///    `min_version` its provider does not meet, a cycle, …) is **not loaded**,
+    ///    and the check repeats until no loaded skill has an error (a skill
+    ///    importing from one refused is refused in turn, saying so).
+    ///
+    /// A skill in the returned set therefore has no error; warnings never stop
+    /// loading.
     pub fn build(
         skills: Vec<Skill>,
         mut problems: Vec<SkillProblem>,
+        checks: &Checks,
         disabled: BTreeSet<String>,
         today: Date,
         generation: u64,
     ) -> SkillSet {
-        let mut by_name: BTreeMap<String, Skill> = BTreeMap::new();
-        for s in skills {
-            if let Some(earlier) = by_name.get(&s.name) {
-                let msg = format!(
-                    "skill {} is defined by both {} and {}; the later one ({}) wins",
-                    s.name,
-                    earlier.path.display(),
-                    s.path.display(),
-                    s.path.display()
-                );
-                tracing::warn!("{msg}");
-                problems.push(SkillProblem::warning(&s.path, msg));
+        if let Some(allow) = &checks.http_env_allow {
+            for s in &skills {
+                problems.extend(crate::common::env_not_allowed(s, allow));
             }
-            by_name.insert(s.name.clone(), s);
         }
-        resolve_alias_imports(&mut by_name);
-        let skills: BTreeMap<String, Arc<Skill>> =
-            by_name.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
-        problems.extend(contracts::check(&skills, today));
+        let mut by_name: BTreeMap<String, Vec<Skill>> = BTreeMap::new();
+        for s in skills {
+            by_name.entry(s.name.clone()).or_default().push(s);
+        }
+        let mut refused: BTreeSet<String> = BTreeSet::new();
+        let mut unique: BTreeMap<String, Skill> = BTreeMap::new();
+        for (name, mut defs) in by_name {
+            // The same file reached twice (a symlink inside the root) or an
+            // identical copy defines one skill: loaded once, from the first path.
+            let first_digest = defs.first().map(|s| (s.kind, s.digest.clone()));
+            if defs.len() > 1
+                && defs
+                    .iter()
+                    .all(|s| Some((s.kind, s.digest.clone())) == first_digest)
+            {
+                let files: Vec<String> =
+                    defs.iter().map(|s| s.path.display().to_string()).collect();
+                let loaded = defs.remove(0);
+                problems.push(SkillProblem::warning(
+                    &loaded.path,
+                    format!(
+                        "skill {name} is defined identically by {}; loaded once from {}",
+                        files.join(" and "),
+                        loaded.path.display()
+                    ),
+                ));
+                unique.insert(name, loaded);
+                continue;
+            }
+            if defs.len() == 1 {
+                if let Some(s) = defs.pop() {
+                    unique.insert(name, s);
+                }
+                continue;
+            }
+            let files: Vec<String> = defs.iter().map(|s| s.path.display().to_string()).collect();
+            let msg = format!(
+                "skill {name} is defined by both {}; neither is loaded until one is renamed or removed",
+                files.join(" and ")
+            );
+            for s in &defs {
+                problems.push(SkillProblem::error(&s.path, msg.clone()).in_field("name"));
+            }
+            refused.insert(name);
+        }
+        resolve_alias_imports(&mut unique);
+        let mut skills: BTreeMap<String, Arc<Skill>> =
+            unique.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
+        // Refuse the skills with contract errors until none is left: refusing a
+        // provider can fail its importers.
+        let contract = loop {
+            let found = contracts::check_with_refused(&skills, &refused, today);
+            let bad: BTreeSet<String> = skills
+                .values()
+                .filter(|s| found.iter().any(|p| p.is_error() && p.path == s.path))
+                .map(|s| s.name.clone())
+                .collect();
+            if bad.is_empty() {
+                break found;
+            }
+            let bad_paths: BTreeSet<&std::path::Path> = bad
+                .iter()
+                .filter_map(|n| skills.get(n))
+                .map(|s| s.path.as_path())
+                .collect();
+            problems.extend(
+                found
+                    .iter()
+                    .filter(|p| bad_paths.contains(p.path.as_path()))
+                    .cloned(),
+            );
+            for n in bad {
+                skills.remove(&n);
+                refused.insert(n);
+            }
+        };
+        problems.extend(contract);
         let blocked = Arc::new(contracts::blocked_imports(&skills));
         Self::assemble(skills, disabled, problems, blocked, generation)
     }

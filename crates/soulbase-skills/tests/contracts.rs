@@ -35,6 +35,19 @@ fn errors(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Every skill of `dir` as parsed, before validation (for the cycle finder).
+fn parsed_skills(
+    dir: &Path,
+) -> std::collections::BTreeMap<String, std::sync::Arc<soulbase_skills::Skill>> {
+    let confine = soulbase_skills::confine::Confinement::new(dir).unwrap();
+    soulbase_skills::load::load_all(&confine)
+        .unwrap()
+        .into_iter()
+        .filter_map(|o| o.parsed.skill)
+        .map(|s| (s.name.clone(), std::sync::Arc::new(s)))
+        .collect()
+}
+
 fn pkg(name: &str, front: &str) -> String {
     format!("---\nname: {name}\ndescription: skill {name}\n{front}---\nbody\n")
 }
@@ -172,7 +185,8 @@ fn cycles_are_reported_whole() {
         &pkg("e", "imports:\n  - from: a\n    tools: [ta]\n"),
     );
     let errs = errors(dir.path());
-    assert_eq!(errs.len(), 2, "{errs:?}");
+    let cycle_errs: Vec<_> = errs.iter().filter(|e| e.contains("import cycle")).collect();
+    assert_eq!(cycle_errs.len(), 2, "{errs:?}");
     assert!(
         errs.iter()
             .any(|e| e.contains("import cycle: a → b → c → a")),
@@ -182,10 +196,18 @@ fn cycles_are_reported_whole() {
         errs.iter().any(|e| e.contains("import cycle: d → d")),
         "{errs:?}"
     );
+    // A skill of a cycle is not loaded, and so neither is anything importing
+    // from it: each says why.
     let set = check_dir_at(dir.path(), today()).unwrap();
-    let skills: std::collections::BTreeMap<_, _> =
-        set.skills().map(|s| (s.name.clone(), s.clone())).collect();
-    assert_eq!(cycles(&skills).len(), 2);
+    assert_eq!(set.len(), 0, "{:?}", set.problems());
+    for s in ["b", "c", "e"] {
+        assert!(
+            errs.iter().any(|e| e.contains(&format!("{s}/SKILL.md"))
+                && e.contains("which is not loaded (its file has errors)")),
+            "{s}: {errs:?}"
+        );
+    }
+    assert_eq!(cycles(&parsed_skills(dir.path())).len(), 2);
 }
 
 #[test]
@@ -346,7 +368,7 @@ fn min_version_needs_the_same_major() {
 }
 
 #[tokio::test]
-async fn failing_imports_authorize_nothing_at_runtime() {
+async fn skills_failing_their_contracts_are_not_loaded() {
     let dir = tempfile::tempdir().unwrap();
     // b imports a's tool with a min_version a does not meet.
     write(
@@ -387,32 +409,20 @@ async fn failing_imports_authorize_nothing_at_runtime() {
     );
     let e = env(dir.path());
     let set = e.catalog.current();
-    let tools = |skill: &str| -> Vec<String> {
-        soulbase_skills::tools_for_skill(&set, &e.registry.view(), &tenant(), skill)
-            .unwrap()
-            .into_iter()
-            .map(|s| s.name.as_str().to_owned())
-            .collect()
-    };
-    assert!(!tools("b").contains(&"skills.a.t".to_owned()));
-    assert!(!tools("c").contains(&"skills.d.td".to_owned()));
+    assert!(set.get("a").is_some());
+    for refused in ["b", "c", "d"] {
+        assert!(set.get(refused).is_none(), "{refused} loaded");
+    }
+    // Their tools are not served, whoever calls.
     let gw = Calls::of(&e);
-    for (caller, tool) in [
-        ("b", "skills.a.t"),
-        ("c", "skills.d.td"),
-        ("d", "skills.c.tc"),
-    ] {
+    for (caller, tool) in [(None, "skills.c.tc"), (Some("d"), "skills.c.tc")] {
         let r = gw
             .invoke(
-                Some(caller),
+                caller,
                 soulbase_tools::pipeline::ToolCall::new(subject(), id(tool), serde_json::json!({})),
             )
             .await;
-        assert_eq!(
-            r.error_code.map(|c| c.as_str()),
-            Some("SKILL.NOT_IMPORTED"),
-            "{caller} → {tool}: {r:?}"
-        );
+        assert!(!r.is_ok(), "{caller:?} → {tool}: {r:?}");
     }
     // With a compatible version the import works.
     write(
@@ -457,9 +467,7 @@ fn a_reported_cycle_is_a_real_closed_path() {
             ),
         );
     }
-    let set = check_dir_at(dir.path(), today()).unwrap();
-    let skills: std::collections::BTreeMap<_, _> =
-        set.skills().map(|s| (s.name.clone(), s.clone())).collect();
+    let skills = parsed_skills(dir.path());
     let found = cycles(&skills);
     assert_eq!(found.len(), 1, "{found:?}");
     let path = &found[0];

@@ -288,6 +288,14 @@ fn process_commands_resolve_inside_the_package_and_absolute_ones_are_refused() {
     }
 }
 
+/// Changed consciously (issue 32, one validator): a header variable not on
+/// `sandbox.http_env_allow` used to refuse the skill at load, which refused the
+/// repository's own example on the default (empty, safe) allow-list while
+/// `skills check` passed it. It is now a warning at load, in the server and the
+/// check alike, naming the variable and the key; the skill loads, and the HTTP
+/// executor still refuses every call sending that header
+/// (`SANDBOX.CAPABILITY_BLOCKED`, soulbase-sandbox-http), so nothing leaves that
+/// the allow-list does not allow.
 #[test]
 fn header_env_references_are_checked_against_the_http_allow_list_at_load() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,18 +304,39 @@ fn header_env_references_are_checked_against_the_http_allow_list_at_load() {
         "h.yaml",
         "name: h\ndescription: x\nprovider: http\nendpoint: http://127.0.0.1:9/execute\nheaders:\n  Authorization: Bearer ${H_TOKEN}\n",
     );
+    let not_allowed = |r: &soulbase_skills::ReloadReport| {
+        r.problems
+            .iter()
+            .filter(|p| {
+                p.reason.contains("${H_TOKEN}") && p.reason.contains("sandbox.http_env_allow")
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let (c, r) = SkillCatalog::open(
         Registry::new(),
         CatalogOptions::new(dir.path()).http_env_allow(vec!["OTHER".into()]),
     )
     .unwrap();
-    assert!(c.current().get("h").is_none());
-    assert!(
-        r.errors().any(|p| p.reason.contains("${H_TOKEN}")
-            && p.reason.contains("allow-list")
-            && p.field.as_deref() == Some("provider.headers.Authorization")),
-        "{:?}",
-        r.problems
+    assert!(c.current().get("h").is_some(), "{:?}", r.problems);
+    let found = not_allowed(&r);
+    assert_eq!(found.len(), 1, "{:?}", r.problems);
+    assert!(!found[0].is_error());
+    assert_eq!(found[0].field.as_deref(), Some("headers.Authorization"));
+    // The check says the same from the same options.
+    let set = soulbase_skills::check_dir_with(
+        &CatalogOptions::new(dir.path()).http_env_allow(vec!["OTHER".into()]),
+        soulbase_skills::model::Date::today(),
+    )
+    .unwrap();
+    assert!(set.get("h").is_some());
+    assert_eq!(
+        set.problems()
+            .iter()
+            .filter(|p| p.reason.contains("sandbox.http_env_allow"))
+            .cloned()
+            .collect::<Vec<_>>(),
+        found
     );
     let (c, r) = SkillCatalog::open(
         Registry::new(),
@@ -315,6 +344,7 @@ fn header_env_references_are_checked_against_the_http_allow_list_at_load() {
     )
     .unwrap();
     assert!(c.current().get("h").is_some(), "{:?}", r.problems);
+    assert!(not_allowed(&r).is_empty(), "{:?}", r.problems);
 }
 
 #[test]

@@ -202,26 +202,37 @@ fn files_resolving_outside_the_root_are_refused_wherever_the_root_is() {
 }
 
 #[test]
-fn a_name_clash_lets_the_later_file_win_with_a_warning() {
+fn a_name_clash_refuses_both_files_naming_both() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "a.yaml", &descriptor("same", "from a"));
     write(dir.path(), "b.yaml", &descriptor("same", "from b"));
+    write(dir.path(), "other.yaml", &descriptor("other", "unrelated"));
     let e = env(dir.path());
+    // Neither takes over: both are refused, each with an error naming both files.
+    assert!(state(&e, "skills.same.same").is_none());
+    assert!(e.catalog.current().get("same").is_none());
+    assert_eq!(state(&e, "skills.other.other"), Some(ToolState::Enabled));
+    let clash: Vec<_> = e
+        .report
+        .errors()
+        .filter(|p| p.reason.contains("defined by both"))
+        .collect();
+    assert_eq!(clash.len(), 2, "{:?}", e.report.problems);
+    for (p, file) in clash.iter().zip(["a.yaml", "b.yaml"]) {
+        assert!(p.path.ends_with(file), "{p}");
+        assert!(
+            p.reason.contains("a.yaml") && p.reason.contains("b.yaml"),
+            "{}",
+            p.reason
+        );
+    }
+    // Removing one of them loads the other.
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    let r = e.catalog.reload();
+    assert_eq!(r.errors().count(), 0, "{:?}", r.problems);
     assert_eq!(
         description(&e, "skills.same.same").as_deref(),
         Some("from b")
-    );
-    let w = e
-        .report
-        .problems
-        .iter()
-        .find(|p| p.reason.contains("defined by both"))
-        .unwrap();
-    assert!(!w.is_error());
-    assert!(
-        w.reason.contains("a.yaml") && w.reason.contains("b.yaml"),
-        "{}",
-        w.reason
     );
 }
 

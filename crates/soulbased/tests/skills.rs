@@ -752,3 +752,263 @@ async fn list_changed_follows_skill_file_edits() {
     })
     .await;
 }
+
+// One validator (issue 32): `soulbase skills check` and a running server agree
+// on every file of an adversarial directory and on the shipped examples. The
+// same directory, with warnings compared too, is checked against the catalog's
+// load path in soulbase-cli's `skills_cli` tests.
+
+/// An adversarial skills directory at `root/skills`, one row per way a file can
+/// fail (or only warn), plus a program outside it (`root/escape.sh`). Returns the
+/// expected outcome: the skills that load, and the (file, severity) problems.
+fn adversarial(root: &Path) -> (Vec<&'static str>, Vec<(&'static str, &'static str)>) {
+    let d = root.join("skills");
+    let put = |rel: &str, text: &str| {
+        let p = d.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let echo = "provider: builtin\nhandler: soulbase.builtin.echo\n";
+    let pkg = |name: &str, front: &str| {
+        format!("---\nname: {name}\ndescription: skill {name}\n{front}---\n# {name}\n")
+    };
+    let tool = "      description: x\n      input_schema: {type: object}\n      output_schema: {type: object}\n";
+    let own =
+        "    description: x\n    input_schema: {type: object}\n    output_schema: {type: object}\n";
+    // Loads cleanly.
+    put(
+        "good.yaml",
+        &format!("name: good\ndescription: fine\n{echo}"),
+    );
+    // Bad YAML; an unknown descriptor field.
+    put("bad_yaml.yaml", "name: [unclosed\ndescription: x\n");
+    put(
+        "unknown_field.yaml",
+        &format!("name: unknown_field\ndescription: x\n{echo}colour: red\n"),
+    );
+    // A provider exporting pub_t (api 1.0) and keeping priv_t.
+    put(
+        "prov/SKILL.md",
+        &pkg(
+            "prov",
+            &format!(
+                "provider: {{type: builtin, handler: soulbase.builtin.echo}}\ntools:\n  - name: priv_t\n{own}exports:\n  api_version: \"1.0\"\n  tools:\n    - name: pub_t\n{tool}"
+            ),
+        ),
+    );
+    // Imports of an unexported tool; a min_version above the provider's.
+    put(
+        "grabby/SKILL.md",
+        &pkg("grabby", "imports:\n  - from: prov\n    tools: [priv_t]\n"),
+    );
+    put(
+        "too-new/SKILL.md",
+        &pkg(
+            "too-new",
+            "imports:\n  - from: prov\n    tools: [pub_t]\n    min_version: \"1.5\"\n",
+        ),
+    );
+    // Imports from a skill refused above.
+    put(
+        "chained/SKILL.md",
+        &pkg("chained", "imports:\n  - from: grabby\n    tools: [x]\n"),
+    );
+    // A descriptor beside the package of the same name.
+    put(
+        "clash.yaml",
+        &format!("name: clash\ndescription: x\n{echo}"),
+    );
+    put(
+        "clash/SKILL.md",
+        &pkg(
+            "clash",
+            &format!(
+                "provider: {{type: builtin, handler: soulbase.builtin.echo}}\ntools:\n  - name: t\n{own}"
+            ),
+        ),
+    );
+    // A header variable neither allowed nor set: a warning, the skill loads.
+    put(
+        "token.yaml",
+        "name: token\ndescription: x\nprovider: http\nendpoint: http://127.0.0.1:9/execute\nheaders:\n  Authorization: Bearer ${ADVERSARIAL_TOKEN}\n",
+    );
+    // A process command outside the package (and the root).
+    std::fs::write(root.join("escape.sh"), "#!/bin/sh\n").unwrap();
+    put(
+        "escape/SKILL.md",
+        &pkg(
+            "escape",
+            &format!(
+                "provider: {{type: process, command: ../../escape.sh}}\ntools:\n  - name: t\n{own}"
+            ),
+        ),
+    );
+    // An unknown front-matter field: kept, warned about.
+    put(
+        "extra/SKILL.md",
+        &pkg(
+            "extra",
+            &format!(
+                "colour: red\n{echo_pkg}",
+                echo_pkg = "provider: {type: builtin, handler: soulbase.builtin.echo}\n"
+            ),
+        ),
+    );
+    let loaded = vec!["extra", "good", "prov", "token"];
+    let problems = vec![
+        ("bad_yaml.yaml", "error"),
+        ("chained/SKILL.md", "error"),
+        ("clash.yaml", "error"),
+        ("clash/SKILL.md", "error"),
+        ("escape/SKILL.md", "error"),
+        ("extra/SKILL.md", "warning"),
+        ("grabby/SKILL.md", "error"),
+        ("token.yaml", "warning"),
+        ("too-new/SKILL.md", "error"),
+        ("unknown_field.yaml", "error"),
+    ];
+    (loaded, problems)
+}
+
+/// `path` relative to the skills directory, `/`-separated.
+fn under_skills(path: &str) -> String {
+    let p = path.replace('\\', "/");
+    match p.rfind("skills/") {
+        Some(i) => p[i + "skills/".len()..].to_owned(),
+        None => p,
+    }
+}
+
+/// `soulbase skills check --format json` on the server's directory and
+/// configuration: its exit code, the skills it loads and the files with errors.
+fn cli_check(dir: &Path) -> (i32, Vec<String>, Vec<String>) {
+    let mut cmd = std::process::Command::new(common::cli_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SOULBASE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let o = cmd
+        .current_dir(dir)
+        .arg("--config")
+        .arg(dir.join("config.yaml"))
+        .args(["skills", "check", "--format", "json"])
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    let mut skills: Vec<String> = v["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    skills.sort();
+    let mut errors: Vec<String> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["severity"] == "error")
+        .map(|p| under_skills(p["path"].as_str().unwrap()))
+        .collect();
+    errors.sort();
+    errors.dedup();
+    (o.status.code().unwrap(), skills, errors)
+}
+
+/// What the server loaded (every skill, by name) and the files its reload
+/// report refuses (`POST /api/reload`), with the refusals' text.
+async fn server_load(server: &Server) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut loaded: Vec<String> = skills(server).await.into_iter().map(|(n, _)| n).collect();
+    loaded.sort();
+    let (status, v) = json_of(server, "POST", "/api/reload", &ACME, "").await;
+    assert_eq!(status, 200, "{v}");
+    let text: Vec<String> = v["skills"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_owned())
+        .collect();
+    let mut files: Vec<String> = text
+        .iter()
+        .map(|e| {
+            let rest = e.strip_prefix("error: ").unwrap();
+            under_skills(rest.split(':').next().unwrap())
+        })
+        .collect();
+    files.sort();
+    files.dedup();
+    (loaded, files, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_check_and_the_server_agree_on_an_adversarial_directory() {
+    let mut expected = None;
+    let server = Server::start_in(CONFIG, |dir| expected = Some(adversarial(dir)));
+    let (loaded, problems) = expected.unwrap();
+    let errors: Vec<String> = problems
+        .iter()
+        .filter(|(_, sev)| *sev == "error")
+        .map(|(f, _)| (*f).to_owned())
+        .collect();
+    let (code, cli_skills, cli_errors) = cli_check(server.dir());
+    let (server_skills, server_errors, text) = server_load(&server).await;
+    assert_eq!(code, 1);
+    assert_eq!(cli_skills, server_skills, "{text:?}");
+    assert_eq!(cli_errors, server_errors, "{text:?}");
+    assert_eq!(server_skills, loaded, "{text:?}");
+    assert_eq!(server_errors, errors, "{text:?}");
+    // The clash is no takeover: both files are refused, each naming both.
+    for file in ["clash.yaml", "clash/SKILL.md"] {
+        assert!(
+            text.iter().any(|e| e.contains(&format!("skills/{file}:"))
+                && e.contains("clash.yaml")
+                && e.contains("clash/SKILL.md")),
+            "{file}: {text:?}"
+        );
+    }
+    let ids = tool_ids(&server).await;
+    assert!(
+        !ids.iter().any(|id| id.starts_with("skills.clash.")),
+        "{ids:?}"
+    );
+    assert!(
+        !ids.iter().any(|id| id.starts_with("skills.grabby.")),
+        "{ids:?}"
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_examples_load_without_errors_in_the_cli_check_and_the_server() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills");
+    let server = Server::start_in(CONFIG, |dir| copy_tree(&repo, &dir.join("skills")));
+    let (code, cli_skills, cli_errors) = cli_check(server.dir());
+    let (server_skills, server_errors, text) = server_load(&server).await;
+    assert_eq!(code, 0, "{cli_errors:?}");
+    assert!(cli_errors.is_empty(), "{cli_errors:?}");
+    assert!(server_errors.is_empty(), "{text:?}");
+    assert_eq!(cli_skills, server_skills);
+    assert_eq!(
+        server_skills,
+        ["jungastro", "search_logs", "text-length", "zodiac"]
+    );
+}
