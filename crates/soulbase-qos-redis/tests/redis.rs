@@ -216,6 +216,45 @@ async fn budgets_count_calls_and_settled_bytes_across_instances() {
     assert!(reserve(&b, "acme", "carol", "fs.files.read").await.is_ok());
 }
 
+#[tokio::test]
+async fn cpu_budgets_are_charged_at_settlement_across_instances() {
+    let url = soulbase_testkit::redis_url();
+    let prefix = soulbase_testkit::unique_name("qos_cpu");
+    let budgets = [QuotaBudget {
+        tenant: "acme".into(),
+        tool: "*".into(),
+        actor: "*".into(),
+        per_actor: false,
+        window: BudgetWindow::Hour,
+        calls: None,
+        bytes_in: None,
+        bytes_out: None,
+        cpu_ms: Some(50),
+    }];
+    let a = RedisQuota::new(options(&url, &prefix), QuotaPlan::new(&[], &budgets)).unwrap();
+    let b = RedisQuota::new(options(&url, &prefix), QuotaPlan::new(&[], &budgets)).unwrap();
+    let used = |cpu_ms| BudgetUsage {
+        calls: 1,
+        bytes_in: 0,
+        bytes_out: 0,
+        cpu_ms,
+    };
+    let r = reserve(&a, "acme", "alice", "x.y.z").await.unwrap();
+    assert_eq!(r.snapshot.budgets[0].cpu_ms, Some(50));
+    a.settle(r, used(30)).await.unwrap();
+    // The other instance sees what was charged, and admits while some is left.
+    let r = reserve(&b, "acme", "bob", "x.y.z").await.unwrap();
+    assert_eq!(r.snapshot.budgets[0].cpu_ms, Some(20));
+    b.settle(r, used(25)).await.unwrap();
+    let err = reserve(&a, "acme", "alice", "x.y.z").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::QuotaBudgetExceeded);
+    assert!(err.field("budget").is_some());
+    assert!(
+        reserve(&a, "globex", "alice", "x.y.z").await.is_ok(),
+        "not covered"
+    );
+}
+
 /// A throwaway `redis-server` on a free port in a temp dir, so it can be stopped
 /// without harming the shared one.
 struct OwnRedis {

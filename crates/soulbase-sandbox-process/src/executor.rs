@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::SideEffectRecord;
+use soulbase_sandbox::cpu::cpu_ms;
 use soulbase_sandbox::{
     ExecOutput, ExecRequest, Executor, Operation, Profile, ProviderBinding, Scratch,
 };
@@ -597,14 +598,19 @@ impl Launch {
 }
 
 enum Event {
-    Exited(std::io::Result<ExitStatus>),
-    /// The tool's wait status, reported before its namespaces are torn down.
-    Status(i32),
+    /// The spawned process was reaped: its status and the CPU time of it and the
+    /// descendants reaped below it.
+    Exited(std::io::Result<(ExitStatus, Duration)>),
+    /// The tool's wait status and the CPU time of its processes, reported by the
+    /// namespace's init before the namespaces are torn down.
+    Status(i32, Duration),
     Overflow,
 }
 
 struct Finished {
     status: ExitStatus,
+    /// The CPU time (user and system) of the tool's processes that were reaped.
+    cpu: Duration,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     timed_out: bool,
@@ -635,9 +641,10 @@ fn supervise(
     if let Some(mut r) = status_reader {
         let tx = tx.clone();
         thread::spawn(move || {
-            let mut raw = [0u8; 4];
+            let mut raw = [0u8; sys::STATUS_REPORT_LEN];
             if r.read_exact(&mut raw).is_ok() {
-                let _ = tx.send(Event::Status(i32::from_ne_bytes(raw)));
+                let (status, cpu) = sys::parse_status_report(&raw);
+                let _ = tx.send(Event::Status(status, cpu));
             }
         });
     }
@@ -682,7 +689,11 @@ fn supervise(
         // group id) cannot have been reused; then reap.
         let _ = sys::wait_exited_no_reap(pid);
         sys::kill_group(pid);
-        let _ = tx.send(Event::Exited(child.wait()));
+        // Reaped with its rusage (`wait4` on this pid only, so concurrent calls
+        // never see each other's CPU); `child` is not waited on through std.
+        let reaped = sys::wait_with_cpu(pid).map(|(raw, cpu)| (ExitStatus::from_raw(raw), cpu));
+        drop(child);
+        let _ = tx.send(Event::Exited(reaped));
     });
 
     let deadline = started + timeout;
@@ -695,7 +706,7 @@ fn supervise(
         };
         match rx.recv_timeout(wait) {
             Ok(Event::Exited(s)) => break s,
-            Ok(Event::Status(raw)) => break Ok(ExitStatus::from_raw(raw)),
+            Ok(Event::Status(raw, cpu)) => break Ok((ExitStatus::from_raw(raw), cpu)),
             Ok(Event::Overflow) => {
                 overflow = true;
                 sys::kill_group(pid);
@@ -717,9 +728,10 @@ fn supervise(
     let _ = writer.join();
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
-    let status = status.map_err(|e| unavailable(format!("waiting for the tool: {e}")))?;
+    let (status, cpu) = status.map_err(|e| unavailable(format!("waiting for the tool: {e}")))?;
     Ok(Finished {
         status,
+        cpu,
         stdout,
         stderr,
         timed_out,
@@ -785,7 +797,7 @@ fn outcome(
             },
             applied,
         ],
-        cpu_ms: None,
+        cpu_ms: Some(cpu_ms(f.cpu)),
     })
 }
 

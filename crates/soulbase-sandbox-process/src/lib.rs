@@ -40,7 +40,13 @@
 //!   without `CLONE_THREAD` → `EPERM`; `clone3` → `ENOSYS` so threads still work
 //!   through the `clone` fallback);
 //! - with a **wall-clock timeout** that kills the whole group (`PROVIDER.TIMEOUT`),
-//!   and an **output cap** that kills it too (`TOOL.EXECUTION_FAILED`).
+//!   and an **output cap** that kills it too (`TOOL.EXECUTION_FAILED`);
+//! - **measured**: a successful call's `cpu_ms` is the user and system time of the
+//!   tool's processes from their rusage — under namespaces, the init's
+//!   `RUSAGE_CHILDREN` once it has reaped the tool, sent with the tool's status;
+//!   without them, `wait4` on the tool — always per pid, so concurrent calls never
+//!   share a figure. Processes still running when the tool ends are killed
+//!   unmeasured.
 //!
 //! After each call a **spare launch** for the same command, profile and limits is
 //! built ahead and waits, confined, before `exec`; the next such call only writes its

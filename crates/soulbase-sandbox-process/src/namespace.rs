@@ -18,8 +18,9 @@
 //!    the symlinks on the way to them (`/lib` → `usr/lib`), mounts a `/proc` of the new
 //!    PID namespace, detaches the old root and remounts `/` read-only;
 //! 4. forks the tool (PID 2) and stays as the namespace's init: it reaps, sends the
-//!    tool's wait status straight to the executor (and to the process in between)
-//!    and exits, which ends anything the tool left.
+//!    tool's wait status straight to the executor with the CPU time of what it
+//!    reaped (the tool's processes; `sys::reap_until`), and the status to the process
+//!    in between, and exits, which ends anything the tool left.
 //!
 //! What is not bound does not exist for the tool: no UNIX socket of a local service, no
 //! `/etc`, no other tool's scratch directory.
@@ -488,7 +489,7 @@ impl NamespacePlan {
         let tool = sys::fork()?;
         if tool > 0 {
             sys::close_all_fds_except([self.status_fd, report_write]);
-            sys::reap_until(tool, [self.status_fd, report_write]);
+            sys::reap_until(tool, self.status_fd, report_write);
         }
         sys::die_with_parent()?;
         Ok(())

@@ -308,18 +308,64 @@ fn end_like(status: libc::c_int) -> ! {
     unsafe { libc::_exit(libc::WEXITSTATUS(status)) }
 }
 
+/// Microseconds of user plus system time in `ru`.
+fn rusage_micros(ru: &libc::rusage) -> u64 {
+    let tv = |t: libc::timeval| -> u64 {
+        u64::try_from(t.tv_sec)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(ru.ru_utime).saturating_add(tv(ru.ru_stime))
+}
+
+/// The size of the report the namespace's init sends the executor: the tool's wait
+/// status (`i32`), then the CPU microseconds of the processes it reaped (`u64`),
+/// native-endian. One write, under `PIPE_BUF`, so it arrives whole.
+pub(crate) const STATUS_REPORT_LEN: usize = 12;
+
+/// Splits a report of [`STATUS_REPORT_LEN`] bytes into the tool's wait status and
+/// the CPU time of the processes the init reaped.
+pub(crate) fn parse_status_report(
+    raw: &[u8; STATUS_REPORT_LEN],
+) -> (libc::c_int, std::time::Duration) {
+    let mut status = [0u8; 4];
+    status.copy_from_slice(&raw[..4]);
+    let mut micros = [0u8; 8];
+    micros.copy_from_slice(&raw[4..]);
+    (
+        libc::c_int::from_ne_bytes(status),
+        std::time::Duration::from_micros(u64::from_ne_bytes(micros)),
+    )
+}
+
 /// The init of the tool's PID namespace: reaps every process until `tool` ends,
-/// sends the tool's wait status on each of `reports` (the executor's pipe first, so
-/// the call ends without waiting for another process to wake), and exits (which ends
-/// whatever the tool left running in the namespace).
-pub(crate) fn reap_until(tool: libc::pid_t, reports: [libc::c_int; 2]) -> ! {
+/// sends the tool's wait status with the CPU time of every process it reaped (the
+/// tool, with the children the tool waited for, and orphans the init reaped:
+/// `RUSAGE_CHILDREN` of a process whose only child is the tool) to the executor on
+/// `executor` ([`STATUS_REPORT_LEN`] bytes) and the status alone to the process in
+/// between on `relay`, executor first so the call ends without waiting for another
+/// process to wake, and exits (which ends whatever the tool left running in the
+/// namespace; their CPU is not counted). A descriptor below 0 is skipped.
+pub(crate) fn reap_until(tool: libc::pid_t, executor: libc::c_int, relay: libc::c_int) -> ! {
     loop {
         match wait_status(-1) {
             Some((pid, status)) if pid == tool => {
-                // SAFETY: writing a local int to our pipes, then _exit.
+                // SAFETY: an all-zero rusage is a valid value; getrusage fills it
+                // in (on failure it stays zero: no CPU reported).
+                let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+                // SAFETY: `ru` is a valid, writable rusage for the duration of the call.
+                unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+                let mut report = [0u8; STATUS_REPORT_LEN];
+                report[..4].copy_from_slice(&status.to_ne_bytes());
+                report[4..].copy_from_slice(&rusage_micros(&ru).to_ne_bytes());
+                // SAFETY: writing locals to our pipes, then _exit.
                 unsafe {
-                    for fd in reports.into_iter().filter(|fd| *fd >= 0) {
-                        libc::write(fd, (&status as *const libc::c_int).cast(), 4);
+                    if executor >= 0 {
+                        libc::write(executor, report.as_ptr().cast(), report.len());
+                    }
+                    if relay >= 0 {
+                        libc::write(relay, (&status as *const libc::c_int).cast(), 4);
                     }
                     libc::_exit(0);
                 }
@@ -327,6 +373,27 @@ pub(crate) fn reap_until(tool: libc::pid_t, reports: [libc::c_int; 2]) -> ! {
             Some(_) => {}
             // SAFETY: _exit with an integer argument only.
             None => unsafe { libc::_exit(127) },
+        }
+    }
+}
+
+/// `wait4(pid)` until it reports, retrying on `EINTR`: the process's wait status and
+/// the CPU time (user and system) of it and of the descendants it (and they) reaped.
+pub(crate) fn wait_with_cpu(pid: u32) -> io::Result<(libc::c_int, std::time::Duration)> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: an all-zero rusage is a valid value; the kernel fills it in.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `status` and `ru` are valid, writable locals for the duration of
+        // the call.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            return Ok((status, std::time::Duration::from_micros(rusage_micros(&ru))));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }

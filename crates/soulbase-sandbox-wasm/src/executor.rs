@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_sandbox::cpu::{ThreadCpu, cpu_ms};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Executor, ProviderBinding, Scratch, path_covers};
 use soulbase_types::TenantId;
 use wasmtime::{
@@ -259,19 +260,28 @@ fn timed_out(timeout: Duration) -> SoulError {
 /// latest. Wasm code is stopped there by the epoch interrupt; a module waiting in a
 /// host call is a pending future, which is dropped with its store and instance. The
 /// slot is given back only after that drop.
+///
+/// The whole run is driven by this thread (`block_on`), so its CPU clock measures
+/// the call: instantiation, the module's code and the WASI calls served inline
+/// (`cpu_ms`); file IO WASI hands to the blocking pool is not counted.
 fn run_bounded(
     handle: &tokio::runtime::Handle,
     r: Run,
     slot: Slot,
 ) -> Result<ExecOutput, SoulError> {
     let (deadline, timeout) = (r.deadline, r.timeout);
+    let clock = ThreadCpu::start();
     let outcome = handle.block_on(async move {
         tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), run(r))
             .await
             .unwrap_or_else(|_| Err(timed_out(timeout)))
     });
+    let used = clock.used();
     drop(slot);
-    outcome
+    outcome.map(|mut out| {
+        out.cpu_ms = Some(cpu_ms(used));
+        out
+    })
 }
 
 async fn run(r: Run) -> Result<ExecOutput, SoulError> {

@@ -28,6 +28,10 @@
 //! - **Threads.** Runs happen on tokio's blocking pool, never on async workers: each
 //!   run's future is driven by its blocking thread (`Handle::block_on`), whose timers
 //!   come from the caller's runtime (which must have time enabled).
+//! - **CPU time.** A successful call's `cpu_ms` is that thread's CPU time over the
+//!   run (`CLOCK_THREAD_CPUTIME_ID`: instantiation, the module's code, WASI calls
+//!   served inline; not file IO handed to the blocking pool), rounded up to whole
+//!   milliseconds.
 
 mod engine;
 mod executor;

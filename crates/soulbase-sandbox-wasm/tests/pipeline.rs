@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use soulbase_auth::{HmacConsent, StaticPolicy};
-use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
+use soulbase_config::{BudgetWindow, PolicyConfig, PolicyEffect, PolicyRule, QuotaBudget};
 use soulbase_errors::ErrorCode;
 use soulbase_observe::{EndStatus, EvidenceEvent, MemorySink};
 use soulbase_qos::LocalQuota;
@@ -39,13 +39,19 @@ fn manifest(id: &str, module: &str, timeout_ms: u64) -> ToolManifest {
     ToolManifest::from_json_str(&m.to_string()).unwrap()
 }
 
-/// An invoker over `wasm` with the echo, spin and sleep tools (all tenants allowed).
+/// An invoker over `wasm` with the echo, spin, sleep and burn tools (all tenants
+/// allowed).
 fn invoker(wasm: WasmExecutor, sink: &MemorySink) -> Invoker {
+    invoker_with_quota(wasm, sink, LocalQuota::new(&[]))
+}
+
+fn invoker_with_quota(wasm: WasmExecutor, sink: &MemorySink, quota: LocalQuota) -> Invoker {
     let registry = Registry::new();
     for (id, module, timeout) in [
         ("demo.wasm.echo", "echo.wasm", 5000),
         ("demo.wasm.spin", "spin.wasm", 100),
         ("demo.wasm.sleep", "sleep.wasm", 2000),
+        ("demo.wasm.burn", "burn.wasm", 20_000),
     ] {
         registry.register(manifest(id, module, timeout)).unwrap();
         registry
@@ -66,7 +72,7 @@ fn invoker(wasm: WasmExecutor, sink: &MemorySink) -> Invoker {
     InvokerBuilder::new(
         Arc::new(registry),
         Arc::new(StaticPolicy::new(&policy)),
-        Arc::new(LocalQuota::new(&[])),
+        Arc::new(quota),
         Arc::new(HmacConsent::new(
             b"0123456789abcdef0123456789abcdef".to_vec(),
         )),
@@ -173,6 +179,70 @@ async fn a_tenant_over_its_wasm_share_is_denied_before_any_begin() {
     let r = held.await.unwrap();
     assert_eq!(r.error_code, Some(ErrorCode::ProviderTimeout), "{r:?}");
     assert_eq!(end_status(&sink, &sleeping_id), EndStatus::Timeout);
+}
+
+/// The CPU a WASM call used is its End's `usage.cpu_ms` and is charged to a
+/// `cpu_ms` budget, which, used up, refuses the next call `QUOTA.BUDGET_EXCEEDED`
+/// before it runs; tools outside the budget still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_budget_is_charged_what_calls_use_and_then_refuses() {
+    let sink = MemorySink::new();
+    let wasm = WasmExecutor::new(WasmOptions::new(fixtures())).unwrap();
+    let quota = LocalQuota::with_budgets(
+        &[],
+        &[QuotaBudget {
+            tenant: "acme".into(),
+            tool: "demo.wasm.burn".into(),
+            actor: "*".into(),
+            per_actor: false,
+            window: BudgetWindow::Day,
+            calls: None,
+            bytes_in: None,
+            bytes_out: None,
+            cpu_ms: Some(5),
+        }],
+    );
+    let invoker = invoker_with_quota(wasm, &sink, quota);
+    let acme = Subject::new(
+        TenantId::new("acme").unwrap(),
+        ActorId::new("alice").unwrap(),
+    );
+    let burn = || {
+        ToolCall::new(
+            acme.clone(),
+            ToolId::new("demo.wasm.burn").unwrap(),
+            json!({}),
+        )
+    };
+
+    let call = burn();
+    let call_id = call.call_id.clone();
+    let r = invoker.invoke(call).await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert_eq!(r.output, Some(json!({"burned": true})));
+    let used = end_cpu_ms(&sink, &call_id);
+    assert!(used >= 5, "the End records {used} ms");
+
+    let r = invoker.invoke(burn()).await;
+    assert_eq!(r.status, CallStatus::Denied, "{r:?}");
+    assert_eq!(r.error_code, Some(ErrorCode::QuotaBudgetExceeded));
+
+    let echo = ToolCall::new(acme, ToolId::new("demo.wasm.echo").unwrap(), json!({}));
+    assert_eq!(invoker.invoke(echo).await.status, CallStatus::Ok);
+}
+
+/// The `usage.cpu_ms` of the one End of `call_id`.
+fn end_cpu_ms(sink: &MemorySink, call_id: &soulbase_types::CallId) -> u64 {
+    let ends: Vec<u64> = sink
+        .records()
+        .into_iter()
+        .filter_map(|r| match r.payload {
+            EvidenceEvent::End(e) if &e.call_id == call_id => Some(e.usage.cpu_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 1, "exactly one End");
+    ends[0]
 }
 
 fn end_status(sink: &MemorySink, call_id: &soulbase_types::CallId) -> EndStatus {

@@ -73,6 +73,33 @@ fn read(dir: &std::path::Path) -> Profile {
 const T: Duration = Duration::from_secs(5);
 
 #[tokio::test]
+async fn a_looping_module_reports_the_cpu_time_it_used() {
+    let sb = sandbox();
+    let burned = call(
+        &sb,
+        &binding("burn.wasm"),
+        &none(),
+        json!({}),
+        Duration::from_secs(20),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(burned.output, json!({"burned": true}));
+    // 200 million rounds take well over 5 ms of CPU on any machine.
+    let burned = burned.cpu_ms.unwrap();
+    assert!(burned >= 5, "{burned} ms");
+    let echoed = call(&sb, &binding("echo.wasm"), &none(), json!({}), T, None)
+        .await
+        .unwrap();
+    let echoed = echoed.cpu_ms.unwrap();
+    assert!(
+        echoed >= 1 && echoed < burned,
+        "echo {echoed} ms, burn {burned} ms"
+    );
+}
+
+#[tokio::test]
 async fn echo_round_trips_json_with_a_fresh_instance_per_call() {
     let sb = sandbox();
     let b = binding("echo.wasm");

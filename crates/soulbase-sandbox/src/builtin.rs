@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use soulbase_errors::{ErrorCode, SoulError};
 
+use crate::cpu::{Metered, cpu_ms};
 use crate::exec::{ExecOutput, ExecRequest};
 
 /// A builtin tool's code.
@@ -81,9 +82,80 @@ impl BuiltinExecutor {
         self.handler(req).map(|_| ())
     }
 
-    /// Runs the call's handler.
+    /// Runs the call's handler. Its output's `cpu_ms` is the CPU time the
+    /// handler's polls used ([`Metered`]), unless the handler set one itself: work a
+    /// handler hands to other threads or processes is not counted.
     pub async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
         let handler = self.handler(&req)?;
-        handler.call(req.args).await
+        let (out, used) = Metered::new(handler.call(req.args)).await;
+        out.map(|mut out| {
+            out.cpu_ms = out.cpu_ms.or(Some(cpu_ms(used)));
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+    use soulbase_types::{CallId, TenantId, ToolId};
+
+    use super::*;
+    use crate::cpu::ThreadCpu;
+    use crate::{Profile, ProviderBinding};
+
+    async fn run(exec: &BuiltinExecutor, tool: &str) -> ExecOutput {
+        let (call_id, tenant, tool) = (
+            CallId::generate(),
+            TenantId::new("t1").unwrap(),
+            ToolId::new(tool).unwrap(),
+        );
+        let provider = ProviderBinding::Builtin { handler: None };
+        let profile = Profile::new(vec![]);
+        let req = ExecRequest {
+            call_id: &call_id,
+            tenant: &tenant,
+            tool: &tool,
+            provider: &provider,
+            args: json!({}),
+            profile: &profile,
+            timeout: Duration::from_secs(5),
+            max_bytes_out: None,
+            max_memory_bytes: None,
+            max_processes: None,
+        };
+        exec.execute(req).await.unwrap()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn handlers_report_the_cpu_their_polls_used() {
+        let exec = BuiltinExecutor::new();
+        exec.register(
+            "demo.cpu.burn",
+            handler_fn(|_| async {
+                let clock = ThreadCpu::start();
+                let mut x = 0u64;
+                while clock.used() < Duration::from_millis(20) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                Ok(json!({}))
+            }),
+        );
+        assert!(run(&exec, "demo.cpu.burn").await.cpu_ms.unwrap() >= 20);
+        // A handler that measured its own CPU keeps its figure.
+        struct Own;
+        #[async_trait]
+        impl BuiltinHandler for Own {
+            async fn call(&self, _: Value) -> Result<ExecOutput, SoulError> {
+                Ok(ExecOutput {
+                    cpu_ms: Some(1234),
+                    ..ExecOutput::value(json!({}))
+                })
+            }
+        }
+        exec.register("demo.cpu.own", Arc::new(Own));
+        assert_eq!(run(&exec, "demo.cpu.own").await.cpu_ms, Some(1234));
     }
 }

@@ -48,7 +48,12 @@ pub struct ExecOutput {
     pub output: Value,
     /// Side effects the executor observed or performed.
     pub side_effects: Vec<SideEffectRecord>,
-    /// CPU time, when the executor can measure it.
+    /// The CPU time the call used, in whole milliseconds rounded up
+    /// ([`crate::cpu::cpu_ms`]), when the executor measures it: the process
+    /// executor, the tool's processes (rusage); the WASM executor, the thread that
+    /// ran the module; builtins, the handler's polls ([`crate::cpu::Metered`]);
+    /// HTTP, `None` (the CPU is the remote service's). The pipeline records it in
+    /// the End's usage and charges it to `cpu_ms` budgets (`None` counts as 0).
     pub cpu_ms: Option<u64>,
 }
 

@@ -22,6 +22,8 @@
 //!   [`BuiltinExecutor`] and to [`Executor`]s plugged in from the edge crates
 //!   (`soulbase-sandbox-http`, `soulbase-sandbox-wasm`, `soulbase-sandbox-process`).
 //! - [`Scratch`] — the per-call temp directory of a `tmp` grant.
+//! - [`cpu`] — the thread CPU clock the in-process executors measure a call's
+//!   `cpu_ms` with (builtins: [`cpu::Metered`] around the handler).
 //!
 //! The crate does no network IO and knows no wire format. Its only file-system IO is
 //! resolving paths for checks ([`resolve`], [`Profile::fs_grants`]) and creating and
@@ -41,6 +43,7 @@ pub use syntax::{TemplatePart, is_valid_host, is_valid_host_pattern, parse_env_t
 pub type FieldProblem = (String, String);
 
 mod builtin;
+pub mod cpu;
 mod exec;
 mod guard;
 mod intersect;

@@ -1065,6 +1065,9 @@ impl Invoker {
             calls: 1,
             bytes_in,
             bytes_out: checked.as_ref().map(|c| c.2).unwrap_or(0),
+            // What the executor measured (`ExecOutput::cpu_ms`; `docs/sandbox.md`,
+            // "CPU time"), settled into `cpu_ms` budgets below. A failed call has
+            // no output and so charges no CPU.
             cpu_ms: checked.as_ref().ok().and_then(|c| c.0.cpu_ms).unwrap_or(0),
         };
         let end = EvidenceEnd {
