@@ -37,6 +37,7 @@ pub use model::{
     PolicyEffect, PolicyRule, QuotaBackend, QuotaConfig, QuotaLimit, Role, ServerConfig,
     SkillsConfig,
 };
+pub use model::{ModelAllow, ModelConfig, ModelUpstream};
 pub use model::{SandboxConfig, TenantGrant};
 pub use problem::{ConfigError, ConfigProblem};
 pub use snapshot::{ConfigHandle, ConfigSnapshot, ReloadStatus};

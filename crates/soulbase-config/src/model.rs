@@ -34,6 +34,9 @@ pub struct Config {
     pub observe: ObserveConfig,
     /// Sandbox profiles (policy ceiling, tenant grants) and executors.
     pub sandbox: SandboxConfig,
+    /// The governed agent loop (`POST /v1/chat/completions`): its upstream model
+    /// API and limits. Without an upstream the route answers `PROVIDER.UNAVAILABLE`.
+    pub model: ModelConfig,
 }
 
 impl Default for Config {
@@ -48,8 +51,67 @@ impl Default for Config {
             auth: AuthConfig::default(),
             observe: ObserveConfig::default(),
             sandbox: SandboxConfig::default(),
+            model: ModelConfig::default(),
         }
     }
+}
+
+/// The governed agent loop's upstream and limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// The OpenAI-compatible chat completions API the loop talks to; none: the
+    /// loop is off.
+    pub upstream: Option<ModelUpstream>,
+    /// Iterations (model turns) of a conversation when the request names none.
+    pub max_iterations: u32,
+    /// The most iterations a request may ask for (`max_iterations` in its body).
+    pub max_iterations_cap: u32,
+    /// Which models each tenant may use (`*` patterns as for tools, e.g.
+    /// `gpt-4o*`); a tenant with no entry may use none.
+    pub allow: Vec<ModelAllow>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            upstream: None,
+            max_iterations: 8,
+            max_iterations_cap: 32,
+            allow: Vec::new(),
+        }
+    }
+}
+
+/// An OpenAI-compatible upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelUpstream {
+    /// The API's base URL, e.g. `https://api.openai.com/v1` (the loop posts to
+    /// `{base_url}/chat/completions`).
+    pub base_url: String,
+    /// The environment variable holding its API key (sent as `Authorization:
+    /// Bearer`); none sends no key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// How long one model turn may take; then the conversation ends with
+    /// `PROVIDER.TIMEOUT`.
+    #[serde(default = "default_model_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_model_timeout_ms() -> u64 {
+    60_000
+}
+
+/// The models one tenant may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAllow {
+    /// The tenant.
+    pub tenant: String,
+    /// Model name patterns (`*` at the end matches any suffix; `*` alone, any).
+    pub models: Vec<String>,
 }
 
 /// A role `soulbased` can serve locally; roles not served locally are reached remotely.
@@ -674,7 +736,7 @@ fn check_tool_pattern(p: &str) -> Result<(), String> {
 impl Config {
     /// Semantic checks serde cannot express; returns `(field path, problem)` pairs.
     pub fn validate(&self) -> Vec<(String, String)> {
-        let mut problems = Vec::new();
+        let mut problems = self.validate_model();
         let mut push = |path: String, msg: String| problems.push((path, msg));
         if self.server.roles.is_empty() {
             push("server.roles".into(), "must name at least one role".into());
@@ -884,6 +946,70 @@ impl Config {
             }
         }
         problems
+    }
+
+    /// The agent loop's section: a usable upstream URL, iteration bounds, tenants.
+    fn validate_model(&self) -> Vec<(String, String)> {
+        let m = &self.model;
+        let mut out = Vec::new();
+        if let Some(u) = &m.upstream {
+            if !(u.base_url.starts_with("http://") || u.base_url.starts_with("https://")) {
+                out.push((
+                    "model.upstream.base_url".into(),
+                    "must be an http:// or https:// URL".into(),
+                ));
+            }
+            if !(1..=600_000).contains(&u.timeout_ms) {
+                out.push((
+                    "model.upstream.timeout_ms".into(),
+                    "must be between 1 and 600000".into(),
+                ));
+            }
+            if u.api_key_env.as_deref().is_some_and(str::is_empty) {
+                out.push((
+                    "model.upstream.api_key_env".into(),
+                    "must name a variable (or be left out)".into(),
+                ));
+            }
+        }
+        if !(1..=100).contains(&m.max_iterations_cap) {
+            out.push((
+                "model.max_iterations_cap".into(),
+                "must be between 1 and 100".into(),
+            ));
+        }
+        if m.max_iterations == 0 || m.max_iterations > m.max_iterations_cap {
+            out.push((
+                "model.max_iterations".into(),
+                "must be at least 1 and at most model.max_iterations_cap".into(),
+            ));
+        }
+        for (i, a) in m.allow.iter().enumerate() {
+            if a.tenant.is_empty() {
+                out.push((
+                    format!("model.allow[{i}].tenant"),
+                    "must not be empty".into(),
+                ));
+            }
+            if a.models.is_empty() {
+                out.push((
+                    format!("model.allow[{i}].models"),
+                    "must name a model".into(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Whether `tenant` may use `model` (`model.allow`).
+    pub fn model_allowed(&self, tenant: &str, model: &str) -> bool {
+        self.model.allow.iter().any(|a| {
+            a.tenant == tenant
+                && a.models.iter().any(|p| match p.strip_suffix('*') {
+                    Some(prefix) => model.starts_with(prefix),
+                    None => p == model,
+                })
+        })
     }
 
     /// The server's connection, timeout, body and session limits.

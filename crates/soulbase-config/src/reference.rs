@@ -22,6 +22,7 @@ pub const LIVE_KEYS: &[&str] = &[
     "quota.limits",
     "quota.budgets",
     "skills.subscriptions",
+    "model",
     "sandbox.ceiling",
     "sandbox.default_grant",
     "sandbox.grants",

@@ -14,12 +14,15 @@
 //!   and the governed tool list;
 //! - [`model`]: the model-facing surface on that stack — the caller's tools as
 //!   OpenAI / Anthropic / MCP definitions, and a model's tool calls routed and
-//!   answered in its API's shape.
+//!   answered in its API's shape;
+//! - [`agent`]: the governed agent loop — a conversation with a model behind
+//!   [`ModelUpstream`], its tool calls run through the stack, up to a bound.
 //!
 //! This crate knows `http::HeaderMap` (the common currency of HTTP headers and
 //! gRPC metadata) and nothing of tonic, axum, rmcp or a database: every edge crate
 //! can use it.
 
+pub mod agent;
 pub mod binding;
 pub mod meta;
 pub mod model;
@@ -27,6 +30,7 @@ pub mod observe;
 pub mod stack;
 pub mod subject;
 
+pub use agent::{Conversation, ConversationRequest, ModelUpstream, StopReason};
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};

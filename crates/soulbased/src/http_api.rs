@@ -890,6 +890,7 @@ pub const ROUTES: &[Route] = &[
     Route::tools(Method::GET, "/api/model/tools"),
     Route::tools(Method::POST, "/api/model/tool_calls"),
     Route::tools(Method::GET, "/api/model/prompt"),
+    Route::tools(Method::POST, "/v1/chat/completions"),
     Route::always(Method::POST, "/api/reload"),
     Route::always(Method::GET, "/api/config/schema"),
     Route::always(Method::GET, "/api/openapi.json"),

@@ -231,4 +231,167 @@ pub fn routes() -> axum::Router<Arc<App>> {
         .route("/api/model/tool_calls", post(model_tool_calls))
         .route("/api/model/prompt", get(model_prompt))
         .route("/api/skills/{name}", get(skill_info))
+        .route("/v1/chat/completions", post(chat_completions))
+}
+
+/// The upstream model API of `model.upstream`, over HTTP.
+struct HttpUpstream {
+    url: String,
+    api_key: Option<String>,
+    timeout: std::time::Duration,
+}
+
+/// One client for every conversation (connections pooled, Nagle off).
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+#[async_trait::async_trait]
+impl soulbase_edge::ModelUpstream for HttpUpstream {
+    async fn complete(&self, request: &Value) -> Result<Value, SoulError> {
+        let unavailable = |why: String| {
+            SoulError::new(ErrorCode::ProviderUnavailable, "the model upstream failed")
+                .with_field("upstream", self.url.clone())
+                .with_note(why)
+        };
+        let mut req = http_client()
+            .post(&self.url)
+            .timeout(self.timeout)
+            .header("content-type", "application/json")
+            .body(request.to_string());
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let response = req.send().await.map_err(|e| {
+            if e.is_timeout() {
+                SoulError::new(
+                    ErrorCode::ProviderTimeout,
+                    "the model upstream did not answer in time",
+                )
+                .with_field("upstream", self.url.clone())
+            } else {
+                unavailable(e.to_string())
+            }
+        })?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| {
+            if e.is_timeout() {
+                SoulError::new(
+                    ErrorCode::ProviderTimeout,
+                    "the model upstream did not answer in time",
+                )
+                .with_field("upstream", self.url.clone())
+            } else {
+                unavailable(e.to_string())
+            }
+        })?;
+        if !status.is_success() {
+            return Err(unavailable(format!(
+                "status {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(512)])
+            )));
+        }
+        serde_json::from_slice(&body).map_err(|e| unavailable(format!("not JSON: {e}")))
+    }
+}
+
+/// `POST /v1/chat/completions`: a governed agent conversation (see
+/// [`soulbase_edge::agent`]) with the configured upstream.
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match conversation(&app, &headers, &body).await {
+        Ok(v) => json_response(StatusCode::OK, &v),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn conversation(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Value, SoulError> {
+    let (subject, binding, available) = caller(app, headers).await?;
+    let request: Value = serde_json::from_slice(body).map_err(|_| {
+        convert::invalid("body", "the body must be a JSON chat completions request")
+    })?;
+    let snap = app.config.current();
+    let cfg = snap.config();
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| convert::invalid("model", "model must be a string"))?;
+    if request
+        .get("stream")
+        .is_some_and(|s| s != &Value::Bool(false))
+    {
+        return Err(convert::invalid("stream", "streaming is not served yet"));
+    }
+    if !cfg.model_allowed(subject.tenant.as_str(), model) {
+        return Err(SoulError::new(
+            ErrorCode::AuthForbidden,
+            "this tenant may not use this model (model.allow)",
+        )
+        .with_field("model", model.to_owned()));
+    }
+    let max_iterations = match request.get("max_iterations") {
+        None => cfg.model.max_iterations,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| (1..=cfg.model.max_iterations_cap).contains(n))
+            .ok_or_else(|| {
+                convert::invalid(
+                    "max_iterations",
+                    "max_iterations must be between 1 and model.max_iterations_cap",
+                )
+            })?,
+    };
+    let Some(up) = &cfg.model.upstream else {
+        return Err(SoulError::new(
+            ErrorCode::ProviderUnavailable,
+            "no model upstream is configured (model.upstream)",
+        ));
+    };
+    let upstream = HttpUpstream {
+        url: format!("{}/chat/completions", up.base_url.trim_end_matches('/')),
+        api_key: up
+            .api_key_env
+            .as_deref()
+            .and_then(|var| std::env::var(var).ok()),
+        timeout: std::time::Duration::from_millis(up.timeout_ms),
+    };
+    let tools: Vec<_> = available.iter().map(AvailableSpec::spec).collect();
+    let skills = skills_shown(app, &available);
+    let system = soulbase_skills::system_prompt_sections(&tools, &skills, Some(max_iterations));
+    let done = app
+        .stack
+        .run_conversation(
+            &upstream,
+            soulbase_edge::ConversationRequest {
+                surface: Surface::Http,
+                subject: &subject,
+                binding: &binding,
+                body: &request,
+                system: Some(system),
+                max_iterations,
+            },
+        )
+        .await?;
+    let mut response = done.response;
+    if let Some(obj) = response.as_object_mut() {
+        obj.insert(
+            "soulbase".into(),
+            json!({
+                "iterations": done.iterations,
+                "tool_calls": done.tool_calls.iter().map(|(tool, content)| json!({"tool": tool, "content": content})).collect::<Vec<_>>(),
+                "reason": done.reason.as_str(),
+            }),
+        );
+    }
+    Ok(response)
 }

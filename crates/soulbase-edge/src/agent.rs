@@ -1,0 +1,196 @@
+//! The governed agent loop (seed 003): a conversation sent to a model with the
+//! caller's governed tools and prompt sections, the model's tool calls run through
+//! the one stack ([`Stack::route_tool_calls`]), their answers appended, and the
+//! model asked again — until it answers or the iteration bound is reached.
+//!
+//! The model is behind [`ModelUpstream`] (an OpenAI-compatible chat completions
+//! API; the HTTP client lives in an edge crate), so the loop knows no wire but the
+//! OpenAI message shapes it reads and writes.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_types::Subject;
+
+use crate::{Binding, CallStyle, ExportFormat, Stack, Surface};
+
+/// One model turn: an OpenAI chat completions request in, its response out.
+#[async_trait]
+pub trait ModelUpstream: Send + Sync {
+    /// Sends `request` (a chat completions body) and returns the response body.
+    /// Unreachable → `PROVIDER.UNAVAILABLE`; too slow → `PROVIDER.TIMEOUT`.
+    async fn complete(&self, request: &Value) -> Result<Value, SoulError>;
+}
+
+/// Why a conversation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model answered without asking for tools.
+    Answered,
+    /// The iteration bound was reached while the model still asked for tools.
+    MaxIterations,
+}
+
+impl StopReason {
+    /// Its name in responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Answered => "answered",
+            StopReason::MaxIterations => "max_iterations",
+        }
+    }
+}
+
+/// A finished conversation.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// The response to give the caller: the model's last response (for
+    /// [`StopReason::MaxIterations`], with a final message saying so).
+    pub response: Value,
+    /// Model turns made.
+    pub iterations: u32,
+    /// Tool calls the model made, in order: `(tool as named by the model, the
+    /// answer's content)`.
+    pub tool_calls: Vec<(String, String)>,
+    /// Why it ended.
+    pub reason: StopReason,
+}
+
+/// The final message of a conversation stopped by its bound.
+pub const MAX_ITERATIONS_MESSAGE: &str = "Stopped: the conversation reached its maximum number of iterations with tool calls still pending.";
+
+fn invalid(field: &str, message: &'static str) -> SoulError {
+    SoulError::new(ErrorCode::SchemaValidationFailed, message).with_field("field", field)
+}
+
+/// The assistant message of a chat completions response.
+fn assistant_message(response: &Value) -> Result<&Map<String, Value>, SoulError> {
+    response
+        .pointer("/choices/0/message")
+        .and_then(Value::as_object)
+        .ok_or_else(|| {
+            SoulError::new(
+                ErrorCode::ProviderUnavailable,
+                "the model's response has no choices[0].message",
+            )
+        })
+}
+
+/// A conversation to run: who asks, and what.
+#[derive(Debug)]
+pub struct ConversationRequest<'a> {
+    /// The surface it came through (metrics).
+    pub surface: Surface,
+    /// The caller.
+    pub subject: &'a Subject,
+    /// The skill binding of the caller's request.
+    pub binding: &'a Binding,
+    /// An OpenAI chat completions body: `model`, `messages`, other sampling
+    /// fields passed through; no `tools` of its own (the caller's governed tools
+    /// are given).
+    pub body: &'a Value,
+    /// The system prompt put first (the prompt sections).
+    pub system: Option<String>,
+    /// Model turns at most.
+    pub max_iterations: u32,
+}
+
+impl Stack {
+    /// Runs a conversation through `upstream` (see the module doc).
+    pub async fn run_conversation(
+        &self,
+        upstream: &dyn ModelUpstream,
+        req: ConversationRequest<'_>,
+    ) -> Result<Conversation, SoulError> {
+        let ConversationRequest {
+            surface,
+            subject,
+            binding,
+            body: request,
+            system,
+            max_iterations,
+        } = req;
+        let Some(body) = request.as_object() else {
+            return Err(invalid("body", "the body must be a JSON object"));
+        };
+        for own in ["tools", "functions", "tool_choice"] {
+            if body.contains_key(own) {
+                return Err(invalid(
+                    own,
+                    "the tools are the caller's governed tools: do not send tools, functions or tool_choice",
+                ));
+            }
+        }
+        let mut messages = match body.get("messages") {
+            Some(Value::Array(m)) if !m.is_empty() => m.clone(),
+            _ => return Err(invalid("messages", "messages must be a non-empty array")),
+        };
+        if let Some(text) = system {
+            messages.insert(0, json!({"role": "system", "content": text}));
+        }
+        let exported = self
+            .export_tools(surface, subject, binding, ExportFormat::OpenAi)
+            .await?;
+        let mut turn = body.clone();
+        turn.remove("stream");
+        turn.remove("stream_options");
+        turn.remove("max_iterations");
+        if !exported.tools.is_empty() {
+            turn.insert("tools".into(), Value::Array(exported.tools.clone()));
+        }
+        let mut made = Vec::new();
+        let mut iterations = 0;
+        loop {
+            turn.insert("messages".into(), Value::Array(messages.clone()));
+            let response = upstream.complete(&Value::Object(turn.clone())).await?;
+            iterations += 1;
+            let message = assistant_message(&response)?;
+            let calls = match message.get("tool_calls") {
+                Some(Value::Array(c)) if !c.is_empty() => c.clone(),
+                _ => {
+                    return Ok(Conversation {
+                        response,
+                        iterations,
+                        tool_calls: made,
+                        reason: StopReason::Answered,
+                    });
+                }
+            };
+            if iterations >= max_iterations {
+                let mut response = response;
+                if let Some(choice) = response.pointer_mut("/choices/0") {
+                    choice["message"] =
+                        json!({"role": "assistant", "content": MAX_ITERATIONS_MESSAGE});
+                    choice["finish_reason"] = json!("length");
+                }
+                return Ok(Conversation {
+                    response,
+                    iterations,
+                    tool_calls: made,
+                    reason: StopReason::MaxIterations,
+                });
+            }
+            messages.push(Value::Object(message.clone()));
+            let answers = self
+                .route_tool_calls(surface, subject, binding, CallStyle::OpenAi, &calls)
+                .await?;
+            for (call, answer) in calls.iter().zip(&answers) {
+                let name = call
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let tool = exported
+                    .names
+                    .to_id(name)
+                    .map_or_else(|| name.to_owned(), |id| id.to_string());
+                let content = answer
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                made.push((tool, content));
+            }
+            messages.extend(answers);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The governed agent loop (`POST /v1/chat/completions`) against a scripted
+//! OpenAI-compatible upstream inside the test (no model can run here): tool calls
+//! go through the governed path and their answers — refusals with their stable
+//! code included — reach the model's next turn; the iteration bound ends a
+//! conversation with its documented answer; an unreachable or slow upstream and a
+//! model the tenant may not use are refused with their codes.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::routing::post;
+use common::{DEV_CONFIG, Server, http};
+use serde_json::{Value, json};
+
+const ACME: [(&str, &str); 2] = [("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")];
+
+/// A scripted upstream: answers each request with the next scripted response (the
+/// last one repeats) and keeps every request it got.
+#[derive(Clone, Default)]
+struct Script {
+    responses: Arc<Vec<Value>>,
+    seen: Arc<Mutex<Vec<Value>>>,
+}
+
+async fn answer(State(s): State<Script>, body: axum::body::Bytes) -> axum::response::Response {
+    let req: Value = serde_json::from_slice(&body).unwrap();
+    let n = {
+        let mut seen = s.seen.lock().unwrap();
+        seen.push(req);
+        seen.len() - 1
+    };
+    let reply = s.responses[n.min(s.responses.len() - 1)].to_string();
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(reply))
+        .unwrap()
+}
+
+/// Serves `responses` on a loopback port; the base URL and the script.
+async fn upstream(responses: Vec<Value>) -> (String, Script) {
+    let script = Script {
+        responses: Arc::new(responses),
+        seen: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", post(answer))
+        .with_state(script.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), script)
+}
+
+fn config(base_url: &str, timeout_ms: u64) -> String {
+    format!(
+        "{DEV_CONFIG}model:\n  upstream: {{ base_url: \"{base_url}\", timeout_ms: {timeout_ms} }}\n  allow:\n    - {{ tenant: acme, models: [\"gpt-*\"] }}\n"
+    )
+}
+
+fn turn(message: Value) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+           "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+}
+
+fn tool_calls() -> Value {
+    turn(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "soulbase__builtin__echo", "arguments": "{\"said\": \"hello\"}"}},
+        {"id": "call_2", "type": "function",
+         "function": {"name": "soulbase__builtin__sleep", "arguments": "{\"ms\": \"soon\"}"}}
+    ]}))
+}
+
+async fn chat(server: &Server, body: Value) -> (u16, Value) {
+    let (status, text) = http(
+        &server.http,
+        "POST",
+        "/v1/chat/completions",
+        &ACME,
+        &body.to_string(),
+    )
+    .await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_runs_the_models_tool_calls_through_the_governed_path() {
+    let final_answer = turn(json!({"role": "assistant", "content": "The echo said hello."}));
+    // Then tool calls forever (the last response repeats).
+    let (base, script) = upstream(vec![tool_calls(), final_answer, tool_calls()]).await;
+    let server = Server::start(&config(&base, 10_000));
+    let (status, body) = chat(
+        &server,
+        json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Echo hello."}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "The echo said hello."
+    );
+    assert_eq!(body["soulbase"]["iterations"], 2);
+    assert_eq!(body["soulbase"]["reason"], "answered");
+    let made = body["soulbase"]["tool_calls"].as_array().unwrap();
+    assert_eq!(made[0]["tool"], "soulbase.builtin.echo");
+    assert!(
+        made[0]["content"].as_str().unwrap().contains("hello"),
+        "{body}"
+    );
+    assert!(
+        made[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("SCHEMA.VALIDATION_FAILED"),
+        "a refused call is answered with its stable code: {body}"
+    );
+
+    let seen = script.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    // The first turn: the prompt sections first, the caller's governed tools given.
+    let first = &seen[0];
+    assert_eq!(first["messages"][0]["role"], "system");
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("## Available Tools") && system.contains("`soulbase__builtin__echo`"),
+        "{system}"
+    );
+    assert!(
+        system.contains("Maximum iterations: 8"),
+        "the configured default bound: {system}"
+    );
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"soulbase__builtin__echo"), "{names:?}");
+    // The second turn sees both answers, in order, after the assistant's turn.
+    let messages = seen[1]["messages"].as_array().unwrap();
+    let n = messages.len();
+    assert_eq!(messages[n - 3]["role"], "assistant");
+    assert_eq!(messages[n - 2]["tool_call_id"], "call_1");
+    assert_eq!(messages[n - 1]["tool_call_id"], "call_2");
+    assert!(
+        messages[n - 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("SCHEMA.VALIDATION_FAILED")
+    );
+
+    // The bound: a model that keeps calling tools is stopped, saying so.
+    let (status, body) = chat(
+        &server,
+        json!({"model": "gpt-test", "max_iterations": 1,
+               "messages": [{"role": "user", "content": "Echo hello."}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["soulbase"]["reason"], "max_iterations");
+    assert_eq!(body["soulbase"]["iterations"], 1);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+    assert!(
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Stopped")
+    );
+
+    // Refused before any model turn: a model the tenant may not use, a request
+    // bringing tools of its own, an iteration bound over the cap.
+    for (request, code) in [
+        (
+            json!({"model": "claude-x", "messages": [{"role": "user", "content": "hi"}]}),
+            "AUTH.FORBIDDEN",
+        ),
+        (
+            json!({"model": "gpt-test", "tools": [], "messages": [{"role": "user", "content": "hi"}]}),
+            "SCHEMA.VALIDATION_FAILED",
+        ),
+        (
+            json!({"model": "gpt-test", "max_iterations": 1000, "messages": [{"role": "user", "content": "hi"}]}),
+            "SCHEMA.VALIDATION_FAILED",
+        ),
+    ] {
+        let (_, body) = chat(&server, request).await;
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+    assert_eq!(
+        script.seen.lock().unwrap().len(),
+        3,
+        "refusals never reach the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_or_slow_upstream_ends_the_conversation_with_its_code() {
+    // Nothing listens on a port just released.
+    let closed = common::free_addr();
+    let server = Server::start(&config(&format!("http://{closed}/v1"), 10_000));
+    let (status, body) = chat(
+        &server,
+        json!({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (502, Some("PROVIDER.UNAVAILABLE")),
+        "{body}"
+    );
+
+    // A listener that accepts and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            open.push(sock);
+        }
+    });
+    let server = Server::start(&config(&format!("http://{addr}/v1"), 300));
+    let (status, body) = chat(
+        &server,
+        json!({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (504, Some("PROVIDER.TIMEOUT")),
+        "{body}"
+    );
+    held.abort();
+}
