@@ -41,7 +41,7 @@ use crate::duration::parse_millis;
 use crate::options::{Common, ConfigArgs, OutputArgs};
 use crate::output::table;
 use crate::target::{Failure, Global};
-use crate::timestamp::rfc3339_utc;
+use crate::timestamp::{Zone, human};
 
 /// Arguments of `soulbase evidence`.
 #[derive(Debug, Args)]
@@ -53,6 +53,10 @@ pub struct EvidenceArgs {
     /// milliseconds).
     #[arg(long, value_enum, default_value = "text", global = true)]
     format: Format,
+    /// Text output shows instants in the system's local time zone (RFC 3339 with
+    /// its offset) instead of UTC.
+    #[arg(long, global = true)]
+    local: bool,
     /// The configuration (for the database and the spool directory).
     #[command(flatten)]
     config: ConfigArgs,
@@ -213,7 +217,7 @@ fn tenant_arg(t: Option<String>) -> Result<Option<TenantId>, String> {
 }
 
 /// The `list` table: one row per call, its start in UTC (RFC 3339).
-fn calls_table(calls: &[CallSummary]) -> String {
+fn calls_table(calls: &[CallSummary], zone: Zone) -> String {
     let rows: Vec<Vec<String>> = calls
         .iter()
         .map(|c| {
@@ -227,7 +231,7 @@ fn calls_table(calls: &[CallSummary]) -> String {
                 })
                 .unwrap_or_else(|| "open".into());
             vec![
-                rfc3339_utc(c.began_at.0),
+                human(c.began_at.0, zone),
                 c.call_id.to_string(),
                 format!("{}@{}", c.tool_id, c.tool_version),
                 c.actor.to_string(),
@@ -246,10 +250,10 @@ fn calls_table(calls: &[CallSummary]) -> String {
 }
 
 /// A record as pretty JSON for people: its `at` as RFC 3339 in UTC.
-fn record_text(record: &serde_json::Value) -> String {
+fn record_text(record: &serde_json::Value, zone: Zone) -> String {
     let mut v = record.clone();
     if let Some(at) = v.get("at").and_then(serde_json::Value::as_i64) {
-        v["at"] = json!(rfc3339_utc(at));
+        v["at"] = json!(human(at, zone));
     }
     crate::output::pretty(&v)
 }
@@ -379,7 +383,10 @@ async fn execute(global: &Global, args: EvidenceArgs) -> Result<bool, String> {
         EvidenceCommand::Quarantine {
             command: QuarantineCommand::Retry { spool },
         } => retry_quarantine(&spool_dir(spool, global)?, args.database_url, global, json).await,
-        EvidenceCommand::Query(command) => query(global, args.database_url, command, json).await,
+        EvidenceCommand::Query(command) => {
+            let zone = if args.local { Zone::Local } else { Zone::Utc };
+            query(global, args.database_url, command, json, zone).await
+        }
     }
 }
 
@@ -389,6 +396,7 @@ async fn query(
     database_url: Option<String>,
     command: QueryCommand,
     json: bool,
+    zone: Zone,
 ) -> Result<bool, String> {
     let url = database_url_of(database_url, global)?;
     let db = Db::connect(&url, false).await.map_err(err)?;
@@ -407,7 +415,7 @@ async fn query(
                     println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
                 } else {
                     let v = serde_json::to_value(r).map_err(|e| e.to_string())?;
-                    println!("{}", record_text(&v));
+                    println!("{}", record_text(&v, zone));
                 }
             }
             true
@@ -453,7 +461,7 @@ async fn query(
                 );
             } else {
                 if !page.calls.is_empty() {
-                    print!("{}", calls_table(&page.calls));
+                    print!("{}", calls_table(&page.calls, zone));
                 }
                 match &page.next {
                     Some(next) => println!("next page: --after {next}"),
@@ -481,7 +489,7 @@ async fn query(
                     ReplayOutcome::Denied { tool, code, at } => {
                         println!(
                             "outcome   denied before execution: {code} (tool {tool}, at {})",
-                            rfc3339_utc(at.0)
+                            human(at.0, zone)
                         );
                     }
                     ReplayOutcome::Executed(x) => {
@@ -499,12 +507,12 @@ async fn query(
                         if let Some(s) = &x.calling_skill {
                             println!("skill     {s}");
                         }
-                        println!("began     {}", rfc3339_utc(x.began_at.0));
+                        println!("began     {}", human(x.began_at.0, zone));
                         match x.status {
                             Some(s) => println!(
                                 "ended     {} {:?}{} after {}µs",
                                 x.ended_at
-                                    .map(|t| rfc3339_utc(t.0))
+                                    .map(|t| human(t.0, zone))
                                     .unwrap_or_else(|| "-".into()),
                                 s,
                                 x.error_code.map(|c| format!(" {c}")).unwrap_or_default(),

@@ -1,8 +1,59 @@
-//! Timestamps for people: RFC 3339 in UTC (`2026-11-25T10:04:05.123Z`).
+//! Timestamps for people: RFC 3339 in UTC (`2026-11-25T10:04:05.123Z`), or with
+//! `--local` in the system's time zone (`2026-11-25T11:04:05.123+01:00`).
 //!
 //! Text output shows instants this way; `--json` keeps the raw Unix milliseconds.
-//! Only UTC is offered: the workspace has no time-zone database, and a local time
-//! would need one.
+
+/// Which clock text output shows instants in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Zone {
+    /// UTC (`Z`), the default.
+    Utc,
+    /// The system's local time zone (`TZ`, else `/etc/localtime`), with its offset.
+    Local,
+}
+
+/// `ms` (Unix milliseconds) as RFC 3339 in `zone`, with milliseconds.
+pub fn human(ms: i64, zone: Zone) -> String {
+    match zone {
+        Zone::Utc => rfc3339_utc(ms),
+        Zone::Local => rfc3339_at_offset(ms, local_offset_s(ms)),
+    }
+}
+
+/// The local time zone's offset from UTC at `ms`, in seconds east, as the C
+/// library's `localtime_r` computes it (daylight saving included); 0 when it
+/// cannot tell.
+#[allow(unsafe_code)]
+fn local_offset_s(ms: i64) -> i64 {
+    // 64-bit Linux: `time_t` is an `i64`.
+    let secs: libc::time_t = ms.div_euclid(1_000);
+    // SAFETY: `tm` is a plain C struct for which all-zero bytes are a valid value;
+    // `localtime_r` only reads `secs` and writes `tm` (both live for the call) and is
+    // the reentrant form, safe beside other threads; a null return leaves `tm` unused.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&secs, &mut tm).is_null() {
+            return 0;
+        }
+        tm.tm_gmtoff
+    }
+}
+
+/// `ms` as RFC 3339 at a fixed `offset_s` from UTC (`Z` for 0).
+fn rfc3339_at_offset(ms: i64, offset_s: i64) -> String {
+    if offset_s == 0 {
+        return rfc3339_utc(ms);
+    }
+    let local = rfc3339_utc(ms + offset_s * 1_000);
+    let sign = if offset_s < 0 { '-' } else { '+' };
+    let abs = offset_s.abs();
+    format!(
+        "{}{sign}{:02}:{:02}",
+        local.trim_end_matches('Z'),
+        abs / 3_600,
+        abs / 60 % 60
+    )
+}
 
 /// `ms` (Unix milliseconds) as RFC 3339 in UTC, with milliseconds.
 pub fn rfc3339_utc(ms: i64) -> String {
@@ -32,6 +83,19 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_are_written_after_the_local_time() {
+        assert_eq!(rfc3339_at_offset(0, 3_600), "1970-01-01T01:00:00.000+01:00");
+        assert_eq!(
+            rfc3339_at_offset(0, -(5 * 3_600 + 30 * 60)),
+            "1969-12-31T18:30:00.000-05:30"
+        );
+        assert_eq!(rfc3339_at_offset(1, 0), "1970-01-01T00:00:00.001Z");
+        // The local zone of this process: the same instant, whatever its offset.
+        let shown = human(1_790_000_000_123, Zone::Local);
+        assert!(shown.starts_with("2026-09-2"), "{shown}");
+    }
 
     #[test]
     fn formats_known_instants() {
