@@ -77,7 +77,6 @@ fn assistant_message(response: &Value) -> Result<&Map<String, Value>, SoulError>
 }
 
 /// A conversation to run: who asks, and what.
-#[derive(Debug)]
 pub struct ConversationRequest<'a> {
     /// The surface it came through (metrics).
     pub surface: Surface,
@@ -93,6 +92,19 @@ pub struct ConversationRequest<'a> {
     pub system: Option<String>,
     /// Model turns at most.
     pub max_iterations: u32,
+    /// Told of each tool call as it is answered: the tool (as an id when the
+    /// model named one of the caller's tools) and the answer's content.
+    pub on_tool_call: Option<&'a (dyn Fn(&str, &str) + Send + Sync)>,
+}
+
+impl std::fmt::Debug for ConversationRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConversationRequest")
+            .field("surface", &self.surface)
+            .field("subject", &self.subject)
+            .field("max_iterations", &self.max_iterations)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Stack {
@@ -109,6 +121,7 @@ impl Stack {
             body: request,
             system,
             max_iterations,
+            on_tool_call,
         } = req;
         let Some(body) = request.as_object() else {
             return Err(invalid("body", "the body must be a JSON object"));
@@ -188,6 +201,9 @@ impl Stack {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned();
+                if let Some(tell) = on_tool_call {
+                    tell(&tool, &content);
+                }
                 made.push((tool, content));
             }
             messages.extend(answers);

@@ -142,19 +142,16 @@ impl MetadataAuth {
 impl SubjectResolver for MetadataAuth {
     async fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError> {
         let api_key = headers.get(API_KEY_HEADER).and_then(|v| v.to_str().ok());
-        let bearer = headers
+        // `Authorization: Bearer <jwt>`, or an API key as a bearer token (what
+        // OpenAI-style clients send their `api_key` as) or `ApiKey sbk_…`.
+        let authorization = headers
             .get(http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            });
-        if api_key.is_some() || bearer.is_some() {
-            let credential = match (api_key, bearer) {
-                (Some(k), _) => Credential::ApiKey(k.trim()),
-                (None, Some(t)) => Credential::Bearer(t.trim()),
-                (None, None) => return Err(unauthenticated()),
-            };
+            .and_then(|v| v.to_str().ok());
+        let credential = match api_key {
+            Some(k) => Some(Credential::ApiKey(k.trim())),
+            None => authorization.and_then(Credential::from_authorization),
+        };
+        if let Some(credential) = credential {
             return match &self.checker {
                 Checker::Nothing => Err(unauthenticated()),
                 Checker::Local(authn) => authn.authenticate(credential),

@@ -302,19 +302,101 @@ impl soulbase_edge::ModelUpstream for HttpUpstream {
 }
 
 /// `POST /v1/chat/completions`: a governed agent conversation (see
-/// [`soulbase_edge::agent`]) with the configured upstream.
+/// [`soulbase_edge::agent`]) with the configured upstream; with `stream: true`
+/// the answer comes as server-sent events in the OpenAI chunk format, each tool
+/// call announced as it finishes (an SSE comment line, which clients skip).
 async fn chat_completions(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match conversation(&app, &headers, &body).await {
-        Ok(v) => json_response(StatusCode::OK, &v),
-        Err(e) => error_response(&e),
+    let prepared = match prepare(&app, &headers, &body).await {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    if !prepared.stream {
+        return match run(&app, &prepared, None).await {
+            Ok(v) => json_response(StatusCode::OK, &v),
+            Err(e) => error_response(&e),
+        };
     }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let progress = {
+            let tx = tx.clone();
+            move |tool: &str, content: &str| {
+                let status = if content.contains("\"code\"") {
+                    "refused or failed"
+                } else {
+                    "ok"
+                };
+                let _ = tx.send(format!(": tool {tool} {status}\n\n"));
+            }
+        };
+        let events = match run(&app, &prepared, Some(&progress)).await {
+            Ok(response) => sse_chunks(&response),
+            Err(e) => vec![
+                format!("data: {}\n\n", json!({"error": e.public()})),
+                "data: [DONE]\n\n".to_owned(),
+            ],
+        };
+        for e in events {
+            let _ = tx.send(e);
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|s| (Ok::<_, std::convert::Infallible>(Bytes::from(s)), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(axum::body::Body::from_stream(stream))
+        .unwrap_or_else(|_| error_response(&SoulError::of(ErrorCode::UnknownInternal)))
 }
 
-async fn conversation(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Value, SoulError> {
+/// A final chat completions response as OpenAI stream chunks: the role, the
+/// content, the finish (carrying the `soulbase` summary), then `[DONE]`.
+fn sse_chunks(response: &Value) -> Vec<String> {
+    let choice = &response["choices"][0];
+    let content = choice["message"]["content"].as_str().unwrap_or_default();
+    let finish = choice["finish_reason"].as_str().unwrap_or("stop");
+    let chunk = |delta: Value, finish: Value| {
+        json!({
+            "id": response.get("id").cloned().unwrap_or_else(|| json!("chatcmpl-soulbase")),
+            "object": "chat.completion.chunk",
+            "created": response.get("created").cloned().unwrap_or_else(|| json!(0)),
+            "model": response.get("model").cloned().unwrap_or(Value::Null),
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    };
+    let mut last = chunk(json!({}), json!(finish));
+    last["soulbase"] = response["soulbase"].clone();
+    [
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": content}), Value::Null),
+        last,
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .chain(std::iter::once("data: [DONE]\n\n".to_owned()))
+    .collect()
+}
+
+/// A checked conversation request, ready to run.
+struct Prepared {
+    subject: Subject,
+    binding: Binding,
+    request: Value,
+    upstream: HttpUpstream,
+    system: String,
+    max_iterations: u32,
+    stream: bool,
+}
+
+async fn prepare(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Prepared, SoulError> {
     let (subject, binding, available) = caller(app, headers).await?;
     let request: Value = serde_json::from_slice(body).map_err(|_| {
         convert::invalid("body", "the body must be a JSON chat completions request")
@@ -325,12 +407,11 @@ async fn conversation(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Val
         .get("model")
         .and_then(Value::as_str)
         .ok_or_else(|| convert::invalid("model", "model must be a string"))?;
-    if request
-        .get("stream")
-        .is_some_and(|s| s != &Value::Bool(false))
-    {
-        return Err(convert::invalid("stream", "streaming is not served yet"));
-    }
+    let stream = match request.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(convert::invalid("stream", "stream must be a boolean")),
+    };
     if !cfg.model_allowed(subject.tenant.as_str(), model) {
         return Err(SoulError::new(
             ErrorCode::AuthForbidden,
@@ -368,17 +449,36 @@ async fn conversation(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Val
     let tools: Vec<_> = available.iter().map(AvailableSpec::spec).collect();
     let skills = skills_shown(app, &available);
     let system = soulbase_skills::system_prompt_sections(&tools, &skills, Some(max_iterations));
+    Ok(Prepared {
+        subject,
+        binding,
+        request,
+        upstream,
+        system,
+        max_iterations,
+        stream,
+    })
+}
+
+/// Runs a prepared conversation; the model's last response with the `soulbase`
+/// summary.
+async fn run(
+    app: &App,
+    p: &Prepared,
+    on_tool_call: Option<&(dyn Fn(&str, &str) + Send + Sync)>,
+) -> Result<Value, SoulError> {
     let done = app
         .stack
         .run_conversation(
-            &upstream,
+            &p.upstream,
             soulbase_edge::ConversationRequest {
                 surface: Surface::Http,
-                subject: &subject,
-                binding: &binding,
-                body: &request,
-                system: Some(system),
-                max_iterations,
+                subject: &p.subject,
+                binding: &p.binding,
+                body: &p.request,
+                system: Some(p.system.clone()),
+                max_iterations: p.max_iterations,
+                on_tool_call,
             },
         )
         .await?;

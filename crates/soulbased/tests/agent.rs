@@ -234,3 +234,59 @@ async fn an_unreachable_or_slow_upstream_ends_the_conversation_with_its_code() {
     );
     held.abort();
 }
+
+/// The official OpenAI Python client, its `api_key` a Soulbase API key: a plain
+/// and a streamed conversation (the chunks parse, the content is the model's
+/// final answer after the governed tool call) and a model the tenant may not use
+/// (403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_client_talks_to_the_loop_plain_and_streamed() {
+    let final_answer = turn(json!({"role": "assistant", "content": "The echo said hello."}));
+    let (base, script) = upstream(vec![
+        tool_calls(),
+        final_answer.clone(),
+        tool_calls(),
+        final_answer,
+    ])
+    .await;
+    let subject = soulbase_types::Subject::new(
+        soulbase_types::TenantId::new("acme").unwrap(),
+        soulbase_types::ActorId::new("py").unwrap(),
+    );
+    let key = soulbase_auth::generate_api_key("py-agent", &subject);
+    let config = format!(
+        "{}auth:\n  api_keys:\n    - {{ id: py-agent, sha256: \"{}\", tenant: acme, actor: py }}\n",
+        config(&base, 10_000),
+        key.config.sha256
+    );
+    let server = Server::start(&config);
+    let script_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_chat.py");
+    let url = format!("http://{}/v1", server.http);
+    let secret = key.key.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(common::python())
+            .arg(script_path)
+            .args([url.as_str(), secret.as_str()])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenAI client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["plain"], "The echo said hello.", "{seen}");
+    assert_eq!(seen["plain_summary"]["iterations"], 2, "{seen}");
+    assert_eq!(seen["stream"], "The echo said hello.", "{seen}");
+    assert_eq!(seen["stream_finish"], "stop");
+    assert_eq!(seen["forbidden"], 403);
+    assert_eq!(
+        script.seen.lock().unwrap().len(),
+        4,
+        "two turns per conversation"
+    );
+}
