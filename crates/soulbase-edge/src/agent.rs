@@ -76,6 +76,10 @@ fn assistant_message(response: &Value) -> Result<&Map<String, Value>, SoulError>
         })
 }
 
+/// What a conversation tells of each tool call as it is answered: the tool and
+/// the answer's content.
+pub type ToolCallHook = dyn Fn(&str, &str) + Send + Sync;
+
 /// A conversation to run: who asks, and what.
 pub struct ConversationRequest<'a> {
     /// The surface it came through (metrics).
@@ -94,7 +98,7 @@ pub struct ConversationRequest<'a> {
     pub max_iterations: u32,
     /// Told of each tool call as it is answered: the tool (as an id when the
     /// model named one of the caller's tools) and the answer's content.
-    pub on_tool_call: Option<&'a (dyn Fn(&str, &str) + Send + Sync)>,
+    pub on_tool_call: Option<&'a ToolCallHook>,
 }
 
 impl std::fmt::Debug for ConversationRequest<'_> {

@@ -465,7 +465,7 @@ async fn prepare(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Prepared
 async fn run(
     app: &App,
     p: &Prepared,
-    on_tool_call: Option<&(dyn Fn(&str, &str) + Send + Sync)>,
+    on_tool_call: Option<&soulbase_edge::agent::ToolCallHook>,
 ) -> Result<Value, SoulError> {
     let done = app
         .stack
