@@ -290,3 +290,64 @@ async fn the_openai_python_client_talks_to_the_loop_plain_and_streamed() {
         "two turns per conversation"
     );
 }
+
+/// Seed 003: a skill disabled between two requests is gone from the second
+/// request's tools and prompt sections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_disabled_between_two_requests_is_gone_from_the_second() {
+    let final_answer = turn(json!({"role": "assistant", "content": "Done."}));
+    let (base, script) = upstream(vec![final_answer]).await;
+    let config = config(&base, 10_000).replacen(
+        "server:\n",
+        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
+        1,
+    );
+    let server = Server::start_in(&config, |dir| {
+        std::fs::create_dir_all(dir.join("skills")).unwrap();
+        std::fs::write(
+            dir.join("skills/greet.yaml"),
+            "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
+             handler: soulbase.builtin.echo\nparameters:\n  type: object\n",
+        )
+        .unwrap();
+    });
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Hi."}]});
+    let (status, body) = chat(&server, ask.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, text) = http(
+        &server.http,
+        "PATCH",
+        "/api/skills/greet",
+        &ACME,
+        r#"{"enabled": false}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 200, "{body}");
+
+    let seen = script.seen.lock().unwrap().clone();
+    let offered = |turn: &Value| -> (Vec<String>, String) {
+        let tools = turn["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let system = turn["messages"][0]["content"].as_str().unwrap().to_owned();
+        (tools, system)
+    };
+    let (before_tools, before_prompt) = offered(&seen[0]);
+    let (after_tools, after_prompt) = offered(&seen[1]);
+    assert!(
+        before_tools.contains(&"skills__greet__greet".to_owned()),
+        "{before_tools:?}"
+    );
+    assert!(before_prompt.contains("`greet`"), "{before_prompt}");
+    assert!(
+        !after_tools.iter().any(|t| t.contains("greet")),
+        "{after_tools:?}"
+    );
+    assert!(!after_prompt.contains("greet"), "{after_prompt}");
+    assert!(after_tools.contains(&"soulbase__builtin__echo".to_owned()));
+}
