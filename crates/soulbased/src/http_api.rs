@@ -503,6 +503,12 @@ fn skills_json(report: &soulbase_skills::ReloadReport) -> Value {
         "updated": report.updated,
         "removed": report.removed,
         "errors": report.errors().map(ToString::to_string).collect::<Vec<_>>(),
+        "warnings": report
+            .problems
+            .iter()
+            .filter(|p| !p.is_error())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
     })
 }
 

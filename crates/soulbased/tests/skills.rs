@@ -973,6 +973,32 @@ async fn the_cli_check_and_the_server_agree_on_an_adversarial_directory() {
             "{file}: {text:?}"
         );
     }
+    // The reload report also names the files that loaded with warnings.
+    let warned: Vec<String> = problems
+        .iter()
+        .filter(|(_, sev)| *sev == "warning")
+        .map(|(f, _)| (*f).to_owned())
+        .collect();
+    let (_, v) = json_of(&server, "POST", "/api/reload", &ACME, "").await;
+    let mut reported: Vec<String> = v["skills"]["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let rest = w.as_str().unwrap().strip_prefix("warning: ").unwrap();
+            under_skills(rest.split(':').next().unwrap())
+        })
+        .collect();
+    reported.sort();
+    reported.dedup();
+    let mut warned = warned;
+    warned.sort();
+    warned.dedup();
+    assert!(
+        !warned.is_empty(),
+        "the directory has files that load with warnings"
+    );
+    assert_eq!(reported, warned, "{v}");
     let ids = tool_ids(&server).await;
     assert!(
         !ids.iter().any(|id| id.starts_with("skills.clash.")),
