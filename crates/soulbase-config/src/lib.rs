@@ -13,6 +13,10 @@
 //! keeps the snapshot it loaded), and [`watch`] reloads on file change, keeping the
 //! last good snapshot — and reporting why — when the new file is invalid.
 //!
+//! [`reference`] derives from the model what users read: the JSON Schema of
+//! `config.yaml`, `docs/configuration.md`, and which keys a reload applies
+//! ([`reference::LIVE_KEYS`]; the others take a restart).
+//!
 //! IO here is limited to reading the config file and watching it.
 
 mod layers;

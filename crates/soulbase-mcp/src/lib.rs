@@ -18,7 +18,15 @@
 //! - skills ([`McpServer::with_skills`]): the seed 002 protocol tools
 //!   `list_skills`, `get_skill_info`, `run_skill`; a session's binding to a skill
 //!   (the operator's over stdio, a scoped header over HTTP) makes its calls as that
-//!   skill, and its list that skill's tool set (see [`skills`]).
+//!   skill, and its list that skill's tool set (see [`skills`]);
+//! - the skills as resources ([`resources`]: `skill://NAME/PATH`, verbatim,
+//!   followed by `resources/subscribe` or `subscriptions/listen`) and prompts
+//!   ([`prompts`]: the full SKILL.md), with `completion/complete`, only the
+//!   caller's skills;
+//! - per session ([`McpServer::for_session`]): `logging/setLevel` and one
+//!   `notifications/message` per call, progress for a call with a
+//!   `progressToken`, and `notifications/cancelled` dropping the governed call
+//!   (its End is `cancelled`).
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the

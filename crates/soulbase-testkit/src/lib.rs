@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 pub mod postgres;
+pub mod skills;
 pub mod volume;
 
 pub use postgres::{PgCluster, find_binary, free_port};

@@ -260,6 +260,18 @@ impl soulbase_edge::ModelUpstream for HttpUpstream {
                 .with_field("upstream", self.url.clone())
                 .with_note(why)
         };
+        // A transport failure: too slow is a timeout, anything else unavailable.
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                SoulError::new(
+                    ErrorCode::ProviderTimeout,
+                    "the model upstream did not answer in time",
+                )
+                .with_field("upstream", self.url.clone())
+            } else {
+                unavailable(e.to_string())
+            }
+        };
         let mut req = http_client()
             .post(&self.url)
             .timeout(self.timeout)
@@ -268,29 +280,9 @@ impl soulbase_edge::ModelUpstream for HttpUpstream {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let response = req.send().await.map_err(|e| {
-            if e.is_timeout() {
-                SoulError::new(
-                    ErrorCode::ProviderTimeout,
-                    "the model upstream did not answer in time",
-                )
-                .with_field("upstream", self.url.clone())
-            } else {
-                unavailable(e.to_string())
-            }
-        })?;
+        let response = req.send().await.map_err(failed)?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| {
-            if e.is_timeout() {
-                SoulError::new(
-                    ErrorCode::ProviderTimeout,
-                    "the model upstream did not answer in time",
-                )
-                .with_field("upstream", self.url.clone())
-            } else {
-                unavailable(e.to_string())
-            }
-        })?;
+        let body = response.bytes().await.map_err(failed)?;
         if !status.is_success() {
             return Err(unavailable(format!(
                 "status {status}: {}",
