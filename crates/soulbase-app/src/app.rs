@@ -5,7 +5,7 @@
 //! only swaps one `Arc<dyn …>` for its gRPC client:
 //! authorizer (Cedar when `auth.cedar` is set, else the static rules), quota
 //! (`quota.backend`: in-process `LocalQuota` or the shared `RedisQuota`, both
-//! following reloads), consent (HMAC), profiles (Grant ∩ Manifest ∩ PolicyConfig,
+//! following reloads), consent (`auth.consent`: issue, verify, revoke), profiles (Grant ∩ Manifest ∩ PolicyConfig,
 //! `IntersectingProfiles::follow` over `sandbox`, following reloads), sandbox
 //! (`LocalSandbox`: builtin executor with the example skills' handlers, plus the HTTP, WASM and
 //! process executors), evidence (the durable spool sink draining into SQLite or
@@ -25,10 +25,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use soulbase_auth::{
-    Authenticator, Authorizer, CedarPolicy, ConsentVerifier, HmacConsent, StaticPolicy,
+    Authenticator, Authorizer, CedarPolicy, ConsentKeys, ConsentRevocations, ConsentService,
+    ConsentVerifier, Ed25519Consent, HmacConsent, StaticPolicy, new_token_id,
 };
-use soulbase_config::{ConfigHandle, ConfigLoader, QuotaBackend, QuotaLimit, ReloadStatus, Role};
-use soulbase_edge::{MetadataAuth, SpanMaker, Stack, SubjectResolver};
+use soulbase_config::{
+    Config, ConfigHandle, ConfigLoader, ConsentSigning, QuotaBackend, QuotaLimit, ReloadStatus,
+    Role,
+};
+use soulbase_edge::{ConsentDesk, MetadataAuth, SpanMaker, Stack, SubjectResolver};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::roles::role_channel;
 use soulbase_grpc::{
@@ -47,7 +51,7 @@ use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
 use soulbase_skills::{
     CatalogOptions, ReloadReport, SkillCatalog, SkillTerms, SkillWatcher, StaticSubscriptions,
 };
-use soulbase_store::Persistence;
+use soulbase_store::{Persistence, SqlConsentRevocations};
 use soulbase_tools::Registry;
 use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency};
 use soulbase_tools::registry::admin::RegistryAdmin;
@@ -57,8 +61,8 @@ use crate::builtins;
 use crate::evidence::{self, EvidenceFlush};
 use crate::metrics::Metrics;
 
-/// The environment variable holding the consent HMAC key (hex, ≥ 32 bytes). Without
-/// it a random per-process key is used, so no consent token verifies (fail closed).
+/// The environment variable holding the consent HMAC key (hex, ≥ 32 bytes): with
+/// `auth.consent.signing` unset it selects HMAC signing with this key.
 pub const CONSENT_KEY_ENV: &str = "SOULBASED_CONSENT_HMAC_KEY";
 
 /// The skills subsystem of a `tools` server.
@@ -111,6 +115,8 @@ pub struct App {
     pub stack: Stack,
     /// Authorizes calls and registry writes.
     pub authorizer: Arc<dyn Authorizer>,
+    /// Issues and revokes consent tokens (`auth.consent`) for every surface.
+    pub consent_desk: ConsentDesk,
     /// Maps request metadata to subjects.
     pub auth: Arc<dyn SubjectResolver>,
     /// Prometheus metrics.
@@ -140,17 +146,116 @@ impl std::fmt::Debug for App {
     }
 }
 
-fn consent_key() -> Vec<u8> {
-    if let Ok(hex_key) = std::env::var(CONSENT_KEY_ENV)
-        && let Some(bytes) = decode_hex(hex_key.trim())
-        && bytes.len() >= 32
-    {
-        return bytes;
+fn consent_file_error(what: &str) -> SoulError {
+    SoulError::new(ErrorCode::ConfigInvalid, "the consent key is invalid")
+        .with_field("field", "auth.consent.key_file")
+        .with_note(what.to_owned())
+}
+
+/// The key in `auth.consent.key_file` (hex), or `None` when unset.
+fn consent_key_file(cfg: &Config) -> Result<Option<Vec<u8>>, SoulError> {
+    let Some(path) = &cfg.auth.consent.key_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        consent_file_error(&format!("reading {}: {e}", path.display())).with_source(e)
+    })?;
+    decode_hex(text.trim())
+        .map(Some)
+        .ok_or_else(|| consent_file_error("the file must hold the key in hex"))
+}
+
+/// 32 bytes no one can predict, for a key that lives as long as the process.
+fn random_32() -> [u8; 32] {
+    let hex = format!("{}{}", new_token_id(), new_token_id());
+    decode_hex(&hex)
+        .and_then(|b| b.try_into().ok())
+        .unwrap_or_else(|| unreachable!("two token ids are 32 bytes of hex"))
+}
+
+/// The keys consent tokens are signed and verified with (`auth.consent`).
+fn consent_keys(cfg: &Config) -> Result<ConsentKeys, SoulError> {
+    let c = &cfg.auth.consent;
+    let env_key = std::env::var(CONSENT_KEY_ENV).ok();
+    let signing = c.signing.unwrap_or(if env_key.is_some() {
+        ConsentSigning::Hmac
+    } else {
+        ConsentSigning::Ed25519
+    });
+    if let Some(public) = &c.public_key {
+        let bytes: [u8; 32] = decode_hex(public)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| {
+                SoulError::new(
+                    ErrorCode::ConfigInvalid,
+                    "the consent public key is invalid",
+                )
+                .with_field("field", "auth.consent.public_key")
+            })?;
+        return Ok(ConsentKeys::Ed25519(Box::new(Ed25519Consent::verifier(
+            &bytes,
+        )?)));
     }
-    // Unpredictable enough to make every token fail; never used to sign anything.
-    let a = soulbase_types::CallId::generate();
-    let b = soulbase_types::CallId::generate();
-    format!("{a}{b}").into_bytes()
+    let file_key = consent_key_file(cfg)?;
+    Ok(match signing {
+        ConsentSigning::Hmac => {
+            let key = match (file_key, env_key) {
+                (Some(k), _) => Some(k),
+                (None, Some(hex_key)) => decode_hex(hex_key.trim()),
+                (None, None) => None,
+            };
+            match key {
+                Some(k) if k.len() >= 32 => ConsentKeys::Hmac(HmacConsent::new(k)),
+                Some(_) => {
+                    return Err(consent_file_error(
+                        "an HMAC consent key must be at least 32 bytes (64 hex digits)",
+                    ));
+                }
+                None => {
+                    tracing::warn!(
+                        "auth.consent: no HMAC key (auth.consent.key_file or ${CONSENT_KEY_ENV}): \
+                         a key of this process signs consent, and no other process verifies it"
+                    );
+                    ConsentKeys::Hmac(HmacConsent::new(random_32().to_vec()))
+                }
+            }
+        }
+        ConsentSigning::Ed25519 => match file_key {
+            Some(k) => {
+                let seed: [u8; 32] = k.try_into().map_err(|_| {
+                    consent_file_error("an Ed25519 consent key is a 32-byte seed (64 hex digits)")
+                })?;
+                ConsentKeys::Ed25519(Box::new(Ed25519Consent::from_seed(&seed)))
+            }
+            None => {
+                tracing::info!(
+                    "auth.consent: no key_file, so consent is signed with a key of this process: \
+                     its tokens verify here until restart"
+                );
+                ConsentKeys::Ed25519(Box::new(Ed25519Consent::from_seed(&random_32())))
+            }
+        },
+    })
+}
+
+/// Where revoked consent token ids are kept: with the evidence database, which
+/// replicas share. A process without persistence (an `auth`-only role) opens the
+/// same database for them.
+async fn consent_revocations(
+    cfg: &Config,
+    persistence: Option<&Arc<Persistence>>,
+) -> Result<Arc<dyn ConsentRevocations>, SoulError> {
+    let db = match persistence {
+        Some(p) => p.db.clone(),
+        None => {
+            soulbase_store::Db::connect(
+                &soulbase_store::database_url(cfg),
+                cfg.evidence.migrate_on_start,
+            )
+            .await?
+        }
+    };
+    Ok(Arc::new(SqlConsentRevocations::new(db)))
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -248,12 +353,11 @@ impl App {
                 "server.dev_insecure is set: x-soulbase-tenant / x-soulbase-actor headers are trusted as identity"
             );
         }
-        let local_consent: Arc<dyn ConsentVerifier> = Arc::new(HmacConsent::new(consent_key()));
-        let (authorizer, consent): (Arc<dyn Authorizer>, Arc<dyn ConsentVerifier>) =
-            match &remote_auth {
-                Some(r) => (Arc::new(r.clone()), Arc::new(r.clone())),
-                None => (local_authorizer.clone(), local_consent.clone()),
-            };
+        let consent_keys = consent_keys(cfg)?;
+        let authorizer: Arc<dyn Authorizer> = match &remote_auth {
+            Some(r) => Arc::new(r.clone()),
+            None => local_authorizer.clone(),
+        };
         // Role services answer other processes without a caller identity of their
         // own: they are served only behind the internal token (or in development).
         // Without one, a tools process runs its roles in-process and serves none.
@@ -266,14 +370,6 @@ impl App {
             )
             .with_field("field", "server.internal_token_env"));
         }
-        let auth_role = (roles.contains(&Role::Auth) && expose_roles).then(|| {
-            AuthRoleService::new(
-                authenticator.clone(),
-                local_authorizer.clone(),
-                local_consent.clone(),
-                token.clone(),
-            )
-        });
         let qos_role = match (roles.contains(&Role::Qos) && expose_roles, &local_gate) {
             (true, Some(q)) => Some(QosRoleService::new(q.gate(), token.clone())),
             _ => None,
@@ -375,6 +471,26 @@ impl App {
             )
         };
         let admin = shared.unwrap_or_else(|| RegistryAdmin::in_memory(registry.clone()));
+        // Consent is issued and revoked here, and verified here unless the auth
+        // role is remote; revocations live with the evidence, shared by replicas.
+        let consent_service = Arc::new(ConsentService::new(
+            consent_keys,
+            consent_revocations(cfg, persistence.as_ref()).await?,
+            cfg.auth.consent.max_ttl_ms,
+            cfg.auth.consent.default_ttl_ms,
+        ));
+        let consent: Arc<dyn ConsentVerifier> = match &remote_auth {
+            Some(r) => Arc::new(r.clone()),
+            None => consent_service.clone(),
+        };
+        let auth_role = (roles.contains(&Role::Auth) && expose_roles).then(|| {
+            AuthRoleService::new(
+                authenticator.clone(),
+                local_authorizer.clone(),
+                consent_service.clone(),
+                token.clone(),
+            )
+        });
         let evidence_role = match (evidence_role && expose_roles, &persistence) {
             (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
             _ => None,
@@ -424,6 +540,7 @@ impl App {
             None => stack,
         }
         .build();
+        let consent_desk = ConsentDesk::new(registry.clone(), consent_service, authorizer.clone());
         let app = Arc::new(App {
             started: config.current(),
             config,
@@ -433,6 +550,7 @@ impl App {
             invoker,
             stack,
             authorizer,
+            consent_desk,
             auth,
             metrics,
             ready: AtomicBool::new(false),
@@ -711,8 +829,88 @@ fn start_skills(
 
 #[cfg(test)]
 mod tests {
-    use super::decode_hex;
-    use soulbase_config::{Config, TlsConfig};
+    use super::{consent_keys, decode_hex};
+    use soulbase_auth::{ConsentGrant, ConsentIssuer, ConsentKeys, Ed25519Consent};
+    use soulbase_config::{Config, ConsentSigning, TlsConfig};
+    use soulbase_errors::ErrorCode;
+    use soulbase_types::{ActorId, Subject, TenantId, ToolId, UnixMillis};
+
+    /// A token signed by `signer`, and whether `keys` (built from config) open it.
+    fn opens(keys: &ConsentKeys, signer: &dyn ConsentIssuer) -> bool {
+        let alice = Subject::new(
+            TenantId::new("acme").unwrap(),
+            ActorId::new("alice").unwrap(),
+        );
+        let tool = ToolId::new("a.b.c").unwrap();
+        let grant = ConsentGrant::for_tool(&alice, &tool, UnixMillis(0), 1_000);
+        let token = signer.issue_token(&grant, UnixMillis(0)).unwrap();
+        let (ConsentKeys::Ed25519(k), true) = (keys, token.starts_with("e1.")) else {
+            return false;
+        };
+        k.check(&soulbase_auth::ConsentRequest {
+            subject: &alice,
+            tool: &tool,
+            scope: None,
+            args_digest: "x",
+            token: Some(&token),
+            now: UnixMillis(1),
+            max_age_ms: None,
+        })
+        .is_ok()
+    }
+
+    #[test]
+    fn consent_keys_come_from_the_configured_file_or_public_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = [9u8; 32];
+        let file = dir.path().join("consent.key");
+        std::fs::write(&file, format!("{}\n", hex_of(&seed))).unwrap();
+        let mut config = Config::default();
+        config.auth.consent.signing = Some(ConsentSigning::Ed25519);
+        config.auth.consent.key_file = Some(file.clone());
+        let signer = Ed25519Consent::from_seed(&seed);
+        assert!(opens(&consent_keys(&config).unwrap(), &signer), "key_file");
+
+        let mut verify_only = Config::default();
+        verify_only.auth.consent.public_key = Some(hex_of(&signer.public_key()));
+        let keys = consent_keys(&verify_only).unwrap();
+        assert!(opens(&keys, &signer), "public_key");
+        let ConsentKeys::Ed25519(k) = &keys else {
+            panic!("{keys:?}")
+        };
+        let alice = Subject::new(
+            TenantId::new("acme").unwrap(),
+            ActorId::new("alice").unwrap(),
+        );
+        let grant =
+            ConsentGrant::for_tool(&alice, &ToolId::new("a.b.c").unwrap(), UnixMillis(0), 9);
+        assert!(k.issue_token(&grant, UnixMillis(0)).is_err(), "verify only");
+
+        // Without a file, a key of this process: not the configured seed's.
+        assert!(!opens(&consent_keys(&Config::default()).unwrap(), &signer));
+
+        config.auth.consent.signing = Some(ConsentSigning::Hmac);
+        assert!(matches!(
+            consent_keys(&config).unwrap(),
+            ConsentKeys::Hmac(_)
+        ));
+        std::fs::write(&file, "abcd").unwrap();
+        let err = consent_keys(&config).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::ConfigInvalid);
+        assert_eq!(
+            err.public().fields.get("field").map(String::as_str),
+            Some("auth.consent.key_file")
+        );
+        std::fs::write(&file, "not hex").unwrap();
+        assert_eq!(
+            consent_keys(&config).unwrap_err().code(),
+            ErrorCode::ConfigInvalid
+        );
+    }
+
+    fn hex_of(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
 
     #[test]
     fn server_settings_are_validated_with_their_field_paths() {

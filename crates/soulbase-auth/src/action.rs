@@ -31,11 +31,14 @@ pub enum Action {
     /// Re-read the configuration and the skills directory (resource
     /// [`Action::RELOAD_RESOURCE`]).
     Reload,
+    /// Consent to calls of the tool on someone's behalf: issue a consent token
+    /// (and, on resource `soulbase.server.consent`, revoke one).
+    ConsentIssue,
 }
 
 impl Action {
     /// Every action, in schema order.
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 12] = [
         Action::Invoke,
         Action::Preflight,
         Action::List,
@@ -47,6 +50,7 @@ impl Action {
         Action::Disable,
         Action::Deprecate,
         Action::Reload,
+        Action::ConsentIssue,
     ];
 
     /// The resource a [`Action::Reload`] is asked about: the server's
@@ -68,6 +72,7 @@ impl Action {
             Action::Disable => "disable",
             Action::Deprecate => "deprecate",
             Action::Reload => "reload",
+            Action::ConsentIssue => "consent_issue",
         }
     }
 

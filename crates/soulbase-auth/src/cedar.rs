@@ -52,8 +52,9 @@ use crate::AuthzRequest;
 ///   tools) and `global`.
 /// - Actions: exactly [`Action::ALL`](crate::Action::ALL) — `invoke`, `preflight`,
 ///   `list`, `read_evidence`, the registry/skill administration actions `register`,
-///   `update`, `unregister`, `enable`, `disable`, `deprecate`, and `reload` (on
-///   resource `Soul::Tool::"soulbase.server.config"`).
+///   `update`, `unregister`, `enable`, `disable`, `deprecate`, `reload` (on
+///   resource `Soul::Tool::"soulbase.server.config"`), and `consent_issue` (issuing
+///   consent for a tool; revoking on `Soul::Tool::"soulbase.server.consent"`).
 pub const SCHEMA: &str = r#"
 namespace Soul {
   entity Tenant;
@@ -62,7 +63,7 @@ namespace Soul {
   entity Group;
   entity Package in [Group];
   entity Tool in [Package, Group] = { "id": String, "tenant": String, "global": Bool };
-  action invoke, preflight, list, read_evidence, register, update, unregister, enable, disable, deprecate, reload
+  action invoke, preflight, list, read_evidence, register, update, unregister, enable, disable, deprecate, reload, consent_issue
     appliesTo { principal: [Actor], resource: [Tool], context: {} };
 }
 "#;

@@ -24,6 +24,8 @@ impl ConsentGrant {
     /// A grant for `subject` to call `tool`, valid for `ttl_ms` from `now`.
     pub fn for_tool(subject: &Subject, tool: &ToolId, now: UnixMillis, ttl_ms: i64) -> Self {
         Self {
+            id: Some(new_token_id()),
+            issued_at: Some(now),
             tenant: subject.tenant.clone(),
             actor: subject.actor.clone(),
             tool: Some(tool.clone()),
@@ -36,6 +38,8 @@ impl ConsentGrant {
     /// A grant for `subject` to call any tool whose manifest declares consent `scope`.
     pub fn for_scope(subject: &Subject, scope: &str, now: UnixMillis, ttl_ms: i64) -> Self {
         Self {
+            id: Some(new_token_id()),
+            issued_at: Some(now),
             tenant: subject.tenant.clone(),
             actor: subject.actor.clone(),
             tool: None,
@@ -58,14 +62,37 @@ impl ConsentGrant {
             (None, Some(scope)) => req.scope == Some(scope.as_str()),
             (None, None) => false,
         };
+        // A manifest's `consent.ttl_ms` bounds how old a consent may be, whatever
+        // the token's own expiry says; a token that does not say when it was
+        // issued cannot show that it is young enough.
+        let young_enough = req.max_age_ms.is_none_or(|max_age| {
+            self.issued_at.is_some_and(|issued| {
+                req.now.0
+                    < issued
+                        .0
+                        .saturating_add(i64::try_from(max_age).unwrap_or(i64::MAX))
+            })
+        });
         self.tenant == req.subject.tenant
             && self.actor == req.subject.actor
             && covers_tool
+            && young_enough
             && self
                 .args_digest
                 .as_deref()
                 .is_none_or(|d| d == req.args_digest)
             && self.expires_at > req.now
+    }
+}
+
+impl ConsentGrant {
+    /// The grant a token carries, **without checking its signature**: for
+    /// recording an already verified token in evidence, never for a decision.
+    pub fn unverified(token: &str) -> Option<ConsentGrant> {
+        let mut parts = token.split('.');
+        let (_version, payload) = (parts.next()?, parts.next()?);
+        let bytes = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 }
 
@@ -97,9 +124,21 @@ fn check_issuable(grant: &ConsentGrant, now: UnixMillis) -> Result<(), SoulError
     Ok(())
 }
 
+/// A fresh token id: 128 random bits, hex (what revocation names).
+pub fn new_token_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
 /// What a consent token grants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsentGrant {
+    /// The token's id, for revocation and evidence (`None` in tokens minted
+    /// before ids existed: those cannot be revoked one by one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// When the consent was given; a manifest's `consent.ttl_ms` counts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_at: Option<UnixMillis>,
     /// The consenting subject's tenant.
     pub tenant: TenantId,
     /// The actor allowed to make the call.
@@ -132,6 +171,9 @@ pub struct ConsentRequest<'a> {
     pub token: Option<&'a str>,
     /// The time to check expiry against.
     pub now: UnixMillis,
+    /// The manifest's `consent.ttl_ms`: the oldest consent (from its
+    /// `issued_at`) the tool accepts.
+    pub max_age_ms: Option<u64>,
 }
 
 /// Verifies consent; any failure is `CONSENT.REQUIRED`, without saying which check failed.
@@ -175,7 +217,7 @@ impl HmacConsent {
     }
 
     /// Checks the signature (constant time) and decodes the grant.
-    fn open(&self, token: &str) -> Result<ConsentGrant, SoulError> {
+    pub(crate) fn open(&self, token: &str) -> Result<ConsentGrant, SoulError> {
         let (signed, sig) = token.rsplit_once('.').ok_or_else(refused)?;
         let payload = signed.strip_prefix("v1.").ok_or_else(refused)?;
         let sig = URL_SAFE_NO_PAD.decode(sig).map_err(|_| refused())?;
@@ -243,7 +285,7 @@ impl Ed25519Consent {
         self.verifying.to_bytes()
     }
 
-    fn open(&self, token: &str) -> Result<ConsentGrant, SoulError> {
+    pub(crate) fn open(&self, token: &str) -> Result<ConsentGrant, SoulError> {
         let (signed, sig) = token.rsplit_once('.').ok_or_else(refused)?;
         let payload = signed
             .strip_prefix(ED25519_VERSION)
@@ -311,6 +353,8 @@ mod tests {
 
     fn grant(tool: &str, expires: i64) -> ConsentGrant {
         ConsentGrant {
+            id: None,
+            issued_at: Some(UnixMillis(0)),
             tenant: TenantId::new("acme").unwrap(),
             actor: ActorId::new("alice").unwrap(),
             tool: Some(ToolId::new(tool).unwrap()),
@@ -335,6 +379,7 @@ mod tests {
             args_digest: "sha256:x",
             token,
             now: UnixMillis(now),
+            max_age_ms: None,
         })
     }
 

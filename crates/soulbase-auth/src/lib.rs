@@ -11,7 +11,9 @@
 //!   evaluates the simple `policy.rules`. Both deny by default.
 //! - **Consent** ([`ConsentVerifier`], [`ConsentIssuer`]): signed tokens binding tenant,
 //!   actor, tool or scope, an optional arguments digest and expiry — HMAC
-//!   ([`HmacConsent`]) or Ed25519 ([`Ed25519Consent`]).
+//!   ([`HmacConsent`]) or Ed25519 ([`Ed25519Consent`]). [`ConsentService`] issues
+//!   them to approvers under policy (action `consent_issue`), caps their lifetime
+//!   and revokes them by id.
 //!
 //! Tenant isolation is structural ([`check_tenant`]): a subject is never authorized
 //! for a tool owned by another tenant, whatever the policy says, and the refusal is
@@ -21,6 +23,7 @@ mod apikey;
 mod authn;
 mod cedar;
 mod consent;
+mod consent_service;
 mod engine;
 mod isolation;
 mod jwt;
@@ -35,6 +38,11 @@ pub use authn::{Authenticator, Credential};
 pub use cedar::{CedarPolicySet, SCHEMA};
 pub use consent::{
     ConsentGrant, ConsentIssuer, ConsentRequest, ConsentVerifier, Ed25519Consent, HmacConsent,
+    new_token_id,
+};
+pub use consent_service::{
+    CONSENT_RESOURCE, ConsentKeys, ConsentRevocations, ConsentService, IssueConsent, IssuedConsent,
+    MemoryRevocations,
 };
 pub use engine::{CedarPolicy, read_sources};
 pub use isolation::check_tenant;

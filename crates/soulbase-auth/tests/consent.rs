@@ -35,6 +35,7 @@ async fn verify(
         args_digest: digest,
         token,
         now,
+        max_age_ms: None,
     })
     .await
 }

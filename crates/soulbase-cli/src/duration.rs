@@ -6,13 +6,14 @@ pub fn parse_millis(flag: &str, s: &str) -> Result<i64, String> {
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: i64 = num
         .parse()
-        .map_err(|_| format!("{flag} {s:?}: expected a number and a unit (s, m, h, d)"))?;
+        .map_err(|_| format!("{flag} {s:?}: expected a number and a unit (ms, s, m, h, d)"))?;
     let per = match unit {
+        "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err(format!("{flag} {s:?}: the unit must be s, m, h or d")),
+        _ => return Err(format!("{flag} {s:?}: the unit must be ms, s, m, h or d")),
     };
     Ok(n.saturating_mul(per))
 }

@@ -15,7 +15,7 @@ use crate::target::{Failure, Global};
 
 /// The commands that reach a server with `--server`; every other command runs
 /// locally and refuses the server options.
-pub const SERVER_COMMANDS: [&str; 3] = ["tools", "invoke", "preflight"];
+pub const SERVER_COMMANDS: [&str; 4] = ["tools", "invoke", "preflight", "consent"];
 
 /// Where a tool command runs and how it authenticates there.
 #[derive(Debug, Clone, Default, Args)]

@@ -50,6 +50,7 @@ fn show_list_and_replay() {
                     args_digest: "sha256:args".into(),
                     idempotency_key: None,
                     calling_skill: None,
+                    consent: None,
                 }),
             );
             let end = Envelope::new(
@@ -319,6 +320,7 @@ fn text_shows_utc_rfc3339_and_json_keeps_milliseconds() {
                 args_digest: "sha256:args".into(),
                 idempotency_key: None,
                 calling_skill: None,
+                consent: None,
             }),
         );
         begin.at = soulbase_types::UnixMillis(AT);

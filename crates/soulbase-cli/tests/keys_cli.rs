@@ -172,6 +172,7 @@ fn consent_request<'a>(
         args_digest: "sha256:any",
         token: Some(token),
         now,
+        max_age_ms: None,
     }
 }
 

@@ -33,8 +33,8 @@ pub use model::RemoteRoles;
 pub use model::SkillSubscription;
 pub use model::TlsConfig;
 pub use model::{
-    ApiKeyConfig, AuthConfig, BudgetWindow, CedarConfig, JwtAlgorithm, JwtIssuerConfig,
-    JwtKeyConfig, QuotaBudget,
+    ApiKeyConfig, AuthConfig, BudgetWindow, CedarConfig, ConsentConfig, ConsentSigning,
+    JwtAlgorithm, JwtIssuerConfig, JwtKeyConfig, QuotaBudget,
 };
 pub use model::{
     Config, DurabilityMode, EvidenceBackend, EvidenceConfig, FailMode, ObserveConfig, PolicyConfig,

@@ -576,6 +576,7 @@ pub const POLICY_ACTIONS: &[&str] = &[
     "disable",
     "deprecate",
     "reload",
+    "consent_issue",
 ];
 
 fn default_actions() -> Vec<String> {
@@ -600,6 +601,52 @@ pub struct AuthConfig {
     pub jwt: Vec<JwtIssuerConfig>,
     /// The Cedar policy engine; when set it replaces `policy.rules`.
     pub cedar: Option<CedarConfig>,
+    /// Consent tokens: how they are signed and how long they may live.
+    pub consent: ConsentConfig,
+}
+
+/// How consent tokens are signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsentSigning {
+    /// Ed25519 (`e1.` tokens): verifiers can hold only the public key.
+    Ed25519,
+    /// HMAC-SHA256 with one shared key (`v1.` tokens).
+    Hmac,
+}
+
+/// Consent tokens (issued by `POST /api/consent`, gRPC `Consent.Issue` and
+/// `soulbase consent issue`; verified for every tool whose manifest requires consent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsentConfig {
+    /// `ed25519` or `hmac`. Unset: `hmac` when $SOULBASED_CONSENT_HMAC_KEY is set
+    /// (its key), else `ed25519`.
+    pub signing: Option<ConsentSigning>,
+    /// A file holding the signing key in hex: for Ed25519 a 32-byte seed, for HMAC
+    /// at least 32 bytes. Unset: HMAC reads $SOULBASED_CONSENT_HMAC_KEY, Ed25519
+    /// makes a key for this process (its tokens verify only here, until restart).
+    pub key_file: Option<PathBuf>,
+    /// Ed25519 only, instead of `key_file`: verify with this public key (64 hex
+    /// digits) and issue nothing — a replica that only checks consent.
+    pub public_key: Option<String>,
+    /// The longest a consent token may live, issued here or elsewhere (from its
+    /// issue time). Default 1 h.
+    pub max_ttl_ms: u64,
+    /// The lifetime of a token issued without one asked for. Default 10 min.
+    pub default_ttl_ms: u64,
+}
+
+impl Default for ConsentConfig {
+    fn default() -> Self {
+        Self {
+            signing: None,
+            key_file: None,
+            public_key: None,
+            max_ttl_ms: 3_600_000,
+            default_ttl_ms: 600_000,
+        }
+    }
 }
 
 /// One API key. The key itself (`sbk_<id>_<secret>`) is never stored, only its digest.
@@ -1091,6 +1138,7 @@ impl Config {
     }
 
     fn validate_auth(&self, push: &mut impl FnMut(String, String)) {
+        self.validate_consent(push);
         let mut ids = BTreeSet::new();
         for (i, key) in self.auth.api_keys.iter().enumerate() {
             let field = |f: &str| format!("auth.api_keys[{i}].{f}");
@@ -1227,6 +1275,35 @@ pub struct TenantGrant {
 }
 
 impl Config {
+    fn validate_consent(&self, push: &mut impl FnMut(String, String)) {
+        let c = &self.auth.consent;
+        let field = |f: &str| format!("auth.consent.{f}");
+        if c.max_ttl_ms == 0 {
+            push(field("max_ttl_ms"), "must be greater than 0".into());
+        }
+        if c.default_ttl_ms == 0 || c.default_ttl_ms > c.max_ttl_ms {
+            push(
+                field("default_ttl_ms"),
+                "must be greater than 0 and at most max_ttl_ms".into(),
+            );
+        }
+        if let Some(key) = &c.public_key {
+            let hex_ok = key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex_ok {
+                push(
+                    field("public_key"),
+                    "must be 64 hex digits (an Ed25519 public key)".into(),
+                );
+            }
+            if c.signing == Some(ConsentSigning::Hmac) {
+                push(field("public_key"), "is for `signing: ed25519` only".into());
+            }
+            if c.key_file.is_some() {
+                push(field("public_key"), "cannot be given with key_file".into());
+            }
+        }
+    }
+
     fn validate_sandbox(&self, push: &mut impl FnMut(String, String)) {
         let sb = &self.sandbox;
         if !(64 << 10..=4 << 30).contains(&sb.wasm_max_memory_bytes) {

@@ -15,10 +15,13 @@ use crate::layers::is_under;
 /// and ceiling (a call already running keeps the profile it started with). Every
 /// other key is read at start-up and takes effect after a restart — among them the
 /// executors' settings (`sandbox.process_*`, `sandbox.wasm_*`, `sandbox.http_*`,
-/// `sandbox.scratch_dir`), which configure executors built once.
+/// `sandbox.scratch_dir`), which configure executors built once, and the consent
+/// keys and limits (`auth.consent`).
 pub const LIVE_KEYS: &[&str] = &[
     "policy",
-    "auth",
+    "auth.api_keys",
+    "auth.jwt",
+    "auth.cedar",
     "quota.limits",
     "quota.budgets",
     "skills.subscriptions",

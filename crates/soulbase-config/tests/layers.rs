@@ -353,6 +353,41 @@ fn a_policy_rule_naming_an_unknown_action_is_refused_naming_it() {
 }
 
 #[test]
+fn consent_settings_are_validated_naming_the_field() {
+    use soulbase_config::ConsentSigning;
+    let paths = |edit: &dyn Fn(&mut soulbase_config::Config)| {
+        let mut config = soulbase_config::Config::default();
+        edit(&mut config);
+        config
+            .validate()
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect::<Vec<_>>()
+    };
+    assert!(paths(&|_| {}).is_empty());
+    assert_eq!(
+        paths(&|c| c.auth.consent.max_ttl_ms = 0),
+        ["auth.consent.max_ttl_ms", "auth.consent.default_ttl_ms"]
+    );
+    assert_eq!(
+        paths(&|c| c.auth.consent.default_ttl_ms = 7_200_000),
+        ["auth.consent.default_ttl_ms"]
+    );
+    assert_eq!(
+        paths(&|c| c.auth.consent.public_key = Some("zz".into())),
+        ["auth.consent.public_key"]
+    );
+    assert_eq!(
+        paths(&|c| {
+            c.auth.consent.public_key = Some("ab".repeat(32));
+            c.auth.consent.signing = Some(ConsentSigning::Hmac);
+            c.auth.consent.key_file = Some("k".into());
+        }),
+        ["auth.consent.public_key", "auth.consent.public_key"]
+    );
+}
+
+#[test]
 fn the_dev_preset_sits_between_the_defaults_and_the_file() {
     let snap = ConfigLoader::new().with_dev_preset("--dev").load().unwrap();
     assert!(snap.server.dev_insecure);

@@ -24,6 +24,7 @@
 
 pub mod agent;
 pub mod binding;
+pub mod consent;
 pub mod meta;
 pub mod model;
 pub mod observe;
@@ -32,6 +33,7 @@ pub mod subject;
 
 pub use agent::{Conversation, ConversationRequest, ModelUpstream, StopReason};
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
+pub use consent::{ConsentAsk, ConsentDesk, issued_json};
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};
 pub use observe::{CallObserver, NoopObserver, Surface};

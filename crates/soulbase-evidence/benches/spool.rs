@@ -43,6 +43,7 @@ fn pair() -> (EvidenceRecord, EvidenceRecord) {
                 .into(),
             idempotency_key: None,
             calling_skill: None,
+            consent: None,
         }),
     );
     let end = Envelope::new(

@@ -32,6 +32,7 @@
 //! Conversions between the wire messages and the core types are in [`convert`].
 
 mod client;
+mod consent;
 pub mod convert;
 pub mod evidence_role;
 mod invoker;
@@ -40,6 +41,7 @@ pub mod roles;
 pub mod sandbox_role;
 
 pub use client::{Credentials, RemoteInvoker};
+pub use consent::ConsentGrpcService;
 pub use evidence_role::{EvidenceRoleService, RemoteEvidence};
 pub use invoker::{InvokerService, result_status};
 pub use registry::RegistryService;

@@ -304,6 +304,7 @@ impl auth_pb::auth_server::Auth for AuthRoleService {
                 args_digest: &r.args_digest,
                 token: non_empty(&r.token),
                 now: UnixMillis(r.now_ms),
+                max_age_ms: r.max_age_ms,
             })
             .await
             .map_err(|e| e.to_status())?;
@@ -399,6 +400,7 @@ impl ConsentVerifier for RemoteAuth {
             args_digest: req.args_digest.to_owned(),
             token: req.token.unwrap_or_default().to_owned(),
             now_ms: req.now.0,
+            max_age_ms: req.max_age_ms,
         };
         self.client
             .clone()

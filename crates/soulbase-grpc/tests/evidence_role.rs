@@ -61,6 +61,7 @@ fn begin(t: &str, call_id: &CallId, at: i64) -> EvidenceRecord {
             args_digest: "a".into(),
             idempotency_key: None,
             calling_skill: None,
+            consent: None,
         }),
     )
 }

@@ -245,6 +245,7 @@ mod tests {
             args_digest: "a".into(),
             idempotency_key: Some("key \"quoted\"".into()),
             calling_skill: None,
+            consent: None,
         }))
     }
 

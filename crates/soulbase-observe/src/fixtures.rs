@@ -23,6 +23,7 @@ pub fn sample_begin() -> EvidenceRecord {
             args_digest: "sha256:00".into(),
             idempotency_key: None,
             calling_skill: None,
+            consent: None,
         }),
     )
 }

@@ -29,6 +29,28 @@ pub struct EvidenceBegin {
     /// The skill that made the call, for cross-skill audit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calling_skill: Option<String>,
+    /// The consent the call ran under, for a tool that requires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consent: Option<ConsentUsed>,
+}
+
+/// The consent a call ran under: which token (never the token itself), whose
+/// and until when — enough to answer "who approved this?" and to find calls made
+/// with a token that was later revoked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsentUsed {
+    /// The token's id (`None` for tokens minted without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id: Option<String>,
+    /// Digest of the whole token.
+    pub token_digest: String,
+    /// When the consent was given (Unix ms), when the token says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_at: Option<i64>,
+    /// When it expires (Unix ms).
+    pub expires_at: i64,
+    /// Whether it was bound to these exact arguments.
+    pub args_bound: bool,
 }
 
 /// How a call that began has ended.

@@ -25,6 +25,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             args_digest: "sha256:aa".into(),
             idempotency_key: Some("k1".into()),
             calling_skill: None,
+            consent: None,
         }),
     );
     r.at = UnixMillis(at);

@@ -44,6 +44,7 @@ fn pair() -> [EvidenceRecord; 2] {
             args_digest: H.into(),
             idempotency_key: None,
             calling_skill: None,
+            consent: None,
         }),
     );
     let end = Envelope::new(

@@ -57,6 +57,17 @@ impl Db {
                 .connect_lazy_with(opts);
             Db::Postgres(pool)
         } else if url.starts_with("sqlite:") {
+            // The file is created if missing, so its directory must exist too.
+            if let Some(dir) = url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+                .map(|p| p.split('?').next().unwrap_or(p))
+                .and_then(|p| std::path::Path::new(p).parent())
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| db_error("creating the SQLite directory", e))?;
+            }
             let opts = SqliteConnectOptions::from_str(url)
                 .map_err(|_| bad_url("not a valid sqlite: URL"))?
                 .create_if_missing(true)

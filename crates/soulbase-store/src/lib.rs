@@ -16,6 +16,7 @@
 //! Migrations live in the workspace's `migrations/{postgres,sqlite}` and are embedded
 //! here ([`migrations`]) so start-up can apply them (`evidence.migrate_on_start`).
 
+mod consent;
 mod db;
 mod evidence;
 mod idempotency;
@@ -23,6 +24,7 @@ pub mod migrations;
 mod open;
 mod registry;
 
+pub use consent::SqlConsentRevocations;
 pub use db::{Db, db_error};
 pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore, status_name};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};

@@ -55,6 +55,11 @@ pub fn postgres() -> Migrator {
             "registry revisions",
             include_str!("../../../migrations/postgres/0007_registry_revisions.sql"),
         ),
+        migration(
+            8,
+            "consent revocations",
+            include_str!("../../../migrations/postgres/0008_consent_revocations.sql"),
+        ),
     ])
 }
 
@@ -85,6 +90,11 @@ pub fn sqlite() -> Migrator {
             7,
             "registry revisions",
             include_str!("../../../migrations/sqlite/0007_registry_revisions.sql"),
+        ),
+        migration(
+            8,
+            "consent revocations",
+            include_str!("../../../migrations/sqlite/0008_consent_revocations.sql"),
         ),
     ])
 }

@@ -1,7 +1,6 @@
 //! Wiring from configuration: the database, the durable sink over its evidence
 //! store, the idempotency store and the registry store, plus retention.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,16 +150,6 @@ impl Persistence {
         remote: Option<Arc<dyn EvidenceStore>>,
         lease: Duration,
     ) -> Result<Persistence, SoulError> {
-        if let Some(path) = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .map(|p| p.split('?').next().unwrap_or(p))
-            .and_then(|p| Path::new(p).parent())
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(path)
-                .map_err(|e| crate::db::db_error("creating the SQLite directory", e))?;
-        }
         let db = Db::connect(url, migrate).await?;
         let evidence_is_local = remote.is_none();
         let evidence = remote.unwrap_or_else(|| Arc::new(SqlEvidenceStore::new(db.clone())));

@@ -43,6 +43,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             args_digest: "sha256:aa".into(),
             idempotency_key: None,
             calling_skill: Some("weather".into()),
+            consent: None,
         }),
     );
     r.at = UnixMillis(at);

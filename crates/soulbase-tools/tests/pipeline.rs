@@ -552,6 +552,8 @@ async fn another_tenants_tool_is_invisible_not_forbidden() {
 async fn valid_consent_passes_and_wrong_consent_is_refused() {
     let h = harness();
     let grant = |tool: &str, actor: &str, expires: i64| ConsentGrant {
+        id: None,
+        issued_at: None,
         tenant: TenantId::new("acme").unwrap(),
         actor: ActorId::new(actor).unwrap(),
         tool: Some(id(tool)),
@@ -1192,6 +1194,8 @@ async fn a_call_that_changes_nothing_runs_while_its_begin_is_written() {
         let mut call = h.call(tool, json!({"text": "x"}));
         if tool == "demo.ask.first" {
             call.consent = Some(h.consent.issue(&ConsentGrant {
+                id: None,
+                issued_at: None,
                 tenant: TenantId::new("acme").unwrap(),
                 actor: ActorId::new("alice").unwrap(),
                 tool: Some(id(tool)),

@@ -53,7 +53,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use soulbase_auth::{Action, AuthzRequest};
 use soulbase_config::ReloadStatus;
-use soulbase_edge::{CallMeta, CallObserver, CallRequest, Surface};
+use soulbase_edge::{CallMeta, CallObserver, CallRequest, ConsentAsk, Surface, issued_json};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert;
 use soulbase_mcp::sessions::McpSessions;
@@ -702,6 +702,74 @@ async fn patch_skill(
     }
 }
 
+/// `POST /api/consent` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsentBody {
+    tool: String,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+}
+
+/// `POST /api/consent` `{"tool", "actor"?, "args"?, "ttl_ms"?}`: a consent token
+/// for a caller of the approver's tenant, issued if policy allows the approver
+/// `consent_issue` on the tool (201 with the token, its id and expiry).
+async fn issue_consent(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
+    let ask: ConsentBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error_response(
+                &convert::invalid(
+                    "body",
+                    "expected {\"tool\": \"group.pkg.name\", \"actor\"?, \"args\"?, \"ttl_ms\"?}",
+                )
+                .with_note(e.to_string()),
+            );
+        }
+    };
+    let approver = match subject(&app, &headers).await {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    let ask = ConsentAsk {
+        tool: ask.tool,
+        actor: ask.actor,
+        args: ask.args,
+        ttl_ms: ask.ttl_ms,
+    };
+    match app.consent_desk.issue(&approver, ask).await {
+        Ok(issued) => json_response(StatusCode::CREATED, &issued_json(&issued)),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
+/// `POST /api/consent/{id}/revoke`: calls carrying token `id` are refused from
+/// now on (needs `consent_issue` on `soulbase.server.consent`).
+async fn revoke_consent(
+    State(app): State<Arc<App>>,
+    Param(id): Param,
+    headers: HeaderMap,
+) -> Response {
+    let approver = match subject(&app, &headers).await {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    match app.consent_desk.revoke(&approver, &id).await {
+        Ok(()) => json_response(StatusCode::OK, &json!({"id": id, "revoked": true})),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
 /// How long a read waits for the spool to drain a call still in flight to the store.
 const EVIDENCE_READ_WAIT: Duration = Duration::from_secs(2);
 
@@ -901,6 +969,8 @@ pub const ROUTES: &[Route] = &[
     Route::always(Method::GET, "/api/config/schema"),
     Route::always(Method::GET, "/api/openapi.json"),
     Route::tools(Method::GET, "/api/evidence/{call_id}"),
+    Route::tools(Method::POST, "/api/consent"),
+    Route::tools(Method::POST, "/api/consent/{id}/revoke"),
     Route::always(Method::GET, "/healthz"),
     Route::always(Method::GET, "/readyz"),
     Route::always(Method::GET, "/metrics"),
@@ -919,6 +989,8 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("GET", "/api/config/schema") => get(config_schema),
         ("GET", "/api/openapi.json") => get(openapi),
         ("GET", "/api/evidence/{call_id}") => get(read_evidence),
+        ("POST", "/api/consent") => post(issue_consent),
+        ("POST", "/api/consent/{id}/revoke") => post(revoke_consent),
         ("GET", "/healthz") => get(healthz),
         ("GET", "/readyz") => get(readyz),
         ("GET", "/metrics") => get(metrics),

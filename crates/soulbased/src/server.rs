@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::middleware::{self, Next};
 use soulbase_config::{Role, TlsConfig};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_grpc::{InvokerService, RegistryService, proto};
+use soulbase_grpc::{ConsentGrpcService, InvokerService, RegistryService, proto};
 use soulbase_mcp::McpServer;
 use soulbase_mcp::sessions::{McpSessions, SessionLimits};
 use soulbase_mcp::transport::{
@@ -214,9 +214,15 @@ pub async fn run(
         )
         .with_shutdown(stop_rx.clone());
         let invoker = InvokerService::new(app.stack.clone(), app.auth.clone());
+        let consent = ConsentGrpcService::new(
+            app.consent_desk.clone(),
+            app.auth.clone(),
+            app.stack.observer().clone(),
+        );
         routes = routes
             .add_service(registry.into_server())
-            .add_service(invoker.into_server());
+            .add_service(invoker.into_server())
+            .add_service(consent.into_server());
         health
             .set_serving::<proto::tool_registry_server::ToolRegistryServer<RegistryService>>()
             .await;

@@ -48,6 +48,8 @@ async fn the_python_sdk_passes_call_options_in_meta() {
         .map(|i| u8::from_str_radix(&KEY_HEX[i..i + 2], 16).unwrap())
         .collect();
     let token = HmacConsent::new(key).issue(&ConsentGrant {
+        id: None,
+        issued_at: None,
         tenant: TenantId::new("acme").unwrap(),
         actor: ActorId::new("py").unwrap(),
         tool: Some(ToolId::new("skills.memo.memo").unwrap()),

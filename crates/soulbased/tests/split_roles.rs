@@ -229,6 +229,8 @@ fn consent_token(actor: &str) -> String {
     soulbase_auth::HmacConsent::new(key)
         .issue_token(
             &soulbase_auth::ConsentGrant {
+                id: None,
+                issued_at: None,
                 tenant: soulbase_types::TenantId::new("acme").unwrap(),
                 actor: soulbase_types::ActorId::new(actor).unwrap(),
                 tool: Some(soulbase_types::ToolId::new("demo.consent.tool").unwrap()),

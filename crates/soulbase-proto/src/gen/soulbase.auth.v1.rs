@@ -63,9 +63,60 @@ pub struct VerifyConsentRequest {
     /// The time to check expiry against (Unix milliseconds).
     #[prost(int64, tag = "6")]
     pub now_ms: i64,
+    /// The tool manifest's `consent.ttl_ms`: the oldest consent (from its issue
+    /// time) the tool accepts; unset when the manifest declares none.
+    #[prost(uint64, optional, tag = "7")]
+    pub max_age_ms: ::core::option::Option<u64>,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct VerifyConsentResponse {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct IssueConsentRequest {
+    /// The tool consented to (`group.pkg.name`).
+    #[prost(string, tag = "1")]
+    pub tool_id: ::prost::alloc::string::String,
+    /// The actor allowed to make the call; the caller when empty.
+    #[prost(string, tag = "2")]
+    pub actor: ::prost::alloc::string::String,
+    /// When set, a JSON object: the consent covers only calls with exactly these
+    /// arguments (compared by digest).
+    #[prost(string, tag = "3")]
+    pub args_json: ::prost::alloc::string::String,
+    /// The lifetime asked for; the server's default when 0. Capped by the server
+    /// (`auth.consent.max_ttl_ms`) and the tool's `consent.ttl_ms`.
+    #[prost(uint64, tag = "4")]
+    pub ttl_ms: u64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct IssueConsentResponse {
+    /// The token: send it as `x-soulbase-consent` (metadata or HTTP header).
+    #[prost(string, tag = "1")]
+    pub token: ::prost::alloc::string::String,
+    /// The token's id, for revocation.
+    #[prost(string, tag = "2")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub tenant: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub actor: ::prost::alloc::string::String,
+    #[prost(string, tag = "5")]
+    pub tool_id: ::prost::alloc::string::String,
+    /// The arguments digest the token is bound to; empty when none.
+    #[prost(string, tag = "6")]
+    pub args_digest: ::prost::alloc::string::String,
+    #[prost(int64, tag = "7")]
+    pub issued_at_ms: i64,
+    #[prost(int64, tag = "8")]
+    pub expires_at_ms: i64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RevokeConsentRequest {
+    /// The token id (`IssueConsentResponse.id`).
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RevokeConsentResponse {}
 /// Generated client implementations.
 pub mod auth_client {
     #![allow(
@@ -505,6 +556,386 @@ pub mod auth_server {
     /// Generated gRPC service name
     pub const SERVICE_NAME: &str = "soulbase.auth.v1.Auth";
     impl<T> tonic::server::NamedService for AuthServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
+/// Generated client implementations.
+pub mod consent_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// Consent for people and the programs acting for them (R7): an approver — a
+    /// caller policy allows `consent_issue` on the tool — issues a token that lets an
+    /// actor of the approver's tenant call one tool, and revokes it by id. Served on
+    /// the public gRPC port beside ToolInvoker, authenticated like it (API key, JWT,
+    /// or the development headers); `soulbase consent issue|revoke --server` call it.
+    #[derive(Debug, Clone)]
+    pub struct ConsentClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl<T> ConsentClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> ConsentClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            ConsentClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Issues a token. Refusals: `POLICY.DENY_TOOL` / `AUTH.FORBIDDEN` (not an
+        /// approver), `TOOL.NOT_FOUND`, `SCHEMA.VALIDATION_FAILED` (a malformed field).
+        pub async fn issue(
+            &mut self,
+            request: impl tonic::IntoRequest<super::IssueConsentRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::IssueConsentResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.auth.v1.Consent/Issue",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("soulbase.auth.v1.Consent", "Issue"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Revokes a token by id: every replica refuses it from its next call on.
+        pub async fn revoke(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RevokeConsentRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RevokeConsentResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.auth.v1.Consent/Revoke",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("soulbase.auth.v1.Consent", "Revoke"));
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod consent_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with ConsentServer.
+    #[async_trait]
+    pub trait Consent: std::marker::Send + std::marker::Sync + 'static {
+        /// Issues a token. Refusals: `POLICY.DENY_TOOL` / `AUTH.FORBIDDEN` (not an
+        /// approver), `TOOL.NOT_FOUND`, `SCHEMA.VALIDATION_FAILED` (a malformed field).
+        async fn issue(
+            &self,
+            request: tonic::Request<super::IssueConsentRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::IssueConsentResponse>,
+            tonic::Status,
+        >;
+        /// Revokes a token by id: every replica refuses it from its next call on.
+        async fn revoke(
+            &self,
+            request: tonic::Request<super::RevokeConsentRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RevokeConsentResponse>,
+            tonic::Status,
+        >;
+    }
+    /// Consent for people and the programs acting for them (R7): an approver — a
+    /// caller policy allows `consent_issue` on the tool — issues a token that lets an
+    /// actor of the approver's tenant call one tool, and revokes it by id. Served on
+    /// the public gRPC port beside ToolInvoker, authenticated like it (API key, JWT,
+    /// or the development headers); `soulbase consent issue|revoke --server` call it.
+    #[derive(Debug)]
+    pub struct ConsentServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> ConsentServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for ConsentServer<T>
+    where
+        T: Consent,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/soulbase.auth.v1.Consent/Issue" => {
+                    #[allow(non_camel_case_types)]
+                    struct IssueSvc<T: Consent>(pub Arc<T>);
+                    impl<
+                        T: Consent,
+                    > tonic::server::UnaryService<super::IssueConsentRequest>
+                    for IssueSvc<T> {
+                        type Response = super::IssueConsentResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::IssueConsentRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Consent>::issue(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = IssueSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.auth.v1.Consent/Revoke" => {
+                    #[allow(non_camel_case_types)]
+                    struct RevokeSvc<T: Consent>(pub Arc<T>);
+                    impl<
+                        T: Consent,
+                    > tonic::server::UnaryService<super::RevokeConsentRequest>
+                    for RevokeSvc<T> {
+                        type Response = super::RevokeConsentResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RevokeConsentRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Consent>::revoke(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RevokeSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for ConsentServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "soulbase.auth.v1.Consent";
+    impl<T> tonic::server::NamedService for ConsentServer<T> {
         const NAME: &'static str = SERVICE_NAME;
     }
 }

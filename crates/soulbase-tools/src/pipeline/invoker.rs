@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use serde_json::Value;
-use soulbase_auth::{Action, Authorizer, AuthzRequest, ConsentRequest, ConsentVerifier};
+use soulbase_auth::{
+    Action, Authorizer, AuthzRequest, ConsentGrant, ConsentRequest, ConsentVerifier,
+};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
-    BudgetUsage, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
+    BudgetUsage, ConsentUsed, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd,
+    EvidenceEvent, EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
 };
 use soulbase_qos::{QuotaGate, QuotaRequest};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, ProviderKind, Sandbox};
@@ -29,7 +31,9 @@ use super::obligations::apply_obligations;
 use super::stage::{self, stage_span};
 use super::terms::{self as quota_terms, Admission, CallTerms, QuotaHold};
 use super::{CallResult, PreflightReport, ToolCall};
-use crate::manifest::{CompiledTool, Concurrency, Idempotency, SafetyClass, SideEffect};
+use crate::manifest::{
+    CompiledTool, Concurrency, Idempotency, SafetyClass, SideEffect, ToolManifest,
+};
 use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolFilter, ToolOwner, ToolState};
 
 /// Finds the enabled tool a tenant may see: `TOOL.NOT_FOUND` when invisible,
@@ -362,6 +366,23 @@ impl Drop for ClaimGuard {
 }
 
 /// The error of a call refused because the process is abandoning its calls.
+/// What Begin records of the consent a call ran under: only for a tool that
+/// requires consent, whose token the consent stage has just verified.
+fn consent_used(call: &ToolCall, manifest: &ToolManifest) -> Option<ConsentUsed> {
+    if !manifest.consent.required {
+        return None;
+    }
+    let token = call.consent.as_deref()?;
+    let grant = ConsentGrant::unverified(token)?;
+    Some(ConsentUsed {
+        token_id: grant.id,
+        token_digest: digest_bytes(token.as_bytes()),
+        issued_at: grant.issued_at.map(|t| t.0),
+        expires_at: grant.expires_at.0,
+        args_bound: grant.args_digest.is_some(),
+    })
+}
+
 fn shutting_down() -> SoulError {
     SoulError::new(
         ErrorCode::ProviderUnavailable,
@@ -645,6 +666,7 @@ impl Invoker {
             args_digest: &cleared.args_digest,
             token: call.consent.as_deref(),
             now: UnixMillis::now(),
+            max_age_ms: manifest.consent.ttl_ms,
         });
         stage::run(stage_span!("consent"), verify).await
     }
@@ -888,6 +910,7 @@ impl Invoker {
                     args_digest: cleared.args_digest.clone(),
                     idempotency_key: call.idempotency_key.clone(),
                     calling_skill: call.calling_skill.clone(),
+                    consent: consent_used(call, manifest),
                 }),
             );
             let begin_id = begin.id.clone();
