@@ -494,6 +494,29 @@ async fn bad_arguments_name_the_json_pointer() {
     );
 }
 
+/// `{"text": "x", "d": [[…]]}` nested `levels` deep in all (the object is 1).
+fn nested(levels: u32) -> Value {
+    let mut inner = json!([]);
+    for _ in 2..levels {
+        inner = json!([inner]);
+    }
+    json!({"text": "x", "d": inner})
+}
+
+#[tokio::test]
+async fn arguments_deeper_than_max_depth_are_refused_before_execution() {
+    let h = harness();
+    // limits.max_depth defaults to 32.
+    let ok = h.invoker.invoke(h.call("demo.echo.say", nested(32))).await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let r = h.invoker.invoke(h.call("demo.echo.say", nested(33))).await;
+    let e = r.error.unwrap();
+    assert_eq!(e.code, ErrorCode::SchemaValidationFailed);
+    assert_eq!(e.fields.get("field").map(String::as_str), Some("args"));
+    assert_eq!(e.fields.get("max_depth").map(String::as_str), Some("32"));
+    assert!(r.evidence_ref.is_none(), "refused before execution: no Begin");
+}
+
 #[tokio::test]
 async fn malformed_idempotency_keys_are_refused_before_execution() {
     let h = harness();

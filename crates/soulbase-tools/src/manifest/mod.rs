@@ -277,7 +277,9 @@ pub struct Limits {
     pub max_bytes_out: u64,
     /// Most files one call may touch. Default 100.
     pub max_files: u32,
-    /// Deepest directory (or JSON) nesting one call may reach. Default 32.
+    /// Deepest JSON nesting of one call's arguments (the arguments object is
+    /// level 1): a deeper call is refused before it runs, `SCHEMA.VALIDATION_FAILED`
+    /// with field `args`. Default 32.
     pub max_depth: u32,
     /// Most calls of this tool running at once (per tenant). Default 16;
     /// `concurrency: serial` means 1 whatever this says.

@@ -366,6 +366,25 @@ impl Drop for ClaimGuard {
 }
 
 /// The error of a call refused because the process is abandoning its calls.
+/// Whether `v` nests arrays and objects deeper than `max` levels (the top-level
+/// object is level 1), without recursion: an attacker's deep document cannot
+/// overflow the stack here.
+fn exceeds_depth(v: &Value, max: u32) -> bool {
+    let mut stack = vec![(v, 1u32)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Object(m) => Box::new(m.values()),
+            Value::Array(a) => Box::new(a.iter()),
+            _ => continue,
+        };
+        if depth > max {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    false
+}
+
 /// What Begin records of the consent a call ran under: only for a tool that
 /// requires consent, whose token the consent stage has just verified.
 fn consent_used(call: &ToolCall, manifest: &ToolManifest) -> Option<ConsentUsed> {
@@ -638,6 +657,14 @@ impl Invoker {
             )
             .with_field("field", "args")
             .with_field("max_bytes_in", manifest.limits.max_bytes_in.to_string()));
+        }
+        if exceeds_depth(&call.args, manifest.limits.max_depth) {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                "the arguments are nested deeper than max_depth",
+            )
+            .with_field("field", "args")
+            .with_field("max_depth", manifest.limits.max_depth.to_string()));
         }
         if let Some(key) = &call.idempotency_key {
             check_idempotency_key(key)?;
