@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use soulbase_auth::{
     Authenticator, Authorizer, CedarPolicy, ConsentKeys, ConsentRevocations, ConsentService,
-    ConsentVerifier, Ed25519Consent, HmacConsent, StaticPolicy, new_token_id,
+    ConsentVerifier, Ed25519Consent, HmacConsent, MemoryRevocations, StaticPolicy, new_token_id,
 };
 use soulbase_config::{
     Config, ConfigHandle, ConfigLoader, ConsentSigning, QuotaBackend, QuotaLimit, ReloadStatus,
@@ -239,22 +239,25 @@ fn consent_keys(cfg: &Config) -> Result<ConsentKeys, SoulError> {
 }
 
 /// Where revoked consent token ids are kept: with the evidence database, which
-/// replicas share. A process without persistence (an `auth`-only role) opens the
-/// same database for them.
+/// replicas share. A process without persistence (an `auth`-only role) uses the
+/// configured Postgres database when there is one (connected lazily), else keeps
+/// them in memory: it has no data directory of its own to put SQLite in.
 async fn consent_revocations(
     cfg: &Config,
     persistence: Option<&Arc<Persistence>>,
 ) -> Result<Arc<dyn ConsentRevocations>, SoulError> {
-    let db = match persistence {
-        Some(p) => p.db.clone(),
-        None => {
-            soulbase_store::Db::connect(
-                &soulbase_store::database_url(cfg),
-                cfg.evidence.migrate_on_start,
-            )
-            .await?
-        }
-    };
+    if let Some(p) = persistence {
+        return Ok(Arc::new(SqlConsentRevocations::new(p.db.clone())));
+    }
+    let url = soulbase_store::database_url(cfg);
+    if url.starts_with("sqlite:") {
+        tracing::info!(
+            "consent revocations are kept in memory here: give this process the evidence \
+             database (evidence.url) to share them with the tools processes"
+        );
+        return Ok(Arc::new(MemoryRevocations::default()));
+    }
+    let db = soulbase_store::Db::connect(&url, cfg.evidence.migrate_on_start).await?;
     Ok(Arc::new(SqlConsentRevocations::new(db)))
 }
 

@@ -389,6 +389,7 @@ mod tests {
             output: None,
             evidence_ref: None,
             replayed: false,
+            warnings: Vec::new(),
         };
         m.call_finished(Surface::Grpc, &tool, &ok, Duration::from_micros(300));
         let denied = CallResult {

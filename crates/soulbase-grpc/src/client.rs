@@ -141,6 +141,7 @@ impl RemoteInvoker {
                     output: Some(output),
                     evidence_ref: EnvelopeId::new(r.evidence_ref).ok(),
                     replayed: r.replayed,
+                    warnings: r.warnings,
                 }
             }
             Err(status) => failed(
@@ -184,5 +185,6 @@ fn failed(call_id: CallId, err: &SoulError, md: &MetadataMap) -> CallResult {
         output: None,
         evidence_ref: get(TRAILER_EVIDENCE_REF).and_then(|r| EnvelopeId::new(r).ok()),
         replayed: get(TRAILER_REPLAYED) == Some("true"),
+        warnings: Vec::new(),
     }
 }

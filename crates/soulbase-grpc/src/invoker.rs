@@ -141,6 +141,7 @@ impl ToolInvoker for InvokerService {
                 .map(ToString::to_string)
                 .unwrap_or_default(),
             replayed: result.replayed,
+            warnings: result.warnings,
         }))
     }
 

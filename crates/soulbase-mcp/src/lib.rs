@@ -70,6 +70,12 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 pub use soulbase_edge::meta::{META_CALL_ID, META_CONSENT, META_IDEMPOTENCY_KEY, META_TRACEPARENT};
+
+/// The `_meta` key of a `tools/call` result carrying warnings (a deprecated
+/// tool's notes).
+pub const META_WARNINGS: &str = "soulbase/warnings";
+/// The `_meta` key of a `tools/list` entry listing its deprecations.
+pub const META_DEPRECATIONS: &str = "soulbase/deprecations";
 pub use tools::{PAGE_SIZE, annotations, page, to_mcp_tool};
 
 /// Re-exported rmcp transports for serving.
@@ -361,6 +367,11 @@ impl McpServer {
             (Some(out), None) => {
                 let mut r = CallToolResult::success(vec![ContentBlock::text(out.to_string())]);
                 r.structured_content = Some(out.clone());
+                if !result.warnings.is_empty() {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(META_WARNINGS.into(), serde_json::json!(result.warnings));
+                    r.meta = Some(rmcp::model::MetaObject(meta));
+                }
                 r
             }
             (_, Some(e)) => Self::error_result(&e),

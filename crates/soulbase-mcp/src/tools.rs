@@ -42,8 +42,17 @@ pub fn to_mcp_tool(tool: &CompiledTool) -> Tool {
             .cloned()
             .unwrap_or_default()
     });
-    let mut t = Tool::new(m.id.to_string(), m.description.clone(), Arc::new(input))
+    // The spec's description: a deprecated tool's carries its notes.
+    let mut t = Tool::new(m.id.to_string(), tool.spec().description, Arc::new(input))
         .with_annotations(annotations(tool));
+    if !m.deprecations.is_empty() {
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            crate::META_DEPRECATIONS.into(),
+            serde_json::to_value(&m.deprecations).unwrap_or_default(),
+        );
+        t.meta = Some(rmcp::model::MetaObject(meta));
+    }
     // MCP requires an object-typed outputSchema; other schemas are not advertised.
     if let Some(out) = object(&m.output_schema)
         && out.get("type").and_then(Value::as_str) == Some("object")

@@ -419,6 +419,7 @@ fn outcome(digest: &str) -> StoredOutcome {
             output: Some(json!({"v": 1})),
             evidence_ref: None,
             replayed: false,
+            warnings: Vec::new(),
         },
     }
 }

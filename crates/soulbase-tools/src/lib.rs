@@ -24,7 +24,10 @@ pub mod pipeline;
 pub mod registry;
 
 pub use discovery::{NameMap, ToolSpec};
-pub use manifest::{CompiledTool, ManifestError, Problem, ToolManifest, check_upgrade, compile};
+pub use manifest::{
+    CompiledTool, Deprecation, ManifestError, Problem, ToolManifest, check_upgrade, compile,
+    day_start_secs,
+};
 pub use registry::{
     Registry, RegistryEvent, RegistryView, ResolvedTool, ToolFilter, ToolOwner, ToolState,
 };

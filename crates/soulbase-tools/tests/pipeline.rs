@@ -514,7 +514,10 @@ async fn arguments_deeper_than_max_depth_are_refused_before_execution() {
     assert_eq!(e.code, ErrorCode::SchemaValidationFailed);
     assert_eq!(e.fields.get("field").map(String::as_str), Some("args"));
     assert_eq!(e.fields.get("max_depth").map(String::as_str), Some("32"));
-    assert!(r.evidence_ref.is_none(), "refused before execution: no Begin");
+    assert!(
+        r.evidence_ref.is_none(),
+        "refused before execution: no Begin"
+    );
 }
 
 #[tokio::test]

@@ -94,6 +94,7 @@ impl ToolInvoker for Floor {
             output_json: request.into_inner().arguments_json,
             evidence_ref: String::new(),
             replayed: false,
+            warnings: Vec::new(),
         }))
     }
 

@@ -318,6 +318,7 @@ fn tool_json(t: &ResolvedTool) -> Value {
         "tags": m.tags,
         "safety_class": m.safety_class.as_str(),
         "side_effect": m.side_effect.as_str(),
+        "deprecations": m.deprecations,
         "consent_required": m.consent_required(),
         "input_schema": m.input_schema,
         "output_schema": m.output_schema,
@@ -439,16 +440,66 @@ async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let result = match call_request(&app, &id, &headers, &body).await {
-        Ok((_, Ok(call))) => app.stack.invoke(call).await,
-        Ok((subject, Err(e))) => app.stack.refuse(Surface::Http, &subject, &id, e).await,
+    let (result, subject) = match call_request(&app, &id, &headers, &body).await {
+        Ok((subject, Ok(call))) => (app.stack.invoke(call).await, subject),
+        Ok((subject, Err(e))) => (
+            app.stack.refuse(Surface::Http, &subject, &id, e).await,
+            subject,
+        ),
         Err(e) => return error_response(&e),
     };
     let status = result.error_code.map_or(StatusCode::OK, http_status);
-    json_response(
+    let mut response = json_response(
         status,
         &serde_json::to_value(&result).unwrap_or(Value::Null),
-    )
+    );
+    if !result.warnings.is_empty()
+        && let Ok(tool) = ToolId::new(id.as_str())
+        && let Ok(found) = app.registry.get(&subject.tenant, &tool)
+    {
+        deprecation_headers(response.headers_mut(), &found.tool.manifest.deprecations);
+    }
+    response
+}
+
+/// `Deprecation` (RFC 9745, when a note's `since` is a date) and `Sunset`
+/// (RFC 8594, the earliest announced) for a deprecated tool's answer.
+fn deprecation_headers(headers: &mut HeaderMap, deprecations: &[soulbase_tools::Deprecation]) {
+    let since = deprecations
+        .iter()
+        .filter_map(|d| soulbase_tools::day_start_secs(&d.since))
+        .min();
+    if let Some(secs) = since
+        && let Ok(v) = header::HeaderValue::from_str(&format!("@{secs}"))
+    {
+        headers.insert("deprecation", v);
+    }
+    let sunset = deprecations
+        .iter()
+        .filter_map(|d| d.sunset.as_deref())
+        .filter_map(|day| Some((soulbase_tools::day_start_secs(day)?, day)))
+        .min();
+    if let Some((secs, day)) = sunset
+        && let Some(date) = http_date(secs, day)
+        && let Ok(v) = header::HeaderValue::from_str(&date)
+    {
+        headers.insert("sunset", v);
+    }
+}
+
+/// The IMF-fixdate of midnight UTC on `day` (`YYYY-MM-DD`, starting at `secs`).
+fn http_date(secs: i64, day: &str) -> Option<String> {
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let weekday = WEEKDAYS[usize::try_from(secs.div_euclid(86_400).rem_euclid(7)).ok()?];
+    let month = MONTHS[day.get(5..7)?.parse::<usize>().ok()?.checked_sub(1)?];
+    Some(format!(
+        "{weekday}, {} {month} {} 00:00:00 GMT",
+        day.get(8..10)?,
+        day.get(0..4)?
+    ))
 }
 
 /// The caller, when policy lets it perform `action` on every one of `tools`

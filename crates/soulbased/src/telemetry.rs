@@ -153,6 +153,7 @@ mod tests {
             output: None,
             evidence_ref: None,
             replayed: false,
+            warnings: Vec::new(),
         }
     }
 

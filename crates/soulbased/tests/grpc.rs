@@ -711,3 +711,100 @@ async fn client_deadlines_are_kept_by_the_server() {
     );
     assert!(elapsed < std::time::Duration::from_secs(4), "{elapsed:?}");
 }
+
+/// A deprecated tool says so on every surface: its description in lists and
+/// exports, `_meta` in MCP, a warning in every successful call's result, and
+/// `Deprecation` / `Sunset` headers over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deprecated_tool_says_so_on_every_surface() {
+    use rmcp::ServiceExt;
+    let server = Server::start(DEV_CONFIG);
+    let deprecations = json!({"deprecations": [{
+        "since": "2026-01-15",
+        "message": "use demo.dep.v2.",
+        "replacement": "demo.dep.v2",
+        "sunset": "2027-03-01"
+    }]});
+    server
+        .registry()
+        .await
+        .register_tool(as_dev(
+            proto::RegisterToolRequest {
+                manifest: demo_manifest("demo.dep.old", deprecations),
+                owner: OwnerScope::Tenant as i32,
+                enable: true,
+            },
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap();
+    let note = "Deprecated since 2026-01-15: use demo.dep.v2. Replaced by demo.dep.v2. \
+                Removed on 2027-03-01.";
+
+    // gRPC: the result's warnings.
+    let r = server
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req("demo.dep.old", json!({"n": 1})),
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.warnings, [note]);
+
+    // HTTP: the same warning, and the RFC headers.
+    let dev = [("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")];
+    let raw = common::http_raw(
+        &server.http,
+        "POST",
+        "/api/tools/demo.dep.old/invoke",
+        &dev,
+        r#"{"args":{"n":1}}"#,
+    )
+    .await;
+    assert!(raw.contains("\r\ndeprecation: @1768435200\r\n"), "{raw}");
+    assert!(
+        raw.contains("\r\nsunset: Mon, 01 Mar 2027 00:00:00 GMT\r\n"),
+        "{raw}"
+    );
+    assert!(raw.contains(note), "{raw}");
+    let (_, body) = common::http(
+        &server.http,
+        "GET",
+        "/api/model/tools?format=openai",
+        &dev,
+        "",
+    )
+    .await;
+    assert!(body.contains("Deprecated since 2026-01-15"), "{body}");
+
+    // MCP: the description, the list entry's _meta and the call result's _meta.
+    let client = ().serve(common::mcp_transport(&server.http, "acme")).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let tool = tools.iter().find(|t| t.name == "demo.dep.old").unwrap();
+    assert!(
+        tool.description
+            .as_deref()
+            .unwrap_or_default()
+            .contains(note)
+    );
+    let meta = serde_json::to_value(&tool.meta).unwrap();
+    assert_eq!(
+        meta["soulbase/deprecations"][0]["sunset"], "2027-03-01",
+        "{meta}"
+    );
+    let result = client
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("demo.dep.old")
+                .with_arguments(json!({"n": 1}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    let meta = serde_json::to_value(&result.meta).unwrap();
+    assert_eq!(meta["soulbase/warnings"][0], note, "{meta}");
+    client.cancel().await.unwrap();
+}

@@ -225,6 +225,9 @@ pub struct InvokeResponse {
     /// True when this is a stored result returned for a repeated idempotency key.
     #[prost(bool, tag = "4")]
     pub replayed: bool,
+    /// What the caller should know: the tool's deprecation notes.
+    #[prost(string, repeated, tag = "5")]
+    pub warnings: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct PreflightResponse {

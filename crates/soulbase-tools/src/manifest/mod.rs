@@ -159,6 +159,17 @@ impl ToolManifest {
         self.display_name.as_deref().unwrap_or(&self.name)
     }
 
+    /// The deprecation notes, one per line; `None` for a tool not deprecated.
+    pub fn deprecation_note(&self) -> Option<String> {
+        (!self.deprecations.is_empty()).then(|| {
+            self.deprecations
+                .iter()
+                .map(Deprecation::note)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
     /// Whether a call needs consent: the manifest says so (validation guarantees it
     /// does for `high` safety and `write`/`process` side effects).
     pub fn consent_required(&self) -> bool {
@@ -343,6 +354,62 @@ pub struct Deprecation {
     /// The tool that replaces this one, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacement: Option<ToolId>,
+    /// The day the tool goes away (`YYYY-MM-DD`, UTC), if announced: HTTP answers
+    /// carry it as a `Sunset` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sunset: Option<String>,
+}
+
+impl Deprecation {
+    /// The note models and people read: "Deprecated since 2.0: use X. Replaced by
+    /// a.b.c. Removed on 2027-01-01."
+    pub fn note(&self) -> String {
+        let mut out = format!("Deprecated since {}: {}", self.since, self.message.trim());
+        if let Some(r) = &self.replacement {
+            out.push_str(&format!(" Replaced by {r}."));
+        }
+        if let Some(day) = &self.sunset {
+            out.push_str(&format!(" Removed on {day}."));
+        }
+        out
+    }
+}
+
+/// Seconds since the Unix epoch at 00:00 UTC of `day` (`YYYY-MM-DD`), if it is one:
+/// deprecation and sunset dates become HTTP headers with it.
+pub fn day_start_secs(day: &str) -> Option<i64> {
+    let b = day.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| day.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&m) || d < 1 || d > days_in[(m - 1) as usize] {
+        return None;
+    }
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some((era * 146_097 + doe - 719_468) * 86_400)
 }
 
 /// What an obligation does to the value at its pointer.

@@ -121,6 +121,15 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
                 "must not be empty",
             ));
         }
+        if d.sunset
+            .as_deref()
+            .is_some_and(|day| super::day_start_secs(day).is_none())
+        {
+            out.push(Problem::new(
+                format!("deprecations[{i}].sunset"),
+                "must be a date, YYYY-MM-DD",
+            ));
+        }
         if d.replacement.as_ref() == Some(&m.id) {
             out.push(Problem::new(
                 format!("deprecations[{i}].replacement"),
@@ -147,7 +156,11 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
             .into_boxed_str();
             let spec = ToolSpec {
                 name: manifest.id.clone(),
-                description: manifest.description.clone(),
+                // A deprecated tool says so wherever it is offered.
+                description: match manifest.deprecation_note() {
+                    Some(note) => format!("{}\n\n{note}", manifest.description),
+                    None => manifest.description.clone(),
+                },
                 input_schema: Arc::new(manifest.input_schema.clone()),
             };
             let terms = IndexTerms::of(&manifest);

@@ -138,6 +138,10 @@ pub struct CallResult {
     /// True when this is a stored result returned for a repeated idempotency key.
     #[serde(default)]
     pub replayed: bool,
+    /// What the caller should know about a call that succeeded: the tool's
+    /// deprecation notes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl CallResult {
@@ -150,6 +154,7 @@ impl CallResult {
             output: Some(output),
             evidence_ref,
             replayed: false,
+            warnings: Vec::new(),
         }
     }
 
@@ -179,6 +184,7 @@ impl CallResult {
             output: None,
             evidence_ref,
             replayed: false,
+            warnings: Vec::new(),
         }
     }
 

@@ -784,7 +784,18 @@ impl Invoker {
     /// Runs one call through the whole pipeline. Never panics; every failure is a
     /// result with a stable code.
     pub async fn invoke(&self, mut call: ToolCall) -> CallResult {
-        let result = self.govern(&mut call).await;
+        let mut result = self.govern(&mut call).await;
+        if result.is_ok()
+            && let Ok(resolved) = self.seams.tools.resolve(&call.subject.tenant, &call.tool)
+        {
+            result.warnings = resolved
+                .tool
+                .manifest
+                .deprecations
+                .iter()
+                .map(|d| d.note())
+                .collect();
+        }
         if call.calling_skill.is_some()
             && let Some(terms) = &self.seams.terms
         {

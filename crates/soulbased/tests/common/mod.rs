@@ -422,6 +422,37 @@ pub async fn try_http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<(u16, String)> {
+    let text = exchange(addr, method, path, headers, body).await?;
+    let status: u16 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other("closed without a response"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// [`http`], answering the whole response as text: status line, headers, body.
+pub async fn http_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
+    exchange(addr, method, path, headers, body).await.unwrap()
+}
+
+async fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<String> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -435,17 +466,7 @@ pub async fn try_http(
     stream.write_all(req.as_bytes()).await?;
     let mut out = Vec::new();
     stream.read_to_end(&mut out).await?;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status: u16 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("closed without a response"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A new, empty database on the test Postgres server (`DATABASE_URL`), named
