@@ -55,7 +55,33 @@ fn is_root() -> bool {
 }
 
 /// A free TCP port on 127.0.0.1 (bound and released; good enough for a test server).
+///
+/// The port is below the kernel's ephemeral range (`ip_local_port_range`): a port
+/// the kernel handed out for `:0` is released here and bound later by a server, and
+/// meanwhile any outgoing connection of the test run can take it as its source port
+/// (seen as "Address already in use" when many tests start servers at once). Below
+/// the range only an explicit bind takes a port, and a per-process cursor keeps
+/// two callers of one test binary from being given the same one.
 pub fn free_port() -> Result<u16, String> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CURSOR: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if low > 12_000 {
+        let span = (low - 10_000).min(12_000);
+        let base = low - span;
+        let offset = std::process::id().wrapping_mul(7_919) % span;
+        for _ in 0..span.min(4_000) {
+            let port = base + (offset + CURSOR.fetch_add(1, Ordering::Relaxed)) % span;
+            if let Ok(port) = u16::try_from(port)
+                && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                return Ok(port);
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

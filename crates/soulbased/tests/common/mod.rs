@@ -47,8 +47,7 @@ pub struct Server {
 /// A loopback address with a port free right now (for a server that must come
 /// back on the same address after a restart).
 pub fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", soulbase_testkit::free_port().unwrap())
 }
 
 impl Server {
