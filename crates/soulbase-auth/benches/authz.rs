@@ -51,6 +51,7 @@ fn static_rules() -> PolicyConfig {
                 actors: vec!["*".into()],
                 tools: vec![format!("g{tool}.pkg.*")],
                 actions: vec!["invoke".into()],
+                require_scopes: false,
             });
         }
         rules.push(PolicyRule {
@@ -59,6 +60,7 @@ fn static_rules() -> PolicyConfig {
             actors: vec!["mallory".into()],
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         });
     }
     PolicyConfig { rules }
@@ -102,6 +104,7 @@ fn main() {
             tool: &tools[k],
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_ok());
     });
@@ -113,6 +116,7 @@ fn main() {
             tool: &shared,
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_ok());
     });
@@ -125,6 +129,7 @@ fn main() {
             tool: &other,
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_err());
     });
@@ -142,6 +147,7 @@ fn main() {
             tool: &tools[k],
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_ok());
     });
@@ -153,6 +159,7 @@ fn main() {
             tool: &shared,
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_ok());
     });
@@ -185,6 +192,7 @@ fn main() {
             tool: &tools[i % 100],
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
     }
     let samples: Vec<Duration> = fresh
@@ -196,6 +204,7 @@ fn main() {
                 tool: &tools[i % 100],
                 tool_tenant: None,
                 action: Action::Invoke,
+                tool_scopes: &[],
             };
             let t = Instant::now();
             let d = cedar.decide(&req);
@@ -214,6 +223,7 @@ fn main() {
             tool: &tools[k],
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         });
         assert!(d.is_ok());
     });

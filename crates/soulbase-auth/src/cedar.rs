@@ -50,6 +50,8 @@ use crate::AuthzRequest;
 /// - `Soul::Tool::"<group>.<pkg>.<name>"`, member of `Soul::Package::"<group>.<pkg>"`
 ///   and `Soul::Group::"<group>"`; attributes `id`, `tenant` (owner, `""` for global
 ///   tools) and `global`.
+/// - Context: `tool_scopes`, the scopes the tool's manifest declares
+///   (`resource#action`), e.g. `principal.scopes.containsAll(context.tool_scopes)`.
 /// - Actions: exactly [`Action::ALL`](crate::Action::ALL) — `invoke`, `preflight`,
 ///   `list`, `read_evidence`, the registry/skill administration actions `register`,
 ///   `update`, `unregister`, `enable`, `disable`, `deprecate`, `reload` (on
@@ -64,7 +66,7 @@ namespace Soul {
   entity Package in [Group];
   entity Tool in [Package, Group] = { "id": String, "tenant": String, "global": Bool };
   action invoke, preflight, list, read_evidence, register, update, unregister, enable, disable, deprecate, reload, consent_issue
-    appliesTo { principal: [Actor], resource: [Tool], context: {} };
+    appliesTo { principal: [Actor], resource: [Tool], context: { "tool_scopes": Set<String> } };
 }
 "#;
 
@@ -129,6 +131,10 @@ fn cache_key(req: &AuthzRequest<'_>) -> String {
     part(&s.roles.len().to_string());
     for r in &s.roles {
         part(r);
+    }
+    part(&req.tool_scopes.len().to_string());
+    for sc in req.tool_scopes {
+        part(sc);
     }
     part(&s.scopes.len().to_string());
     for sc in &s.scopes {
@@ -599,7 +605,15 @@ impl CedarPolicySet {
             subject.principal.clone(),
             action.clone(),
             tool.resource.clone(),
-            Context::empty(),
+            Context::from_pairs([(
+                "tool_scopes".to_owned(),
+                RestrictedExpression::new_set(
+                    req.tool_scopes
+                        .iter()
+                        .map(|sc| RestrictedExpression::new_string(sc.clone())),
+                ),
+            )])
+            .map_err(|e| e.to_string())?,
             None,
         )
         .map_err(|e| e.to_string())?;
@@ -658,6 +672,7 @@ mod tests {
             tool: &tool,
             tool_tenant: owner.as_ref(),
             action: crate::Action::Invoke,
+            tool_scopes: &[],
         })
     }
 

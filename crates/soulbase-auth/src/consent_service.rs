@@ -199,6 +199,7 @@ impl ConsentService {
                 tool: &req.tool,
                 tool_tenant: req.tool_tenant.as_ref(),
                 action: Action::ConsentIssue,
+                tool_scopes: &[],
             })
             .await?;
         let ttl = req
@@ -247,6 +248,7 @@ impl ConsentService {
                 tool: &resource,
                 tool_tenant: None,
                 action: Action::ConsentIssue,
+                tool_scopes: &[],
             })
             .await?;
         self.revocations
@@ -299,6 +301,7 @@ mod tests {
             actors: vec!["approver".into()],
             tools: vec![tool.into()],
             actions: vec!["consent_issue".into()],
+            require_scopes: false,
         };
         StaticPolicy::new(&PolicyConfig {
             rules: vec![rule("fs.*"), rule(CONSENT_RESOURCE)],

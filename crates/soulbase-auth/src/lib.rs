@@ -63,6 +63,11 @@ pub struct AuthzRequest<'a> {
     pub tool_tenant: Option<&'a TenantId>,
     /// The action.
     pub action: Action,
+    /// The permissions the tool's manifest declares (`scopes`, each written
+    /// `resource#action`): a static rule with `require_scopes` allows only a subject
+    /// holding all of them, and Cedar policies see them as `context.tool_scopes`.
+    /// Empty for administration and for tools that declare none.
+    pub tool_scopes: &'a [String],
 }
 
 /// A positive decision, with what evidence needs to know about it.
@@ -92,6 +97,7 @@ pub trait Authorizer: Send + Sync + 'static {
             decision = Some(
                 self.authorize(AuthzRequest {
                     action: *action,
+                    tool_scopes: &[],
                     ..req
                 })
                 .await?,

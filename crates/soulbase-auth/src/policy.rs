@@ -20,6 +20,8 @@ struct Rule {
     tools: Vec<ToolPattern>,
     /// The actions it covers, one bit per [`Action`] ([`bit`]).
     actions: u16,
+    /// Matches only a subject holding every scope the tool declares.
+    require_scopes: bool,
 }
 
 /// The bit of `action` in a rule's action mask.
@@ -46,6 +48,7 @@ impl Rule {
                 .filter_map(|t| ToolPattern::parse(t).ok())
                 .collect(),
             actions: Self::action_mask(r),
+            require_scopes: r.require_scopes,
         }
     }
 
@@ -78,6 +81,11 @@ impl Rule {
                 .as_ref()
                 .is_none_or(|a| a.contains(req.subject.actor.as_str()))
             && self.tools.iter().any(|p| p.matches(req.tool))
+            && (!self.require_scopes
+                || req
+                    .tool_scopes
+                    .iter()
+                    .all(|sc| req.subject.scopes.contains(sc)))
     }
 }
 
@@ -229,6 +237,7 @@ mod tests {
             tool,
             tool_tenant: None,
             action,
+            tool_scopes: &[],
         }
     }
 
@@ -277,6 +286,7 @@ mod tests {
             actors: actors.iter().map(|s| s.to_string()).collect(),
             tools: tools.iter().map(|s| s.to_string()).collect(),
             actions: vec!["invoke".into()],
+            require_scopes: false,
         }
     }
 
@@ -288,6 +298,7 @@ mod tests {
             tool: &tool,
             tool_tenant: None,
             action: Action::Invoke,
+            tool_scopes: &[],
         })
     }
 
@@ -376,6 +387,7 @@ mod tests {
                 tool: &tool,
                 tool_tenant: Some(&owner),
                 action: Action::Invoke,
+                tool_scopes: &[],
             })
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::ToolNotFound);

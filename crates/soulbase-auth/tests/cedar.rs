@@ -34,6 +34,7 @@ fn ask_as(
         tool: &tool,
         tool_tenant: owner.as_ref(),
         action,
+        tool_scopes: &[],
     })
 }
 
@@ -97,6 +98,34 @@ fn conditions_see_scopes_and_tool_attributes() {
         "tenant tool is not global"
     );
     assert!(ask_as(&p, &subject("acme", "alice", &[]), "a.b.c", None, "invoke").is_err());
+}
+
+#[test]
+fn conditions_see_the_tools_declared_scopes_in_the_context() {
+    let p = policy(
+        r#"
+        permit(principal, action == Soul::Action::"invoke", resource)
+          when { principal.scopes.containsAll(context.tool_scopes) };
+        "#,
+    );
+    let tool = ToolId::new("fs.files.read").unwrap();
+    let declared = ["soul:fs:/data#read".to_owned()];
+    let ask = |who: &Subject, scopes: &[String]| {
+        p.decide(&AuthzRequest {
+            subject: who,
+            tool: &tool,
+            tool_tenant: None,
+            action: soulbase_auth::Action::Invoke,
+            tool_scopes: scopes,
+        })
+    };
+    let holder = subject("acme", "alice", &[]).with_scope("soul:fs:/data#read");
+    let lacker = subject("acme", "bob", &[]).with_scope("soul:fs:/tmp#read");
+    assert!(ask(&holder, &declared).is_ok());
+    assert!(ask(&lacker, &declared).is_err());
+    // The decision cache keys on the declared scopes too.
+    assert!(ask(&lacker, &[]).is_ok());
+    assert!(ask(&lacker, &declared).is_err());
 }
 
 #[test]

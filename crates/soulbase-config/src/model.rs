@@ -560,6 +560,11 @@ pub struct PolicyRule {
     /// `list` and `preflight` in an allow rule.
     #[serde(default = "default_actions")]
     pub actions: Vec<String>,
+    /// Allow rules only: match only a caller holding every scope the tool's
+    /// manifest declares (`resource#action`, among the scopes of its API key or
+    /// JWT). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_scopes: bool,
 }
 
 /// The action names a policy rule may use: exactly `soulbase_auth::Action::ALL`

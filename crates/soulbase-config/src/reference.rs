@@ -347,6 +347,7 @@ mod tests {
             actors: vec!["*".into()],
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         });
         new.quota.limits.push(crate::QuotaLimit {
             tenant: "*".into(),

@@ -345,6 +345,7 @@ fn a_policy_rule_naming_an_unknown_action_is_refused_naming_it() {
         actors: vec!["*".into()],
         tools: vec!["*".into()],
         actions: vec!["invoke".into(), "invok".into()],
+        require_scopes: false,
     }];
     let problems = config.validate();
     assert_eq!(problems.len(), 1, "{problems:?}");

@@ -40,6 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             actors: vec!["*".into()],
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         }],
     };
     let evidence = MemorySink::new();

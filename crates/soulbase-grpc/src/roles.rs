@@ -280,6 +280,7 @@ impl auth_pb::auth_server::Auth for AuthRoleService {
                 tool: &tool,
                 tool_tenant: tool_tenant.as_ref(),
                 action,
+                tool_scopes: &r.tool_scopes,
             })
             .await
             .map_err(|e| e.to_status())?;
@@ -377,6 +378,7 @@ impl Authorizer for RemoteAuth {
             tool_id: req.tool.to_string(),
             tool_tenant: req.tool_tenant.map(ToString::to_string).unwrap_or_default(),
             action: req.action.as_str().to_owned(),
+            tool_scopes: req.tool_scopes.to_vec(),
         };
         let response = self
             .client

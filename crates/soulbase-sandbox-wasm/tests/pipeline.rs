@@ -65,6 +65,7 @@ fn invoker_with_quota(wasm: WasmExecutor, sink: &MemorySink, quota: LocalQuota) 
             actors: vec!["*".into()],
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         }],
     };
     let sandbox =

@@ -81,6 +81,7 @@ fn policy(rules: usize) -> PolicyConfig {
             actors: vec!["*".into()],
             tools: vec![format!("grp{i}.pkg.*")],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         })
         .collect();
     list.push(PolicyRule {
@@ -89,6 +90,7 @@ fn policy(rules: usize) -> PolicyConfig {
         actors: vec!["*".into()],
         tools: vec!["bench.*".into()],
         actions: vec!["invoke".into()],
+        require_scopes: false,
     });
     PolicyConfig { rules: list }
 }

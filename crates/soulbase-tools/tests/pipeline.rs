@@ -283,6 +283,7 @@ fn harness_full(
                 actors: vec!["*".into()],
                 tools: vec!["*".into()],
                 actions: vec!["invoke".into()],
+                require_scopes: false,
             },
             PolicyRule {
                 effect: PolicyEffect::Deny,
@@ -290,6 +291,7 @@ fn harness_full(
                 actors: vec!["*".into()],
                 tools: vec!["demo.denied.tool".into()],
                 actions: vec!["invoke".into()],
+                require_scopes: false,
             },
         ],
     };

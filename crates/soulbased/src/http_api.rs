@@ -524,6 +524,7 @@ async fn administer(
                 tool,
                 tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
                 action,
+                tool_scopes: &[],
             })
             .await
             .inspect_err(|e| app.metrics.refused(Surface::Http, e.code()))?;
@@ -886,6 +887,7 @@ async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<
             tool: &tool,
             tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
             action: Action::ReadEvidence,
+            tool_scopes: &[],
         })
         .await?;
     let replay = soulbase_observe::replay(&evidence)?;

@@ -808,3 +808,67 @@ async fn a_deprecated_tool_says_so_on_every_surface() {
     assert_eq!(meta["soulbase/warnings"][0], note, "{meta}");
     client.cancel().await.unwrap();
 }
+
+/// A tool's manifest `scopes` reach the authorizer: an allow rule with
+/// `require_scopes` admits only a caller whose credentials hold every one, for
+/// calls and for the governed list alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_scopes_are_required_by_a_rule_that_asks_for_them() {
+    let holder = "sbk_holder_0123456789abcdef0123456789abcdef";
+    let lacker = "sbk_lacker_0123456789abcdef0123456789abcdef";
+    let config = format!(
+        r#"
+server:
+  dev_insecure: true
+auth:
+  api_keys:
+    - {{ id: holder, sha256: "{}", tenant: acme, actor: holder, scopes: ["soul:fs:/data#read"] }}
+    - {{ id: lacker, sha256: "{}", tenant: acme, actor: lacker, scopes: ["soul:fs:/other#read"] }}
+policy:
+  rules:
+    - {{ effect: allow, tenant: acme, actors: [admin], tools: ["*"], actions: [register, enable] }}
+    - {{ effect: allow, tenant: acme, tools: ["demo.*"], actions: [invoke], require_scopes: true }}
+"#,
+        soulbase_auth::api_key_digest(holder),
+        soulbase_auth::api_key_digest(lacker),
+    );
+    let server = Server::start(&config);
+    let scoped = json!({"scopes": [{"resource": "soul:fs:/data", "action": "read"}]});
+    server
+        .registry()
+        .await
+        .register_tool(as_dev(
+            proto::RegisterToolRequest {
+                manifest: demo_manifest("demo.files.read", scoped),
+                owner: OwnerScope::Tenant as i32,
+                enable: true,
+            },
+            "acme",
+            "admin",
+        ))
+        .await
+        .unwrap();
+    let invoke = |key: &'static str| {
+        let http = server.http.clone();
+        async move {
+            common::http(
+                &http,
+                "POST",
+                "/api/tools/demo.files.read/invoke",
+                &[("x-api-key", key)],
+                r#"{"args":{"n":1}}"#,
+            )
+            .await
+        }
+    };
+    let (status, body) = invoke(holder).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = invoke(lacker).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("POLICY.DENY_TOOL"), "{body}");
+    for (key, listed) in [(holder, true), (lacker, false)] {
+        let (_, body) =
+            common::http(&server.http, "GET", "/api/tools", &[("x-api-key", key)], "").await;
+        assert_eq!(body.contains("demo.files.read"), listed, "{key}: {body}");
+    }
+}

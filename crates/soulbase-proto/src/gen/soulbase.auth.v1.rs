@@ -38,6 +38,9 @@ pub struct AuthorizeRequest {
     /// e.g. `invoke`, `preflight`, `register`.
     #[prost(string, tag = "4")]
     pub action: ::prost::alloc::string::String,
+    /// The scopes the tool's manifest declares (`resource#action`).
+    #[prost(string, repeated, tag = "5")]
+    pub tool_scopes: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct AuthorizeResponse {

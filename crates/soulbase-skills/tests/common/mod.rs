@@ -85,6 +85,7 @@ pub fn allow_all() -> PolicyConfig {
             actors: vec!["*".into()],
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         }],
     }
 }

@@ -93,6 +93,7 @@ pub fn pipeline_gated(
             actors: vec!["*".into()],
             tools: vec!["demo.*".into()],
             actions: vec!["invoke".into()],
+            require_scopes: false,
         }],
     };
     let quota = LocalQuota::new(&[QuotaLimit {

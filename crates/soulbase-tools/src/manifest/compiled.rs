@@ -32,6 +32,9 @@ pub struct CompiledTool {
     pub(crate) terms: IndexTerms,
     /// The version as text, formatted once (every Begin records it).
     pub(crate) version_text: Box<str>,
+    /// The manifest's `scopes` as the authorizer sees them (`resource#action`),
+    /// formatted once.
+    pub scope_names: Vec<String>,
 }
 
 /// What the registry indexes a tool by, precomputed at compile time so that

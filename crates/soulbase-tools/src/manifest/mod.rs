@@ -55,6 +55,9 @@ pub struct ToolManifest {
     /// JSON Schema of the result, checked after every execution.
     pub output_schema: Value,
     /// Permissions the tool needs, e.g. `{resource: "soul:fs:/data", action: "read"}`.
+    /// Given to the authorizer on every call and list (`resource#action`): a static
+    /// rule with `require_scopes` or a Cedar policy on `context.tool_scopes` can
+    /// require the caller to hold them.
     #[serde(default)]
     pub scopes: Vec<Scope>,
     /// Sandbox capabilities, the least the tool needs to run.
@@ -185,6 +188,14 @@ pub struct Scope {
     pub resource: String,
     /// The action on it, e.g. `read`.
     pub action: String,
+}
+
+impl Scope {
+    /// The scope as the authorizer and subjects' scopes write it: `resource#action`
+    /// (e.g. `soul:fs:/data#read`).
+    pub fn name(&self) -> String {
+        format!("{}#{}", self.resource, self.action)
+    }
 }
 
 /// The strongest side effect a tool has.

@@ -10,7 +10,8 @@ use soulbase_sandbox::{CapabilityDomain, FsAccess, ProviderBinding};
 use super::compiled::IndexTerms;
 use super::schema::{canonical_json, compile_schema};
 use super::{
-    CompiledTool, MAX_TIMEOUT_MS, ManifestError, Problem, SafetyClass, SideEffect, ToolManifest,
+    CompiledTool, MAX_TIMEOUT_MS, ManifestError, Problem, SafetyClass, Scope, SideEffect,
+    ToolManifest,
 };
 use crate::discovery::ToolSpec;
 
@@ -164,7 +165,9 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
                 input_schema: Arc::new(manifest.input_schema.clone()),
             };
             let terms = IndexTerms::of(&manifest);
+            let scope_names = manifest.scopes.iter().map(Scope::name).collect();
             Ok(CompiledTool {
+                scope_names,
                 terms,
                 version_text: manifest.version.to_string().into_boxed_str(),
                 manifest: Arc::new(manifest),

@@ -504,11 +504,21 @@ impl Invoker {
             {
                 continue;
             }
-            if self
-                .permits(subject, tool.id(), &tool.owner, Action::List)
+            let allowed = s
+                .authorizer
+                .authorize_all(
+                    AuthzRequest {
+                        subject,
+                        tool: tool.id(),
+                        tool_tenant: tool.owner.tenant_id(),
+                        action: needed,
+                        tool_scopes: &tool.tool.scope_names,
+                    },
+                    &[Action::List, needed],
+                )
                 .await
-                && self.permits(subject, tool.id(), &tool.owner, needed).await
-            {
+                .is_ok();
+            if allowed {
                 out.push(tool);
             }
         }
@@ -531,6 +541,7 @@ impl Invoker {
                 tool: id,
                 tool_tenant: owner.tenant_id(),
                 action,
+                tool_scopes: &[],
             })
             .await
             .is_ok()
@@ -618,6 +629,7 @@ impl Invoker {
                 ToolOwner::Global => None,
             },
             action: Action::Invoke,
+            tool_scopes: &resolved.tool.scope_names,
         };
         let authorize = async {
             if preflight {

@@ -459,6 +459,7 @@ pub async fn authorize(
             tool: id,
             tool_tenant: owner.tenant_id(),
             action,
+            tool_scopes: &[],
         })
         .await
         .map(|_| ())
