@@ -498,7 +498,7 @@ impl App {
             (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
             _ => None,
         };
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::with_max_tools(cfg.observe.metrics_max_tools));
         metrics.watch_evidence(flush.stats());
         let skills = if tools_role {
             let tools_redis = match &local_gate {
@@ -543,7 +543,12 @@ impl App {
             None => stack,
         }
         .build();
-        let consent_desk = ConsentDesk::new(registry.clone(), consent_service, authorizer.clone());
+        let consent_desk = ConsentDesk::new(
+            registry.clone(),
+            consent_service,
+            authorizer.clone(),
+            metrics.clone(),
+        );
         let app = Arc::new(App {
             started: config.current(),
             config,

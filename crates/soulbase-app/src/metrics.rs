@@ -6,6 +6,9 @@
 //! - `soulbase_errors_total{surface,code}` — failed calls and malformed requests, by
 //!   stable code;
 //! - `soulbase_call_duration_seconds{surface}` — latency histogram;
+//! - `soulbase_tool_calls_total{tool,status}` — finished calls by tool, for at most
+//!   `observe.metrics_max_tools` tools (the rest as `tool="other"`);
+//! - `soulbase_consent_issued_total` — consent tokens issued;
 //! - `soulbase_budget_remaining_calls{tenant,tool}` — calls left under the tightest
 //!   limit, as last seen by a preflight;
 //! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`,
@@ -73,6 +76,14 @@ pub trait Held: Send + Sync + 'static {
     fn held(&self) -> usize;
 }
 
+/// Finished calls per tool and status (`ok`, `denied`, `error`): the first
+/// `observe.metrics_max_tools` tools seen by name, the rest together.
+#[derive(Default)]
+struct ToolCounts {
+    named: BTreeMap<String, [u64; 3]>,
+    other: [u64; 3],
+}
+
 /// The process's metrics. Cheap to update from any thread.
 #[derive(Default)]
 pub struct Metrics {
@@ -87,6 +98,11 @@ pub struct Metrics {
     connections: Mutex<Option<Arc<dyn Held>>>,
     grpc_connections: Mutex<Option<Arc<dyn Held>>>,
     mcp_sessions: Mutex<Option<Arc<soulbase_mcp::sessions::McpSessions>>>,
+    /// Finished calls by tool and status.
+    tool_calls: Mutex<ToolCounts>,
+    /// How many tools get a label of their own (`observe.metrics_max_tools`).
+    max_tools: AtomicU64,
+    consent_issued: AtomicU64,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -126,9 +142,46 @@ fn bump(map: &Mutex<BTreeMap<(Surface, ErrorCode), u64>>, key: (Surface, ErrorCo
 }
 
 impl Metrics {
-    /// Empty metrics.
+    /// Empty metrics, labelling up to 200 tools by name.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_max_tools(200)
+    }
+
+    /// Empty metrics labelling up to `max_tools` tools by name
+    /// (`observe.metrics_max_tools`; 0: no per-tool series).
+    pub fn with_max_tools(max_tools: usize) -> Self {
+        let m = Self::default();
+        m.max_tools.store(
+            u64::try_from(max_tools).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        m
+    }
+
+    /// Counts a consent token issued (by any surface).
+    pub fn consent_issued(&self) {
+        self.consent_issued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_tool(&self, tool: &ToolId, status: CallStatus) {
+        let max = usize::try_from(self.max_tools.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        if max == 0 {
+            return;
+        }
+        let mut m = self
+            .tool_calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let i = status_index(status);
+        if let Some(counts) = m.named.get_mut(tool.as_str()) {
+            counts[i] += 1;
+        } else if m.named.len() < max {
+            let mut counts = [0; 3];
+            counts[i] = 1;
+            m.named.insert(tool.to_string(), counts);
+        } else {
+            m.other[i] += 1;
+        }
     }
 
     /// Reports the evidence queue of `stats`.
@@ -204,6 +257,41 @@ impl Metrics {
                 );
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_tool_calls_total Finished tool calls by tool (observe.metrics_max_tools named, the rest as other)."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_tool_calls_total counter");
+        {
+            let m = self
+                .tool_calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let rows = m
+                .named
+                .iter()
+                .map(|(t, c)| (t.as_str(), c))
+                .chain((m.other != [0; 3]).then_some(("other", &m.other)));
+            for (tool, counts) in rows {
+                for (st, n) in STATUSES.iter().zip(counts).filter(|(_, n)| **n > 0) {
+                    let _ = writeln!(
+                        out,
+                        "soulbase_tool_calls_total{{tool=\"{}\",status=\"{st}\"}} {n}",
+                        escape(tool)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_consent_issued_total Consent tokens issued."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_consent_issued_total counter");
+        let _ = writeln!(
+            out,
+            "soulbase_consent_issued_total {}",
+            self.consent_issued.load(Ordering::Relaxed)
+        );
         let _ = writeln!(
             out,
             "# HELP soulbase_call_duration_seconds Tool call latency as seen by the server."
@@ -334,7 +422,7 @@ impl CallObserver for Metrics {
     fn call_finished(
         &self,
         surface: Surface,
-        _tool: &ToolId,
+        tool: &ToolId,
         result: &CallResult,
         elapsed: Duration,
     ) {
@@ -344,6 +432,7 @@ impl CallObserver for Metrics {
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         self.calls[si][status_index(result.status)].fetch_add(1, Ordering::Relaxed);
+        self.count_tool(tool, result.status);
         self.latency[si].observe(elapsed);
         if let Some(code) = result.error_code {
             match result.status {
@@ -369,6 +458,10 @@ impl CallObserver for Metrics {
             bump(&self.errors, (surface, code));
         }
     }
+
+    fn consent_issued(&self) {
+        Metrics::consent_issued(self);
+    }
 }
 
 #[cfg(test)]
@@ -376,6 +469,63 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use soulbase_types::CallId;
+
+    #[test]
+    fn tools_past_the_cap_are_counted_as_other() {
+        let result = |status| CallResult {
+            status,
+            ..CallResult::refused(
+                CallId::generate(),
+                &soulbase_errors::SoulError::of(ErrorCode::PolicyDenyTool),
+            )
+        };
+        let m = Metrics::with_max_tools(2);
+        for (tool, status) in [
+            ("a.b.one", CallStatus::Ok),
+            ("a.b.two", CallStatus::Ok),
+            ("a.b.three", CallStatus::Denied),
+            ("a.b.one", CallStatus::Ok),
+            ("a.b.four", CallStatus::Ok),
+        ] {
+            m.call_finished(
+                Surface::Http,
+                &ToolId::new(tool).unwrap(),
+                &result(status),
+                Duration::from_micros(5),
+            );
+        }
+        m.consent_issued();
+        let text = m.render();
+        assert!(
+            text.contains("soulbase_tool_calls_total{tool=\"a.b.one\",status=\"ok\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("soulbase_tool_calls_total{tool=\"a.b.two\",status=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("soulbase_tool_calls_total{tool=\"other\",status=\"denied\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("soulbase_tool_calls_total{tool=\"other\",status=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("a.b.three") && !text.contains("a.b.four"),
+            "{text}"
+        );
+        assert!(text.contains("soulbase_consent_issued_total 1"), "{text}");
+        let off = Metrics::with_max_tools(0);
+        off.call_finished(
+            Surface::Http,
+            &ToolId::new("a.b.one").unwrap(),
+            &result(CallStatus::Ok),
+            Duration::from_micros(5),
+        );
+        assert!(!off.render().contains("soulbase_tool_calls_total{"));
+    }
 
     #[test]
     fn render_counts_calls_denials_and_latency() {

@@ -749,13 +749,28 @@ pub struct CedarConfig {
 }
 
 /// Tracing and metrics.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ObserveConfig {
     /// OTLP gRPC endpoint for traces; none disables export.
     pub otlp_endpoint: Option<String>,
     /// `tracing` filter directive, e.g. `info,soulbase=debug`.
     pub log_filter: Option<String>,
+    /// How many distinct tools `soulbase_tool_calls_total` labels by name; calls of
+    /// tools past the first this many are counted under `tool="other"`, so a
+    /// registry of any size keeps the metric bounded. 0 turns the per-tool
+    /// series off. Default 200.
+    pub metrics_max_tools: usize,
+}
+
+impl Default for ObserveConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            log_filter: None,
+            metrics_max_tools: 200,
+        }
+    }
 }
 
 /// Checks whether a tool pattern is well formed: `*`, an exact id, or a prefix ending in `.*`.

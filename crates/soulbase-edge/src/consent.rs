@@ -14,6 +14,8 @@ use soulbase_observe::{canonical_json, digest_bytes};
 use soulbase_tools::Registry;
 use soulbase_types::{ActorId, Subject, ToolId, UnixMillis};
 
+use crate::CallObserver;
+
 /// A request for consent, as clients send it.
 #[derive(Debug, Clone, Default)]
 pub struct ConsentAsk {
@@ -33,6 +35,7 @@ pub struct ConsentDesk {
     registry: Registry,
     service: Arc<ConsentService>,
     authorizer: Arc<dyn Authorizer>,
+    observer: Arc<dyn CallObserver>,
 }
 
 impl std::fmt::Debug for ConsentDesk {
@@ -46,16 +49,19 @@ fn invalid(field: &str, message: String) -> SoulError {
 }
 
 impl ConsentDesk {
-    /// A desk over the registry, the consent service and the authorizer.
+    /// A desk over the registry, the consent service and the authorizer; each
+    /// token issued is counted by `observer`.
     pub fn new(
         registry: Registry,
         service: Arc<ConsentService>,
         authorizer: Arc<dyn Authorizer>,
+        observer: Arc<dyn CallObserver>,
     ) -> Self {
         Self {
             registry,
             service,
             authorizer,
+            observer,
         }
     }
 
@@ -87,7 +93,8 @@ impl ConsentDesk {
             }
         };
         let found = self.registry.get(&approver.tenant, &tool)?;
-        self.service
+        let issued = self
+            .service
             .issue(
                 self.authorizer.as_ref(),
                 approver,
@@ -101,7 +108,9 @@ impl ConsentDesk {
                 },
                 UnixMillis::now(),
             )
-            .await
+            .await?;
+        self.observer.consent_issued();
+        Ok(issued)
     }
 
     /// Revokes token `id` (see [`ConsentService::revoke`]).

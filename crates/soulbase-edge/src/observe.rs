@@ -57,6 +57,9 @@ pub trait CallObserver: Send + Sync + 'static {
     fn refused(&self, surface: Surface, code: soulbase_errors::ErrorCode) {
         let _ = (surface, code);
     }
+
+    /// A consent token was issued (through [`ConsentDesk`](crate::ConsentDesk)).
+    fn consent_issued(&self) {}
 }
 
 /// Observes nothing.

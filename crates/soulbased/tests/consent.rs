@@ -250,6 +250,15 @@ async fn http_issues_binds_arguments_and_revokes() {
 
     // Bound to {"text": "hi"}: those arguments pass, others do not.
     assert_eq!(call(&server, "acme", MEMO, token)["status"], "ok");
+    let (_, metrics) = http(&server.http, "GET", "/metrics", &[], "").await;
+    assert!(
+        metrics.contains("soulbase_consent_issued_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("soulbase_tool_calls_total{tool=\"skills.memo.memo\",status=\"ok\"} 1"),
+        "{metrics}"
+    );
     let o = soulbase(
         &server,
         "acme",
