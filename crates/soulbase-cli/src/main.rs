@@ -108,8 +108,26 @@ enum Command {
     Init(init::InitArgs),
 }
 
+/// Restores the default action of `SIGPIPE` (Rust ignores it, so a write to a
+/// closed pipe fails and `println!` panics): `soulbase evidence list | head` ends
+/// quietly, as Unix tools do, when the reader stops reading. Not for `soulbase
+/// mcp`, a stdio server that must see its client leave as an error and close its
+/// calls' evidence, not die mid-write. (Sockets are unaffected: Rust writes to
+/// them with `MSG_NOSIGNAL`.)
+#[allow(unsafe_code)]
+fn die_quietly_on_closed_pipes() {
+    // SAFETY: setting a signal's disposition to its default before any other
+    // thread exists; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let Cli { common, command } = Cli::parse();
+    if !matches!(command, Command::Mcp(_)) {
+        die_quietly_on_closed_pipes();
+    }
     match command {
         Command::Tools(mut args) => {
             let global = common.for_target(std::mem::take(&mut args.target));

@@ -241,3 +241,33 @@ fn consent_tokens_verify_with_the_servers_key() {
         assert!(stderr(&o).contains(named), "{}", stderr(&o));
     }
 }
+
+/// Output into a pipe whose reader has gone (`soulbase … | head`) ends the
+/// command quietly, as Unix tools do, instead of a panic on the write.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_soulbase"))
+        .args([
+            "keys", "new", "--id", "k1", "--tenant", "acme", "--actor", "bot",
+        ])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigpipe()),
+        "{:?}",
+        out.status
+    );
+}
+
+/// `SIGPIPE`'s number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
+}
