@@ -23,7 +23,8 @@
 //!   Service names (`name`, `name.ns`, `name.ns.svc`, … with their port) become
 //!   the loopback address of the one Deployment the Service selects.
 //! - The Secret's placeholder backend URLs become the test's (`DATABASE_URL`, a
-//!   fresh database per boot; `REDIS_URL`); other Secret values stay as shipped.
+//!   fresh database per boot; `REDIS_URL`), and the consent key's placeholder (not
+//!   hex, so refused as shipped) a key; other Secret values stay as shipped.
 //! - The process that authenticates (its roles include `auth`) gets two API keys
 //!   added to its `auth.api_keys` (the manifests ship none; an operator adds
 //!   theirs), so a first governed call can be made under the shipped policy.
@@ -138,6 +139,8 @@ impl Backends {
             self.database_url.clone()
         } else if value.starts_with("redis://") || value.starts_with("rediss://") {
             self.redis_url.clone()
+        } else if value == "replace-with-openssl-rand-hex-32" {
+            "5b".repeat(32)
         } else {
             value.to_owned()
         }
