@@ -72,36 +72,37 @@ pub trait ConsentRevocations: Send + Sync + 'static {
         at: UnixMillis,
     ) -> Result<(), SoulError>;
 
-    /// Whether token `id` was revoked.
-    async fn is_revoked(&self, id: &str) -> Result<bool, SoulError>;
+    /// Whether token `id` of `tenant` was revoked by an approver of that tenant
+    /// (another tenant's approver cannot revoke it, even knowing its id).
+    async fn is_revoked(&self, id: &str, tenant: &TenantId) -> Result<bool, SoulError>;
 }
 
 /// Revocations held in memory (lost on restart, not shared between replicas).
 #[derive(Debug, Default)]
-pub struct MemoryRevocations(Mutex<HashSet<String>>);
+pub struct MemoryRevocations(Mutex<HashSet<(String, TenantId)>>);
 
 #[async_trait]
 impl ConsentRevocations for MemoryRevocations {
     async fn revoke(
         &self,
         id: &str,
-        _tenant: &TenantId,
+        tenant: &TenantId,
         _by: &ActorId,
         _at: UnixMillis,
     ) -> Result<(), SoulError> {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned());
+            .insert((id.to_owned(), tenant.clone()));
         Ok(())
     }
 
-    async fn is_revoked(&self, id: &str) -> Result<bool, SoulError> {
+    async fn is_revoked(&self, id: &str, tenant: &TenantId) -> Result<bool, SoulError> {
         Ok(self
             .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(id))
+            .contains(&(id.to_owned(), tenant.clone())))
     }
 }
 
@@ -272,7 +273,7 @@ impl ConsentVerifier for ConsentService {
             return Err(refused());
         }
         if let Some(id) = &grant.id
-            && self.revocations.is_revoked(id).await?
+            && self.revocations.is_revoked(id, &grant.tenant).await?
         {
             return Err(refused());
         }
@@ -380,6 +381,37 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::ConsentRequired);
+    }
+
+    #[tokio::test]
+    async fn another_tenants_approver_cannot_revoke_a_token() {
+        let s = service();
+        let t = tool("fs.files.delete");
+        let issued = s
+            .issue(
+                &policy(),
+                &subject("acme", "approver"),
+                ask(&t, None),
+                UnixMillis(1_000),
+            )
+            .await
+            .unwrap();
+        let id = issued.grant.id.clone().unwrap();
+        // An approver of another tenant may revoke (its own tokens), but its
+        // revocation does not reach acme's token.
+        s.revocations
+            .revoke(
+                &id,
+                &TenantId::new("globex").unwrap(),
+                &ActorId::new("approver").unwrap(),
+                UnixMillis(2_000),
+            )
+            .await
+            .unwrap();
+        let alice = subject("acme", "alice");
+        verify(&s, &alice, &t, &issued.token, 3_000, None)
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -15,6 +15,8 @@
 //! - [`model`]: the model-facing surface on that stack — the caller's tools as
 //!   OpenAI / Anthropic / MCP definitions, and a model's tool calls routed and
 //!   answered in its API's shape;
+//! - [`consent`]: the [`ConsentDesk`] every surface issues and revokes consent
+//!   tokens through;
 //! - [`agent`]: the governed agent loop — a conversation with a model behind
 //!   [`ModelUpstream`], its tool calls run through the stack, up to a bound.
 //!

@@ -9,6 +9,9 @@
 //!   [`soulbase_edge::Stack`]: the whole governed pipeline runs in-process;
 //!   `ListTools` is the caller's governed list from the same stack; failures are gRPC statuses carrying `soulbase.errors.v1.ErrorDetail`
 //!   (R5) plus trailers naming the call, its outcome and its evidence.
+//! - [`ConsentGrpcService`] serves `soulbase.auth.v1.Consent` (issue, revoke)
+//!   through the one `soulbase_edge::ConsentDesk`, for callers authenticated like
+//!   `ToolInvoker`'s.
 //! - [`RemoteInvoker`] is the client: the same `invoke` / `preflight` signatures as
 //!   the in-process invoker, so a Rust service can swap one for the other.
 //! - Subjects come from metadata through `soulbase_edge::SubjectResolver`;

@@ -58,21 +58,26 @@ impl ConsentRevocations for SqlConsentRevocations {
         done.map_err(|e| db_error("revoking a consent token", e))
     }
 
-    async fn is_revoked(&self, id: &str) -> Result<bool, SoulError> {
-        let found: Result<Option<i64>, sqlx::Error> = match &self.db {
-            Db::Postgres(p) => {
-                sqlx::query_scalar("SELECT 1::BIGINT FROM consent_revocations WHERE token_id = $1")
+    async fn is_revoked(&self, id: &str, tenant: &TenantId) -> Result<bool, SoulError> {
+        let found: Result<Option<i64>, sqlx::Error> =
+            match &self.db {
+                Db::Postgres(p) => sqlx::query_scalar(
+                    "SELECT 1::BIGINT FROM consent_revocations WHERE token_id = $1 AND tenant = $2",
+                )
+                .bind(id)
+                .bind(tenant.as_str())
+                .fetch_optional(p)
+                .await,
+                Db::Sqlite(p) => {
+                    sqlx::query_scalar(
+                        "SELECT 1 FROM consent_revocations WHERE token_id = ?1 AND tenant = ?2",
+                    )
                     .bind(id)
+                    .bind(tenant.as_str())
                     .fetch_optional(p)
                     .await
-            }
-            Db::Sqlite(p) => {
-                sqlx::query_scalar("SELECT 1 FROM consent_revocations WHERE token_id = ?1")
-                    .bind(id)
-                    .fetch_optional(p)
-                    .await
-            }
-        };
+                }
+            };
         found
             .map(|row| row.is_some())
             .map_err(|e| db_error("reading consent revocations", e))
@@ -83,6 +88,10 @@ impl ConsentRevocations for SqlConsentRevocations {
 mod tests {
     use super::*;
 
+    fn tenant_of(t: &str) -> TenantId {
+        TenantId::new(t).unwrap()
+    }
+
     #[tokio::test]
     async fn a_revocation_is_seen_by_every_handle_on_the_database() {
         let dir = tempfile::tempdir().unwrap();
@@ -90,12 +99,16 @@ mod tests {
         let db = Db::connect(&url, true).await.unwrap();
         let a = SqlConsentRevocations::new(db.clone());
         let b = SqlConsentRevocations::new(db);
-        assert!(!b.is_revoked("t1").await.unwrap());
+        assert!(!b.is_revoked("t1", &tenant_of("acme")).await.unwrap());
         let tenant = TenantId::new("acme").unwrap();
         let by = ActorId::new("approver").unwrap();
         a.revoke("t1", &tenant, &by, UnixMillis(5)).await.unwrap();
         a.revoke("t1", &tenant, &by, UnixMillis(6)).await.unwrap();
-        assert!(b.is_revoked("t1").await.unwrap());
-        assert!(!b.is_revoked("t2").await.unwrap());
+        assert!(b.is_revoked("t1", &tenant).await.unwrap());
+        assert!(!b.is_revoked("t2", &tenant).await.unwrap());
+        assert!(
+            !b.is_revoked("t1", &tenant_of("globex")).await.unwrap(),
+            "only the token's own tenant revokes it"
+        );
     }
 }

@@ -493,8 +493,8 @@ fn http_date(secs: i64, day: &str) -> Option<String> {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let weekday = WEEKDAYS[usize::try_from(secs.div_euclid(86_400).rem_euclid(7)).ok()?];
-    let month = MONTHS[day.get(5..7)?.parse::<usize>().ok()?.checked_sub(1)?];
+    let weekday = WEEKDAYS.get(usize::try_from(secs.div_euclid(86_400).rem_euclid(7)).ok()?)?;
+    let month = MONTHS.get(day.get(5..7)?.parse::<usize>().ok()?.checked_sub(1)?)?;
     Some(format!(
         "{weekday}, {} {month} {} 00:00:00 GMT",
         day.get(8..10)?,

@@ -39,6 +39,25 @@ fn demo_manifest(id: &str, extra: Value) -> String {
     m.to_string()
 }
 
+/// Registers `manifest` (see [`demo_manifest`]) as `acme`'s tool, enabled, acting
+/// as `actor` of `acme` through the registry RPC.
+async fn register_enabled(server: &Server, manifest: String, actor: &str) {
+    server
+        .registry()
+        .await
+        .register_tool(as_dev(
+            proto::RegisterToolRequest {
+                manifest,
+                owner: OwnerScope::Tenant as i32,
+                enable: true,
+            },
+            "acme",
+            actor,
+        ))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_preflight_invoke_and_idempotent_retry() {
     let server = Server::start(DEV_CONFIG);
@@ -725,20 +744,7 @@ async fn a_deprecated_tool_says_so_on_every_surface() {
         "replacement": "demo.dep.v2",
         "sunset": "2027-03-01"
     }]});
-    server
-        .registry()
-        .await
-        .register_tool(as_dev(
-            proto::RegisterToolRequest {
-                manifest: demo_manifest("demo.dep.old", deprecations),
-                owner: OwnerScope::Tenant as i32,
-                enable: true,
-            },
-            "acme",
-            "bob",
-        ))
-        .await
-        .unwrap();
+    register_enabled(&server, demo_manifest("demo.dep.old", deprecations), "bob").await;
     let note = "Deprecated since 2026-01-15: use demo.dep.v2. Replaced by demo.dep.v2. \
                 Removed on 2027-03-01.";
 
@@ -834,20 +840,7 @@ policy:
     );
     let server = Server::start(&config);
     let scoped = json!({"scopes": [{"resource": "soul:fs:/data", "action": "read"}]});
-    server
-        .registry()
-        .await
-        .register_tool(as_dev(
-            proto::RegisterToolRequest {
-                manifest: demo_manifest("demo.files.read", scoped),
-                owner: OwnerScope::Tenant as i32,
-                enable: true,
-            },
-            "acme",
-            "admin",
-        ))
-        .await
-        .unwrap();
+    register_enabled(&server, demo_manifest("demo.files.read", scoped), "admin").await;
     let invoke = |key: &'static str| {
         let http = server.http.clone();
         async move {
