@@ -56,6 +56,10 @@ enum ToolsCommand {
         /// `openai`, `openai-strict`, `anthropic` or `mcp`.
         #[arg(long, default_value = "openai")]
         format: String,
+        /// The model the tools are for: tools whose `provider_compat` does not
+        /// admit it are left out.
+        #[arg(long)]
+        model: Option<String>,
     },
 }
 
@@ -287,7 +291,12 @@ struct Exported {
 }
 
 /// The tenant's tools as `format` (see [`ToolsCommand::Export`]).
-async fn export(global: &Global, mode: &Mode, format: &str) -> Result<Exported, Failure> {
+async fn export(
+    global: &Global,
+    mode: &Mode,
+    format: &str,
+    model: Option<&str>,
+) -> Result<Exported, Failure> {
     let parsed: ExportFormat = format
         .parse()
         .map_err(|e: SoulError| Failure::Usage(format!("--format: {}", e.public().message)))?;
@@ -308,6 +317,7 @@ async fn export(global: &Global, mode: &Mode, format: &str) -> Result<Exported, 
                 global,
                 proto::ExportToolsRequest {
                     format: wire as i32,
+                    model: model.unwrap_or_default().to_owned(),
                 },
             )?;
             let resp = ToolInvokerClient::new(target::channel(url).await?)
@@ -326,7 +336,7 @@ async fn export(global: &Global, mode: &Mode, format: &str) -> Result<Exported, 
             let x = l
                 .app
                 .stack
-                .export_tools(Surface::Cli, &l.subject, &Binding::None, parsed)
+                .export_tools(Surface::Cli, &l.subject, &Binding::None, parsed, model)
                 .await
                 .map_err(|e| soul(&e))?;
             let names: serde_json::Map<String, Value> = x
@@ -408,9 +418,11 @@ pub fn run_tools(global: &Global, args: ToolsArgs) -> ExitCode {
                 (ToolsCommand::Disable { .. }, Some(id)) => set_state(global, &mode, id, false)
                     .await
                     .map(|t| print_tool(global, &t)),
-                (ToolsCommand::Export { format }, _) => export(global, &mode, format)
-                    .await
-                    .map(|x| print_export(global, &x)),
+                (ToolsCommand::Export { format, model }, _) => {
+                    export(global, &mode, format, model.as_deref())
+                        .await
+                        .map(|x| print_export(global, &x))
+                }
                 (_, None) => Err(Failure::Usage("a tool id is required".into())),
             };
             mode.close().await;

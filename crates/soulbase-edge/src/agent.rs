@@ -146,7 +146,13 @@ impl Stack {
             messages.insert(0, json!({"role": "system", "content": text}));
         }
         let exported = self
-            .export_tools(surface, subject, binding, ExportFormat::OpenAi)
+            .export_tools(
+                surface,
+                subject,
+                binding,
+                ExportFormat::OpenAi,
+                body.get("model").and_then(Value::as_str),
+            )
             .await?;
         let mut turn = body.clone();
         turn.remove("stream");

@@ -4,7 +4,8 @@
 //!
 //! - [`Stack::export_tools`]: the caller's governed list ([`Stack::available`]) as
 //!   OpenAI tools (plain or `strict`), Anthropic tools or MCP tool definitions,
-//!   with the provider-safe names ↔ tool ids ([`NameMap`]) used.
+//!   with the provider-safe names ↔ tool ids ([`NameMap`]) used, less the tools
+//!   whose `provider_compat` does not fit the provider and model asked for.
 //! - [`Stack::route_tool_calls`]: an assistant turn's tool calls (OpenAI
 //!   `tool_calls`, Anthropic `tool_use` blocks — its other blocks left out) in,
 //!   one answer per call out, in
@@ -25,7 +26,7 @@ use std::str::FromStr;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_tools::discovery::{ExportWarning, NameMap, ToolSpec, anthropic, openai};
+use soulbase_tools::discovery::{ExportWarning, NameMap, ToolSpec, anthropic, compat, openai};
 use soulbase_tools::pipeline::router::{
     ModelCall, anthropic_answer, openai_answer, read_anthropic, read_openai, result_content,
 };
@@ -47,6 +48,16 @@ pub enum ExportFormat {
 }
 
 impl ExportFormat {
+    /// The model provider the format is for (the key of a manifest's
+    /// `provider_compat`); `None` for MCP, which is not a model API.
+    pub fn provider(self) -> Option<&'static str> {
+        match self {
+            ExportFormat::OpenAi | ExportFormat::OpenAiStrict => Some("openai"),
+            ExportFormat::Anthropic => Some("anthropic"),
+            ExportFormat::Mcp => None,
+        }
+    }
+
     /// The name a request gives it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -110,18 +121,27 @@ fn mcp_tool(spec: &ToolSpec) -> Value {
 }
 
 impl Stack {
-    /// The tools `subject` (through `binding`) may be offered, as `format`.
+    /// The tools `subject` (through `binding`) may be offered, as `format`, for
+    /// `model` when the caller names the model it will use: a tool whose
+    /// `provider_compat` does not admit the format's provider and model is left
+    /// out ([`compat::admits`]).
     pub async fn export_tools(
         &self,
         surface: Surface,
         subject: &Subject,
         binding: &Binding,
         format: ExportFormat,
+        model: Option<&str>,
     ) -> Result<ModelTools, SoulError> {
         let specs: Vec<ToolSpec> = self
             .available(surface, subject, binding)
             .await?
             .iter()
+            .filter(|a| {
+                format.provider().is_none_or(|provider| {
+                    compat::admits(&a.tool.manifest.provider_compat, provider, model)
+                })
+            })
             .map(|a| a.spec())
             .collect();
         let export = match format {

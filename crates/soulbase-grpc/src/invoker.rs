@@ -156,9 +156,10 @@ impl ToolInvoker for InvokerService {
             proto::ExportFormat::Anthropic => ExportFormat::Anthropic,
             proto::ExportFormat::Mcp => ExportFormat::Mcp,
         };
+        let model = Some(request.get_ref().model.as_str()).filter(|m| !m.is_empty());
         let exported = self
             .stack
-            .export_tools(Surface::Grpc, &subject, &binding, format)
+            .export_tools(Surface::Grpc, &subject, &binding, format, model)
             .await
             .map_err(|e| e.to_status())?;
         let warnings = serde_json::to_string(&exported.warnings)

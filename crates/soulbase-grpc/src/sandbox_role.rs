@@ -60,6 +60,7 @@ struct ParsedExec {
     max_bytes_out: Option<u64>,
     max_memory_bytes: Option<u64>,
     max_processes: Option<u32>,
+    max_files: Option<u32>,
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(field: &str, text: &str) -> Result<T, SoulError> {
@@ -91,6 +92,7 @@ fn parse_exec(r: &sandbox_pb::ExecuteRequest) -> Result<ParsedExec, SoulError> {
         max_bytes_out: (r.max_bytes_out > 0).then_some(r.max_bytes_out),
         max_memory_bytes: (r.max_memory_bytes > 0).then_some(r.max_memory_bytes),
         max_processes: (r.max_processes > 0).then_some(r.max_processes),
+        max_files: (r.max_files > 0).then_some(r.max_files),
     })
 }
 
@@ -170,6 +172,7 @@ impl SandboxRoleService {
             max_bytes_out: p.max_bytes_out,
             max_memory_bytes: p.max_memory_bytes,
             max_processes: p.max_processes,
+            max_files: p.max_files,
         };
         self.sandbox.guard(&req)?;
         let limit = p.timeout.saturating_add(Duration::from_secs(1));
@@ -239,6 +242,7 @@ impl RemoteSandbox {
             max_bytes_out: req.max_bytes_out.unwrap_or(0),
             max_memory_bytes: req.max_memory_bytes.unwrap_or(0),
             max_processes: req.max_processes.unwrap_or(0),
+            max_files: req.max_files.unwrap_or(0),
         })
     }
 }
@@ -298,6 +302,7 @@ mod tests {
             max_bytes_out: 0,
             max_memory_bytes: 0,
             max_processes: 0,
+            max_files: 0,
         }
     }
 

@@ -92,6 +92,7 @@ impl Call {
             max_bytes_out: None,
             max_memory_bytes: None,
             max_processes: None,
+            max_files: None,
         }
     }
 }
@@ -124,6 +125,7 @@ fn raw_request(provider: Value, caps: Value) -> ExecuteRequest {
         max_bytes_out: 0,
         max_memory_bytes: 0,
         max_processes: 0,
+        max_files: 0,
     }
 }
 

@@ -59,6 +59,7 @@ async fn call(
         max_bytes_out: Some(16 * 1024),
         max_memory_bytes: None,
         max_processes: None,
+        max_files: None,
     };
     sb.guard(&req)?;
     sb.execute(req).await

@@ -270,11 +270,16 @@ fn resolve_command(options: &ProcessOptions, command: &str) -> Result<PathBuf, S
     }
 }
 
-/// The memory and process caps of one call, and how they are applied.
+/// The memory, process and file caps of one call, and how they are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Caps {
     memory_bytes: u64,
     processes: u64,
+    /// `RLIMIT_NOFILE`: stdio plus the call's `max_files`, never above the
+    /// executor's `max_open_files`.
+    open_files: u64,
+    /// The call's `max_files`: entries left in the scratch directory.
+    files: Option<u32>,
 }
 
 /// The confinement plan for a call.
@@ -348,7 +353,7 @@ fn plan(
     plan.rlimits = vec![
         (libc::RLIMIT_CPU, cpu),
         (libc::RLIMIT_FSIZE, fsize),
-        (libc::RLIMIT_NOFILE, options.max_open_files),
+        (libc::RLIMIT_NOFILE, caps.open_files),
         (libc::RLIMIT_NPROC, caps.processes),
         (libc::RLIMIT_DATA, caps.memory_bytes),
         (libc::RLIMIT_CORE, 0),
@@ -361,10 +366,11 @@ fn confinement_record(isolation: Isolation, caps: Caps) -> SideEffectRecord {
     SideEffectRecord {
         kind: "sandbox.confinement".into(),
         target: format!(
-            "isolation={}; memory=rlimit_data:{}; pids=rlimit_nproc:{}",
+            "isolation={}; memory=rlimit_data:{}; pids=rlimit_nproc:{}; files=rlimit_nofile:{}",
             isolation.as_str(),
             caps.memory_bytes,
-            caps.processes
+            caps.processes,
+            caps.open_files
         ),
     }
 }
@@ -391,6 +397,8 @@ impl LaunchKey {
             caps: Caps {
                 memory_bytes: 1 << 20,
                 processes: 1,
+                open_files: 16,
+                files: None,
             },
             timeout: Duration::from_secs(1),
         }
@@ -438,7 +446,9 @@ impl Launch {
         key: LaunchKey,
     ) -> Result<Self, SoulError> {
         let scratch = match key.profile.tmp_bytes() {
-            Some(max) => Some(Scratch::create(&options.scratch_parent, max)?),
+            Some(max) => {
+                Some(Scratch::create(&options.scratch_parent, max)?.limit_files(key.caps.files))
+            }
             None => None,
         };
         Ok(Self {
@@ -847,6 +857,10 @@ impl Executor for ProcessExecutor {
                     .max_processes
                     .map(u64::from)
                     .unwrap_or(self.options.max_processes),
+                open_files: req.max_files.map_or(self.options.max_open_files, |n| {
+                    (u64::from(n) + 3).min(self.options.max_open_files)
+                }),
+                files: req.max_files,
             },
             timeout,
         };

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{
-    T, fs, marked_process_alive, ok, open_to_tools, proc_only, refused, run, sandbox, tool,
+    T, call_with_max_files, fs, marked_process_alive, ok, open_to_tools, proc_only, refused, run,
+    sandbox, tool,
 };
 use serde_json::json;
 use soulbase_errors::ErrorCode;
@@ -30,7 +31,7 @@ async fn echoes_json_with_a_scrubbed_environment() {
     assert_eq!(
         out.side_effects[1].target,
         format!(
-            "isolation=namespaces; memory=rlimit_data:{}; pids=rlimit_nproc:64",
+            "isolation=namespaces; memory=rlimit_data:{}; pids=rlimit_nproc:64; files=rlimit_nofile:64",
             512u64 << 20
         )
     );
@@ -136,6 +137,38 @@ async fn writes_only_inside_the_scratch_dir_and_within_its_size() {
     // Without tmp there is nowhere to write at all.
     let out = ok(&proc_only(vec![]), json!({"op": "write", "path": "x.txt"})).await;
     assert!(out.get("wrote").is_none(), "{out}");
+}
+
+#[tokio::test]
+async fn max_files_caps_open_files_and_what_is_left_in_scratch() {
+    let sb = sandbox(ProcessOptions::default());
+    let p = proc_only(vec![Capability::Tmp { max_bytes: 1 << 20 }]);
+    let files = |count: u64, close: bool| json!({"op": "files", "count": count, "close": close});
+    // Within the cap: three files created, held open and left behind.
+    let out = call_with_max_files(&sb, &p, files(3, false), T, None, Some(3))
+        .await
+        .unwrap();
+    assert_eq!(out.output, json!({"created": 3, "error": null}));
+    assert!(
+        out.side_effects
+            .iter()
+            .any(|s| s.target.ends_with("files=rlimit_nofile:6")),
+        "stdio plus max_files descriptors: {:?}",
+        out.side_effects
+    );
+    // Holding more open than max_files: the kernel refuses the next descriptor.
+    let out = call_with_max_files(&sb, &p, files(10, false), T, None, Some(3))
+        .await
+        .unwrap();
+    assert_eq!(out.output["created"], 3, "{}", out.output);
+    assert!(!out.output["error"].is_null(), "{}", out.output);
+    // Closing each file keeps descriptors free, but the files stay: counted when
+    // the tool ends, and the call is refused.
+    let err = call_with_max_files(&sb, &p, files(5, true), T, None, Some(3))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SandboxCapabilityBlocked, "{err}");
+    assert_eq!(err.field("max_files"), Some("3"), "{err:?}");
 }
 
 #[tokio::test]
@@ -270,6 +303,7 @@ async fn failures_and_refusals_have_the_right_codes() {
         max_bytes_out: None,
         max_memory_bytes: None,
         max_processes: None,
+        max_files: None,
     };
     assert_eq!(
         sb.guard(&req).unwrap_err().code(),

@@ -53,6 +53,7 @@ fn main() {
                 max_bytes_out: Some(65536),
                 max_memory_bytes: None,
                 max_processes: None,
+                max_files: None,
             };
             let t = Instant::now();
             sb.guard(&req).unwrap();

@@ -429,7 +429,10 @@ impl Executor for WasmExecutor {
             .map(|g| (g.path, g.write))
             .collect();
         let scratch = match req.profile.tmp_bytes() {
-            Some(max) => Some(Scratch::create(&self.inner.options.scratch_parent, max)?),
+            Some(max) => Some(
+                Scratch::create(&self.inner.options.scratch_parent, max)?
+                    .limit_files(req.max_files),
+            ),
             None => None,
         };
         let cap = req

@@ -83,6 +83,7 @@ fn call(
             max_bytes_out: None,
             max_memory_bytes: None,
             max_processes: None,
+            max_files: None,
         };
         sb.guard(&req)?;
         sb.execute(req).await
@@ -250,6 +251,7 @@ async fn the_configured_share_refuses_a_tenant_at_its_cap_and_no_one_else() {
         max_bytes_out: None,
         max_memory_bytes: None,
         max_processes: None,
+        max_files: None,
     };
     let e = Executor::execute(&wasm, req).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::QuotaRateLimited, "{e:?}");

@@ -125,6 +125,7 @@ mod tests {
             max_bytes_out: None,
             max_memory_bytes: None,
             max_processes: None,
+            max_files: None,
         };
         exec.execute(req).await.unwrap()
     }

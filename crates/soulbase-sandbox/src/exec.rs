@@ -39,6 +39,12 @@ pub struct ExecRequest<'a> {
     /// The most processes a native tool may have at once (the manifest's
     /// `limits.max_processes`); `None`: the executor's default.
     pub max_processes: Option<u32>,
+    /// The most files a call may leave in its scratch space (every executor that
+    /// grants one counts them when the tool ends) and, for a native tool, the most
+    /// descriptors it may hold open beyond stdin, stdout and stderr
+    /// (`RLIMIT_NOFILE`, never above the executor's own cap): the manifest's
+    /// `limits.max_files`. `None`: the executor's defaults.
+    pub max_files: Option<u32>,
 }
 
 /// What an execution produced.

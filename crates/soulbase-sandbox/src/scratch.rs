@@ -20,6 +20,7 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct Scratch {
     path: PathBuf,
     max_bytes: u64,
+    max_files: Option<u64>,
 }
 
 impl Scratch {
@@ -40,7 +41,11 @@ impl Scratch {
             match fs::DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {
                     let path = path.canonicalize().map_err(unavailable)?;
-                    return Ok(Self { path, max_bytes });
+                    return Ok(Self {
+                        path,
+                        max_bytes,
+                        max_files: None,
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(unavailable(e)),
@@ -60,34 +65,67 @@ impl Scratch {
         self.max_bytes
     }
 
+    /// Caps the number of files the call may leave here (the manifest's
+    /// `limits.max_files`; `None`: no cap). Every entry counts: files,
+    /// directories, links.
+    pub fn limit_files(mut self, max: Option<u32>) -> Self {
+        self.max_files = max.map(u64::from);
+        self
+    }
+
+    /// The cap on entries, if any.
+    pub fn max_files(&self) -> Option<u64> {
+        self.max_files
+    }
+
     /// Bytes currently held (regular files, recursively; symlinks not followed).
     pub fn usage(&self) -> u64 {
-        fn walk(dir: &Path, total: &mut u64, depth: usize) {
+        self.walk().0
+    }
+
+    /// Entries currently held (files, directories and links, recursively).
+    pub fn files(&self) -> u64 {
+        self.walk().1
+    }
+
+    /// (bytes of regular files, entries), recursively; symlinks not followed.
+    fn walk(&self) -> (u64, u64) {
+        fn walk(dir: &Path, bytes: &mut u64, entries: &mut u64, depth: usize) {
             if depth > 64 {
                 return;
             }
-            let Ok(entries) = fs::read_dir(dir) else {
+            let Ok(list) = fs::read_dir(dir) else {
                 return;
             };
-            for e in entries.flatten() {
+            for e in list.flatten() {
+                *entries = entries.saturating_add(1);
                 let Ok(meta) = e.metadata() else { continue };
                 if meta.is_dir() {
-                    walk(&e.path(), total, depth + 1);
+                    walk(&e.path(), bytes, entries, depth + 1);
                 } else if meta.is_file() {
-                    *total = total.saturating_add(meta.len());
+                    *bytes = bytes.saturating_add(meta.len());
                 }
             }
         }
-        let mut total = 0;
-        walk(&self.path, &mut total, 0);
-        total
+        let (mut bytes, mut entries) = (0, 0);
+        walk(&self.path, &mut bytes, &mut entries, 0);
+        (bytes, entries)
     }
 
-    /// Fails with `SANDBOX.CAPABILITY_BLOCKED` when the directory holds more than its
-    /// cap (executors call this after the tool ran; the process executor also caps
-    /// each file with `RLIMIT_FSIZE` while it runs).
+    /// Fails with `SANDBOX.CAPABILITY_BLOCKED` when the directory holds more bytes or
+    /// more entries than its caps (executors call this after the tool ran; the
+    /// process executor also caps each file with `RLIMIT_FSIZE` while it runs).
     pub fn check(&self) -> Result<(), SoulError> {
-        let used = self.usage();
+        let (used, files) = self.walk();
+        if let Some(max) = self.max_files
+            && files > max
+        {
+            return Err(SoulError::of(ErrorCode::SandboxCapabilityBlocked)
+                .with_note(format!(
+                    "the call left {files} files in its scratch space; max_files is {max}"
+                ))
+                .with_field("max_files", max.to_string()));
+        }
         if used > self.max_bytes {
             return Err(
                 SoulError::of(ErrorCode::SandboxCapabilityBlocked).with_note(format!(
@@ -135,5 +173,20 @@ mod tests {
         let kept = a.path().to_path_buf();
         drop(a);
         assert!(!kept.exists());
+    }
+
+    #[test]
+    fn entries_are_capped_by_max_files() {
+        let s = Scratch::create(&std::env::temp_dir(), 1 << 20)
+            .unwrap()
+            .limit_files(Some(2));
+        fs::create_dir(s.path().join("d")).unwrap();
+        fs::write(s.path().join("d/a"), b"").unwrap();
+        assert_eq!(s.files(), 2);
+        assert!(s.check().is_ok(), "two entries are within max_files 2");
+        fs::write(s.path().join("b"), b"").unwrap();
+        let err = s.check().unwrap_err();
+        assert_eq!(err.code(), ErrorCode::SandboxCapabilityBlocked);
+        assert_eq!(err.field("max_files"), Some("2"), "{err:?}");
     }
 }

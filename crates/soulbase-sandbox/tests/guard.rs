@@ -133,6 +133,7 @@ async fn local_sandbox_dispatches_by_kind_and_guards_first() {
         max_bytes_out: None,
         max_memory_bytes: None,
         max_processes: None,
+        max_files: None,
     };
     let empty: &'static Profile = Box::leak(Box::new(empty));
     let builtin_b: &'static ProviderBinding = Box::leak(Box::new(ProviderBinding::Builtin {

@@ -57,7 +57,7 @@ consent: { required: false }
 limits: { timeout_ms: 5000, max_bytes_out: 65536 }
 concurrency: serial
 idempotency: keyed
-provider_compat: { openai: ">=2024-08", anthropic: "*" }
+provider_compat: { openai: "gpt-4o*, o3*", anthropic: "*" }
 deprecations:
   - { since: "1.2.0", message: "use weather.forecast.get_forecast_v2", replacement: weather.forecast.get_forecast_v2 }
 provider:
@@ -164,6 +164,7 @@ fn every_problem_is_reported_at_once() {
         v["input_schema"] = json!({"type": "array"});
         v["limits"] = json!({"timeout_ms": 0, "max_files": 0});
         v["obligations"] = json!([{"kind": "redact", "pointer": "secret"}]);
+        v["provider_compat"] = json!({"mistral": "*"});
         v["deprecations"] = json!([{"since": "", "message": "m", "replacement": "a.b.c"}]);
     });
     assert_eq!(
@@ -175,6 +176,7 @@ fn every_problem_is_reported_at_once() {
             "input_schema",
             "limits.timeout_ms",
             "limits.max_files",
+            "provider_compat.mistral",
             "deprecations[0].since",
             "deprecations[0].replacement",
             "obligations[0].pointer",

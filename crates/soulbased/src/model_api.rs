@@ -4,7 +4,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `GET /api/model/tools?format=` | the caller's governed tools as `openai`, `openai-strict`, `anthropic` or `mcp` definitions, the provider names used, export warnings, and the skills that show (name and short description: phase 1 of the two-phase skill use) |
+//! | `GET /api/model/tools?format=&model=` | the caller's governed tools as `openai`, `openai-strict`, `anthropic` or `mcp` definitions (less those whose `provider_compat` does not admit the model), the provider names used, export warnings, and the skills that show (name and short description: phase 1 of the two-phase skill use) |
 //! | `POST /api/model/tool_calls` | an assistant turn's calls — `{"tool_calls": [...]}` (OpenAI) or `{"content": [...]}` (Anthropic `tool_use` blocks; other blocks ignored) — run through the governed path; answers `{"messages": [...]}` (`role: tool`) or `{"content": [...]}` (`tool_result`), one per call, in order |
 //! | `GET /api/model/prompt?max_iterations=` | the system-prompt sections (seed 003): Available Tools, Skills, and Tool Calling Guidelines when a bound is given |
 //! | `GET /api/skills/{name}` | phase 2: a skill that shows to the caller, with its SKILL.md verbatim (`TOOL.NOT_FOUND` otherwise) |
@@ -64,6 +64,9 @@ fn skills_shown(app: &App, available: &[AvailableSpec]) -> Vec<soulbase_skills::
 pub struct ToolsQuery {
     /// `openai` (default), `openai-strict`, `anthropic` or `mcp`.
     pub format: Option<String>,
+    /// The model the tools are for: tools whose `provider_compat` does not admit
+    /// it are left out.
+    pub model: Option<String>,
 }
 
 async fn model_tools(
@@ -74,7 +77,7 @@ async fn model_tools(
     let Ok(Query(q)) = query else {
         return error_response(&convert::invalid(
             "query",
-            "unknown or malformed query parameter (format)",
+            "unknown or malformed query parameter (format, model)",
         ));
     };
     let format = match q
@@ -92,7 +95,13 @@ async fn model_tools(
     };
     let exported = match app
         .stack
-        .export_tools(Surface::Http, &subject, &binding, format)
+        .export_tools(
+            Surface::Http,
+            &subject,
+            &binding,
+            format,
+            q.model.as_deref(),
+        )
         .await
     {
         Ok(x) => x,

@@ -731,6 +731,82 @@ async fn client_deadlines_are_kept_by_the_server() {
     assert!(elapsed < std::time::Duration::from_secs(4), "{elapsed:?}");
 }
 
+/// `provider_compat` decides the exports: a tool for some OpenAI models only is
+/// offered to those models, never to Anthropic, over HTTP and gRPC alike; MCP,
+/// not a model API, is unaffected; a manifest naming an unknown provider is
+/// refused at registration, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_compat_decides_which_exports_offer_a_tool() {
+    let server = Server::start(DEV_CONFIG);
+    let compat = json!({"provider_compat": {"openai": "gpt-4o*", "anthropic": "none"}});
+    register_enabled(&server, demo_manifest("demo.compat.narrow", compat), "bob").await;
+    let dev = [("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")];
+    let offered = |query: &'static str| {
+        let http = server.http.clone();
+        async move {
+            let (status, body) =
+                common::http(&http, "GET", &format!("/api/model/tools?{query}"), &dev, "").await;
+            assert_eq!(status, 200, "{body}");
+            body.contains("demo__compat__narrow") || body.contains("\"demo.compat.narrow\"")
+        }
+    };
+    assert!(offered("format=openai&model=gpt-4o-mini").await);
+    assert!(offered("format=openai-strict&model=GPT-4o").await);
+    assert!(offered("format=openai").await, "no model named");
+    assert!(!offered("format=openai&model=o3-mini").await);
+    assert!(!offered("format=anthropic").await);
+    assert!(!offered("format=anthropic&model=claude-sonnet-4").await);
+    assert!(offered("format=mcp").await);
+    // gRPC: the same filter.
+    async fn export(server: &Server, format: proto::ExportFormat, model: &str) -> String {
+        let req = proto::ExportToolsRequest {
+            format: format as i32,
+            model: model.into(),
+        };
+        let mut invoker = server.invoker().await;
+        let resp = invoker.export_tools(as_dev(req, "acme", "bob")).await;
+        resp.unwrap().into_inner().tools_json
+    }
+    let narrow = "demo__compat__narrow";
+    assert!(
+        export(&server, proto::ExportFormat::Openai, "gpt-4o")
+            .await
+            .contains(narrow)
+    );
+    assert!(
+        !export(&server, proto::ExportFormat::Openai, "o1")
+            .await
+            .contains(narrow)
+    );
+    assert!(
+        !export(&server, proto::ExportFormat::Anthropic, "")
+            .await
+            .contains(narrow)
+    );
+    // Refused at registration: the field is named.
+    let refused = server
+        .registry()
+        .await
+        .register_tool(as_dev(
+            proto::RegisterToolRequest {
+                manifest: demo_manifest(
+                    "demo.compat.bad",
+                    json!({"provider_compat": {"mistral": "*"}}),
+                ),
+                owner: OwnerScope::Tenant as i32,
+                enable: true,
+            },
+            "acme",
+            "bob",
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        refused.message().contains("provider_compat.mistral"),
+        "{refused:?}"
+    );
+}
+
 /// A deprecated tool says so on every surface: its description in lists and
 /// exports, `_meta` in MCP, a warning in every successful call's result, and
 /// `Deprecation` / `Sunset` headers over HTTP.

@@ -245,6 +245,7 @@ async fn the_model_surface_over_grpc_is_the_same() {
         .export_tools(common::as_dev(
             proto::ExportToolsRequest {
                 format: proto::ExportFormat::OpenaiStrict as i32,
+                model: String::new(),
             },
             "acme",
             "agent",

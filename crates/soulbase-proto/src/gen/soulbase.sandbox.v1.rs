@@ -32,6 +32,10 @@ pub struct ExecuteRequest {
     /// The most processes a native tool may have at once (0: the executor's default).
     #[prost(uint32, tag = "10")]
     pub max_processes: u32,
+    /// The manifest's limits.max_files: files left in scratch space, descriptors
+    /// open at once (0: the executor's defaults).
+    #[prost(uint32, tag = "11")]
+    pub max_files: u32,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ExecuteResponse {

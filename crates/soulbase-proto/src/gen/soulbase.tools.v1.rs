@@ -250,10 +250,14 @@ pub struct PreflightResponse {
 }
 /// The caller's governed tools in a model API's shape (R3). The skill binding
 /// comes from the `x-soulbase-skill` metadata, as for calls.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ExportToolsRequest {
     #[prost(enumeration = "ExportFormat", tag = "1")]
     pub format: i32,
+    /// The model the tools are for (empty: not named): tools whose provider_compat
+    /// does not admit the format's provider and this model are left out.
+    #[prost(string, tag = "2")]
+    pub model: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct ExportToolsResponse {

@@ -64,6 +64,18 @@ pub async fn call(
     timeout: Duration,
     max_out: Option<u64>,
 ) -> Result<ExecOutput, SoulError> {
+    call_with_max_files(sb, profile, args, timeout, max_out, None).await
+}
+
+/// Like [`call`], with the manifest's `limits.max_files`.
+pub async fn call_with_max_files(
+    sb: &LocalSandbox,
+    profile: &Profile,
+    args: Value,
+    timeout: Duration,
+    max_out: Option<u64>,
+    max_files: Option<u32>,
+) -> Result<ExecOutput, SoulError> {
     let provider = ProviderBinding::Process {
         command: tool().into(),
         args: vec![],
@@ -82,6 +94,7 @@ pub async fn call(
         max_bytes_out: max_out,
         max_memory_bytes: None,
         max_processes: None,
+        max_files,
     };
     sb.guard(&req)?;
     sb.execute(req).await

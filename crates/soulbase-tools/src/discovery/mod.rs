@@ -7,11 +7,15 @@
 //! - [`openai::export`] — function calling, optionally `strict` (structured outputs);
 //! - [`anthropic::export`] — tool use.
 //!
+//! A tool's `provider_compat` decides which providers and models it is exported to
+//! ([`compat::admits`]).
+//!
 //! Provider APIs restrict tool names to `^[a-zA-Z0-9_-]{1,64}$`, which a dotted id
 //! is not; [`NameMap`] maps ids to safe names and back, so a model's tool call can
 //! be routed to the right tool.
 
 pub mod anthropic;
+pub mod compat;
 mod names;
 pub mod openai;
 mod schema_util;

@@ -80,8 +80,10 @@ pub struct ToolManifest {
     /// Whether calls carry an idempotency key; defaults to `none`.
     #[serde(default)]
     pub idempotency: Idempotency,
-    /// Compatibility matrix: provider, model or platform → requirement
-    /// (e.g. `openai: ">=2024-08"`). Informational for routing.
+    /// Compatibility matrix: model provider (`openai`, `anthropic`) → the models
+    /// the tool works with, as comma-separated patterns (`"gpt-4o*, o3*"`) or
+    /// `none`. Exports leave the tool out where it does not fit
+    /// ([`crate::discovery::compat`]).
     #[serde(default)]
     pub provider_compat: BTreeMap<String, String>,
     /// Deprecation notes with migration advice.

@@ -37,7 +37,8 @@ use crate::discovery::ToolSpec;
 /// - the provider binding passes its syntactic check (`provider.…`);
 /// - deprecations have a `since` and a `message` and do not name the tool itself
 ///   as replacement; obligations have a valid JSON pointer;
-/// - `provider_compat` keys are non-empty.
+/// - `provider_compat` names known providers and valid model patterns
+///   ([`crate::discovery::compat::problem`]).
 pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError> {
     manifest.fill_defaults();
     let m = &manifest;
@@ -99,15 +100,10 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
         ));
     }
 
-    for (key, _) in m
-        .provider_compat
-        .iter()
-        .filter(|(k, _)| k.trim().is_empty())
-    {
-        out.push(Problem::new(
-            format!("provider_compat.{key}"),
-            "key must not be empty",
-        ));
+    for (key, requirement) in &m.provider_compat {
+        if let Some(why) = crate::discovery::compat::problem(key, requirement) {
+            out.push(Problem::new(format!("provider_compat.{key}"), why));
+        }
     }
     for (i, d) in m.deprecations.iter().enumerate() {
         if d.since.trim().is_empty() {

@@ -727,6 +727,7 @@ impl Invoker {
             max_bytes_out: Some(tool.manifest.limits.max_bytes_out),
             max_memory_bytes: Some(tool.manifest.limits.max_memory_bytes),
             max_processes: Some(tool.manifest.limits.max_processes),
+            max_files: Some(tool.manifest.limits.max_files),
         }
     }
 
