@@ -39,7 +39,7 @@ use soulbase_grpc::{
     AuthRoleService, EvidenceRoleService, QosRoleService, RemoteAuth, RemoteEvidence,
     RemoteQuotaGate, RemoteSandbox, SandboxRoleService,
 };
-use soulbase_observe::{EvidenceSink, EvidenceStore};
+use soulbase_observe::{AuditLog, EvidenceSink, EvidenceStore};
 use soulbase_qos::{LocalQuota, QuotaGate, QuotaPlan};
 use soulbase_qos_redis::{RedisQuota, RedisQuotaOptions};
 use soulbase_sandbox::{
@@ -57,6 +57,7 @@ use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, Memory
 use soulbase_tools::registry::admin::RegistryAdmin;
 use soulbase_types::{ActorId, Subject, TenantId};
 
+use crate::audit::{self, AuditTrail};
 use crate::builtins;
 use crate::evidence::{self, EvidenceFlush};
 use crate::metrics::Metrics;
@@ -138,6 +139,12 @@ pub struct App {
     /// Evidence, idempotency and registry persistence (with the `tools` or
     /// `evidence` role).
     pub persistence: Option<Arc<Persistence>>,
+    /// The audit of changes — registry (through [`App::admin`]), skill states
+    /// and set, configuration reloads — kept with the evidence database (memory
+    /// without one). Read it with `list`.
+    pub audit: Arc<dyn AuditLog>,
+    /// What the audit last recorded of the configuration and the skills.
+    trail: AuditTrail,
 }
 
 impl std::fmt::Debug for App {
@@ -343,6 +350,7 @@ impl App {
         if tools_role {
             builtins::register_tools(&registry)?;
         }
+        registry.set_configured(crate::tenants::configured(cfg));
         // Every seam that depends on the configuration follows its handle: an
         // accepted reload is picked up on the next decision, in one style.
         let local_authorizer: Arc<dyn Authorizer> = match &cfg.auth.cedar {
@@ -473,7 +481,10 @@ impl App {
                 None,
             )
         };
-        let admin = shared.unwrap_or_else(|| RegistryAdmin::in_memory(registry.clone()));
+        let audit = audit::open_log(cfg, persistence.as_ref()).await?;
+        let admin = shared
+            .unwrap_or_else(|| RegistryAdmin::in_memory(registry.clone()))
+            .with_audit(audit.clone());
         // Consent is issued and revoked here, and verified here unless the auth
         // role is remote; revocations live with the evidence, shared by replicas.
         let consent_service = Arc::new(ConsentService::new(
@@ -498,7 +509,10 @@ impl App {
             (true, Some(p)) => Some(EvidenceRoleService::new(p.evidence.clone(), token.clone())),
             _ => None,
         };
-        let metrics = Arc::new(Metrics::with_max_tools(cfg.observe.metrics_max_tools));
+        let metrics = Arc::new(
+            Metrics::with_max_tools(cfg.observe.metrics_max_tools)
+                .max_tenants(cfg.observe.metrics_max_tenants),
+        );
         metrics.watch_evidence(flush.stats());
         let skills = if tools_role {
             let tools_redis = match &local_gate {
@@ -549,6 +563,12 @@ impl App {
             authorizer.clone(),
             metrics.clone(),
         );
+        let trail = AuditTrail::new(
+            audit.clone(),
+            &loader,
+            config.current(),
+            skills.as_ref().map(|s| &s.catalog),
+        );
         let app = Arc::new(App {
             started: config.current(),
             config,
@@ -569,7 +589,10 @@ impl App {
             sandbox_role,
             evidence_role,
             persistence,
+            audit,
+            trail,
         });
+        app.audit_skill_reloads();
         Ok((app, flush))
     }
 
@@ -584,8 +607,11 @@ impl App {
         )
     }
 
-    /// Warns about each accepted change that waits for a restart.
+    /// Applies what the registry takes from the configuration (the tenants'
+    /// views), and warns about each accepted change that waits for a restart.
     pub fn apply_current(&self) {
+        self.registry
+            .set_configured(crate::tenants::configured(self.config.current().config()));
         for key in self.needs_restart() {
             tracing::warn!(key, "configuration changed: takes effect after a restart");
         }
@@ -604,25 +630,63 @@ impl App {
             while status.changed().await.is_ok() {
                 let s = status.borrow_and_update().clone();
                 tracing::info!(status = ?s, "configuration reload");
+                follower.trail.config_changed(&follower.config).await;
                 follower.apply_current();
             }
         });
         watcher
     }
 
-    /// Re-reads the configuration now and applies it when valid (the loader's
-    /// checks include [`sandbox_check`]).
-    pub fn reload(&self) -> ReloadStatus {
-        let status = self.config.reload(&self.loader);
+    /// Re-reads the configuration now for `by` and applies it when valid (the
+    /// loader's checks include [`sandbox_check`]); an accepted change is audited
+    /// as `by`'s (`config.reload`).
+    pub async fn reload(&self, by: &Subject) -> ReloadStatus {
+        let status = self
+            .trail
+            .reload_config(&self.config, &self.loader, by)
+            .await;
         self.apply_current();
         status
     }
 
-    /// Re-reads the skills directory now (off the async workers); `None` without
-    /// skills.
-    pub async fn reload_skills(&self) -> Option<Result<ReloadReport, SoulError>> {
+    /// Re-reads the skills directory now for `by` (off the async workers); a
+    /// change of the loaded skills is audited as `by`'s (`skills.reload`).
+    /// `None` without skills.
+    pub async fn reload_skills(&self, by: &Subject) -> Option<Result<ReloadReport, SoulError>> {
         let s = self.skills.as_ref()?;
-        Some(s.catalog.reload_async().await)
+        Some(self.trail.reload_skills(&s.catalog, by).await)
+    }
+
+    /// Enables or disables skill `name` for `by` (see
+    /// `SkillCatalog::set_enabled`), audited as `skill.enable` /
+    /// `skill.disable` when its state changed. `TOOL.NOT_FOUND` without skills
+    /// or without that skill. The caller authorizes `by` first.
+    pub async fn set_skill_enabled(
+        &self,
+        by: &Subject,
+        name: &str,
+        enabled: bool,
+    ) -> Result<(), SoulError> {
+        let s = self.skills.as_ref().ok_or_else(audit::no_skills)?;
+        self.trail
+            .set_skill_enabled(&s.catalog, by, name, enabled)
+            .await
+    }
+
+    /// Audits, as the system's, each change of the loaded skills that a reload
+    /// not made through [`App::reload_skills`] (the directory watcher) makes.
+    fn audit_skill_reloads(self: &Arc<Self>) {
+        let Some(s) = &self.skills else { return };
+        let mut reloads = s.catalog.reloads();
+        let app = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while reloads.changed().await.is_ok() {
+                let Some(app) = app.upgrade() else { return };
+                if let Some(s) = &app.skills {
+                    app.trail.skills_changed(&s.catalog).await;
+                }
+            }
+        });
     }
 
     /// Whether the server accepts new work.

@@ -6,7 +6,7 @@
 //! (`<data_dir>/evidence.db`, the default) or Postgres (`evidence.backend: postgres`,
 //! `evidence.url`) — or, for a `tools` role with `server.remote.evidence`, into the
 //! remote evidence role — the SQL idempotency store and the registry store; retention
-//! runs hourly (`evidence.retention_days`, 0 keeps everything). Without either role
+//! runs hourly (`evidence.retention_days`, at least 1). Without either role
 //! nothing is opened and the sink refuses records ([`NoEvidence`]). On shutdown
 //! [`EvidenceFlush::flush`] drains the spool into the store (what does not make it
 //! stays in the spool for the next start). The registry needs no flush: each change

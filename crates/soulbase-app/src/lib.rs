@@ -12,16 +12,23 @@
 //!   the `ConfigHandle` and picks up an accepted snapshot on its next use;
 //! - [`evidence`]: persistence (the durable spool into SQLite or Postgres,
 //!   idempotency, registry state) and its shutdown flush;
+//! - `audit`: the audit of configuration reloads and skill changes (registry
+//!   changes are audited by the registry admin), kept with the evidence
+//!   ([`App::audit`](app::App::audit));
 //! - [`builtins`]: the builtin tools and the crash-drill hooks;
 //! - [`metrics`]: the Prometheus metrics (a `CallObserver`);
-//! - [`stdio`]: MCP over stdio for one subject (`soulbased mcp`, `soulbase mcp`).
+//! - [`stdio`]: MCP over stdio for one subject (`soulbased mcp`, `soulbase mcp`);
+//! - `tenants`: the configuration's per-tenant views of the global tools, given to
+//!   the registry at start and on every reload.
 //!
 //! It knows no listener, no HTTP router and no OpenTelemetry exporter.
 
 pub mod app;
+mod audit;
 pub mod builtins;
 pub mod evidence;
 pub mod metrics;
 pub mod stdio;
+mod tenants;
 
 pub use app::{App, Options};

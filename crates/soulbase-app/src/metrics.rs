@@ -8,7 +8,12 @@
 //! - `soulbase_call_duration_seconds{surface}` — latency histogram;
 //! - `soulbase_tool_calls_total{tool,status}` — finished calls by tool, for at most
 //!   `observe.metrics_max_tools` tools (the rest as `tool="other"`);
-//! - `soulbase_consent_issued_total` — consent tokens issued;
+//! - `soulbase_budget_consumed_total{tenant,resource}` — what calls were charged
+//!   (`calls`, `bytes_in`, `bytes_out`, `cpu_ms`: the End's usage, as settled into
+//!   budgets), for at most `observe.metrics_max_tenants` tenants (the rest as
+//!   `tenant="other"`);
+//! - `soulbase_consent_issued_total` — consent tokens issued (refusals are
+//!   `soulbase_denials_total{code="CONSENT.REQUIRED"}`);
 //! - `soulbase_budget_remaining_calls{tenant,tool}` — calls left under the tightest
 //!   limit, as last seen by a preflight;
 //! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`,
@@ -84,6 +89,16 @@ struct ToolCounts {
     other: [u64; 3],
 }
 
+/// What calls were charged per tenant (calls, bytes in, bytes out, CPU ms): the
+/// first `observe.metrics_max_tenants` tenants seen by name, the rest together.
+#[derive(Default)]
+struct TenantUsage {
+    named: BTreeMap<String, [u64; 4]>,
+    other: [u64; 4],
+}
+
+const RESOURCES: [&str; 4] = ["calls", "bytes_in", "bytes_out", "cpu_ms"];
+
 /// The process's metrics. Cheap to update from any thread.
 #[derive(Default)]
 pub struct Metrics {
@@ -102,6 +117,10 @@ pub struct Metrics {
     tool_calls: Mutex<ToolCounts>,
     /// How many tools get a label of their own (`observe.metrics_max_tools`).
     max_tools: AtomicU64,
+    /// Charged usage by tenant.
+    tenant_usage: Mutex<TenantUsage>,
+    /// How many tenants get a label of their own (`observe.metrics_max_tenants`).
+    max_tenants: AtomicU64,
     consent_issued: AtomicU64,
 }
 
@@ -155,7 +174,36 @@ impl Metrics {
             u64::try_from(max_tools).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+        m.max_tenants.store(200, Ordering::Relaxed);
         m
+    }
+
+    /// These metrics labelling up to `max` tenants by name
+    /// (`observe.metrics_max_tenants`; 0: no per-tenant series).
+    pub fn max_tenants(self, max: usize) -> Self {
+        self.max_tenants
+            .store(u64::try_from(max).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self
+    }
+
+    fn charge(&self, tenant: &TenantId, usage: &soulbase_observe::BudgetUsage) {
+        let max = usize::try_from(self.max_tenants.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        if max == 0 {
+            return;
+        }
+        let add = [usage.calls, usage.bytes_in, usage.bytes_out, usage.cpu_ms];
+        let mut m = self
+            .tenant_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let row = if m.named.contains_key(tenant.as_str()) || m.named.len() < max {
+            m.named.entry(tenant.to_string()).or_default()
+        } else {
+            &mut m.other
+        };
+        for (total, n) in row.iter_mut().zip(add) {
+            *total = total.saturating_add(n);
+        }
     }
 
     /// Counts a consent token issued (by any surface).
@@ -278,6 +326,31 @@ impl Metrics {
                         out,
                         "soulbase_tool_calls_total{{tool=\"{}\",status=\"{st}\"}} {n}",
                         escape(tool)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_budget_consumed_total What calls were charged, by tenant (observe.metrics_max_tenants named, the rest as other) and resource."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_budget_consumed_total counter");
+        {
+            let m = self
+                .tenant_usage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let rows = m
+                .named
+                .iter()
+                .map(|(t, c)| (t.as_str(), c))
+                .chain((m.other != [0; 4]).then_some(("other", &m.other)));
+            for (tenant, totals) in rows {
+                for (resource, n) in RESOURCES.iter().zip(totals) {
+                    let _ = writeln!(
+                        out,
+                        "soulbase_budget_consumed_total{{tenant=\"{}\",resource=\"{resource}\"}} {n}",
+                        escape(tenant)
                     );
                 }
             }
@@ -462,6 +535,10 @@ impl CallObserver for Metrics {
     fn consent_issued(&self) {
         Metrics::consent_issued(self);
     }
+
+    fn usage_charged(&self, tenant: &TenantId, usage: &soulbase_observe::BudgetUsage) {
+        self.charge(tenant, usage);
+    }
 }
 
 #[cfg(test)]
@@ -528,6 +605,37 @@ mod tests {
     }
 
     #[test]
+    fn charged_usage_is_summed_per_tenant_up_to_the_cap() {
+        let m = Metrics::new().max_tenants(1);
+        let usage = soulbase_observe::BudgetUsage {
+            calls: 1,
+            bytes_in: 10,
+            bytes_out: 20,
+            cpu_ms: 3,
+        };
+        for tenant in ["acme", "acme", "beta"] {
+            m.usage_charged(&TenantId::new(tenant).unwrap(), &usage);
+        }
+        let text = m.render();
+        for (line, n) in [
+            ("tenant=\"acme\",resource=\"calls\"", 2),
+            ("tenant=\"acme\",resource=\"bytes_in\"", 20),
+            ("tenant=\"acme\",resource=\"bytes_out\"", 40),
+            ("tenant=\"acme\",resource=\"cpu_ms\"", 6),
+            ("tenant=\"other\",resource=\"calls\"", 1),
+        ] {
+            assert!(
+                text.contains(&format!("soulbase_budget_consumed_total{{{line}}} {n}")),
+                "{line}: {text}"
+            );
+        }
+        assert!(!text.contains("beta"), "{text}");
+        let off = Metrics::new().max_tenants(0);
+        off.usage_charged(&TenantId::new("acme").unwrap(), &usage);
+        assert!(!off.render().contains("soulbase_budget_consumed_total{"));
+    }
+
+    #[test]
     fn render_counts_calls_denials_and_latency() {
         let m = Metrics::new();
         let tool = ToolId::new("a.b.c").unwrap();
@@ -540,6 +648,7 @@ mod tests {
             evidence_ref: None,
             replayed: false,
             warnings: Vec::new(),
+            usage: None,
         };
         m.call_finished(Surface::Grpc, &tool, &ok, Duration::from_micros(300));
         let denied = CallResult {

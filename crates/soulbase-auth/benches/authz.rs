@@ -52,6 +52,7 @@ fn static_rules() -> PolicyConfig {
                 tools: vec![format!("g{tool}.pkg.*")],
                 actions: vec!["invoke".into()],
                 require_scopes: false,
+                obligations: Vec::new(),
             });
         }
         rules.push(PolicyRule {
@@ -61,6 +62,7 @@ fn static_rules() -> PolicyConfig {
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         });
     }
     PolicyConfig { rules }

@@ -14,7 +14,8 @@ pub enum Action {
     Preflight,
     /// See the tool in a listing (or an export to a model).
     List,
-    /// Read the evidence of a call of the tool.
+    /// Read the evidence of a call of the tool (on resource
+    /// [`Action::AUDIT_RESOURCE`]: read the audit of changes).
     ReadEvidence,
     /// Register the tool.
     Register,
@@ -56,6 +57,10 @@ impl Action {
     /// The resource a [`Action::Reload`] is asked about: the server's
     /// configuration, named like a tool so one policy language covers it.
     pub const RELOAD_RESOURCE: &'static str = "soulbase.server.config";
+
+    /// The resource reading the audit of changes (registry, skills,
+    /// configuration) is asked about, with [`Action::ReadEvidence`].
+    pub const AUDIT_RESOURCE: &'static str = "soulbase.server.audit";
 
     /// The action's name in policies (`policy.rules[].actions`, Cedar
     /// `Soul::Action::"…"`) and on the wire.

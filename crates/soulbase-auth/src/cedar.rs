@@ -33,13 +33,13 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 
 use cedar_policy::{
-    Authorizer as CedarEngine, Context, Decision as CedarDecision, Entities, Entity, EntityId,
-    EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, PrincipalConstraint, Request,
+    Authorizer as CedarEngine, Context, Decision as CedarDecision, Effect, Entities, Entity,
+    EntityId, EntityTypeName, EntityUid, Policy, PolicyId, PolicySet, PrincipalConstraint, Request,
     ResourceConstraint, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use sha2::{Digest, Sha256};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::{Subject, TenantId, ToolId};
+use soulbase_types::{Obligation, Subject, TenantId, ToolId};
 
 use crate::AuthzRequest;
 
@@ -53,7 +53,8 @@ use crate::AuthzRequest;
 /// - Context: `tool_scopes`, the scopes the tool's manifest declares
 ///   (`resource#action`), e.g. `principal.scopes.containsAll(context.tool_scopes)`.
 /// - Actions: exactly [`Action::ALL`](crate::Action::ALL) — `invoke`, `preflight`,
-///   `list`, `read_evidence`, the registry/skill administration actions `register`,
+///   `list`, `read_evidence` (on resource `Soul::Tool::"soulbase.server.audit"`:
+///   reading the audit of changes), the registry/skill administration actions `register`,
 ///   `update`, `unregister`, `enable`, `disable`, `deprecate`, `reload` (on
 ///   resource `Soul::Tool::"soulbase.server.config"`), and `consent_issue` (issuing
 ///   consent for a tool; revoking on `Soul::Tool::"soulbase.server.consent"`).
@@ -95,7 +96,9 @@ pub struct CedarPolicySet {
     /// input — tenant, actor, roles, scopes, tool, owner, action — is in the key) and of
     /// this set, so a reload starts with an empty cache. It only answers authorization:
     /// quota and consent are checked after it on every call.
-    cache: RwLock<HashMap<String, Result<(), String>>>,
+    cache: RwLock<HashMap<String, Result<Vec<Obligation>, String>>>,
+    /// The obligations of the permits that carry an `@obligations` annotation.
+    obligations: HashMap<PolicyId, Vec<Obligation>>,
     /// Each subject's principal entity, built once (keyed by the whole subject: tenant,
     /// actor, roles, scopes). Distinct from the decision cache: a hit here still has
     /// every decision computed by the engine. Per set, so a reload starts empty.
@@ -103,6 +106,10 @@ pub struct CedarPolicySet {
     /// Each tool's resource entity, built once (keyed by tool id and owner).
     tools: ExactCache<ToolKey, Arc<ToolEntity>>,
 }
+
+/// The annotation of a permit that binds what it allows with obligations: a JSON
+/// array, e.g. `@obligations("[{\"kind\": \"redact\", \"pointer\": \"/ssn\"}]")`.
+pub const OBLIGATIONS_ANNOTATION: &str = "obligations";
 
 /// Cached decisions per policy set; past this the cache is cleared and refills.
 const CACHE_CAPACITY: usize = 100_000;
@@ -387,6 +394,7 @@ impl CedarPolicySet {
             .map(|a| (a, uid(&action_type, a.as_str())))
             .collect();
         let mut all = PolicySet::new();
+        let mut obligations = HashMap::new();
         let mut hasher = Sha256::new();
         let mut policies: Vec<Policy> = Vec::new();
         for (name, text) in sources {
@@ -400,6 +408,24 @@ impl CedarPolicySet {
             }
             for (i, p) in set.policies().enumerate() {
                 let id = PolicyId::new(format!("{name}#{i}"));
+                if let Some(text) = p.annotation(OBLIGATIONS_ANNOTATION) {
+                    if p.effect() == Effect::Forbid {
+                        return Err(invalid(format!(
+                            "{id}: @{OBLIGATIONS_ANNOTATION} binds what a permit allows; a forbid allows nothing"
+                        )));
+                    }
+                    let list: Vec<Obligation> = serde_json::from_str(text).map_err(|e| {
+                        invalid(format!(
+                            "{id}: @{OBLIGATIONS_ANNOTATION} must be a JSON array of obligations: {e}"
+                        ))
+                    })?;
+                    if let Some(why) = list.iter().find_map(Obligation::pointer_problem) {
+                        return Err(invalid(format!(
+                            "{id}: @{OBLIGATIONS_ANNOTATION}: a pointer {why}"
+                        )));
+                    }
+                    obligations.insert(id.clone(), list);
+                }
                 let p = p.new_id(id);
                 all.add(p.clone())
                     .map_err(|e| invalid(format!("{name}: {e}")))?;
@@ -438,6 +464,7 @@ impl CedarPolicySet {
             types,
             actions,
             cache: RwLock::new(HashMap::new()),
+            obligations,
             subjects: ExactCache::new(),
             tools: ExactCache::new(),
         })
@@ -555,10 +582,11 @@ impl CedarPolicySet {
         ))
     }
 
-    /// The decision for one request: `Ok(())` to allow, else the reason to deny (for
-    /// audit notes only; callers answer with a stable code). Served from the exact
-    /// decision cache when this set has already answered the same request.
-    pub fn evaluate(&self, req: &AuthzRequest<'_>) -> Result<(), String> {
+    /// The decision for one request: `Ok` with the obligations of the permits that
+    /// decided to allow, else the reason to deny (for audit notes only; callers
+    /// answer with a stable code). Served from the exact decision cache when this
+    /// set has already answered the same request.
+    pub fn evaluate(&self, req: &AuthzRequest<'_>) -> Result<Vec<Obligation>, String> {
         let key = cache_key(req);
         if let Ok(cache) = self.cache.read()
             && let Some(hit) = cache.get(&key)
@@ -577,7 +605,7 @@ impl CedarPolicySet {
 
     /// The decision computed by the Cedar engine, bypassing the decision cache (the
     /// subject and tool entities it is computed over are built once and reused).
-    pub fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Result<(), String> {
+    pub fn evaluate_uncached(&self, req: &AuthzRequest<'_>) -> Result<Vec<Obligation>, String> {
         let action = self
             .actions
             .get(&req.action)
@@ -618,6 +646,7 @@ impl CedarPolicySet {
         )
         .map_err(|e| e.to_string())?;
         let mut permitted = false;
+        let mut obligations: Vec<Obligation> = Vec::new();
         for set in applicable {
             let response = self.engine.is_authorized(&request, set, &entities);
             let diagnostics = response.diagnostics();
@@ -625,7 +654,17 @@ impl CedarPolicySet {
                 return Err(format!("evaluation error (deny): {e}"));
             }
             match response.decision() {
-                CedarDecision::Allow => permitted = true,
+                CedarDecision::Allow => {
+                    permitted = true;
+                    // Every permit that held binds the output with its obligations.
+                    for id in diagnostics.reason() {
+                        for ob in self.obligations.get(id).into_iter().flatten() {
+                            if !obligations.contains(ob) {
+                                obligations.push(ob.clone());
+                            }
+                        }
+                    }
+                }
                 CedarDecision::Deny => {
                     if let Some(id) = diagnostics.reason().next() {
                         return Err(format!("forbidden by {id}"));
@@ -634,7 +673,7 @@ impl CedarPolicySet {
             }
         }
         if permitted {
-            Ok(())
+            Ok(obligations)
         } else {
             Err("no permit holds".to_owned())
         }
@@ -674,6 +713,7 @@ mod tests {
             action: crate::Action::Invoke,
             tool_scopes: &[],
         })
+        .map(drop)
     }
 
     #[test]

@@ -303,6 +303,7 @@ mod tests {
             tools: vec![tool.into()],
             actions: vec!["consent_issue".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         };
         StaticPolicy::new(&PolicyConfig {
             rules: vec![rule("fs.*"), rule(CONSENT_RESOURCE)],

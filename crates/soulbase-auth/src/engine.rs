@@ -169,9 +169,10 @@ impl CedarPolicy {
     pub fn decide(&self, req: &AuthzRequest<'_>) -> Result<Decision, SoulError> {
         check_tenant(req)?;
         let set = self.current();
-        set.evaluate(req).map_err(deny)?;
+        let obligations = set.evaluate(req).map_err(deny)?;
         Ok(Decision {
             policy_hash: set.hash().to_owned(),
+            obligations,
         })
     }
 }

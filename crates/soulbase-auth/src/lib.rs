@@ -75,6 +75,10 @@ pub struct AuthzRequest<'a> {
 pub struct Decision {
     /// Hash of the policy set that allowed the call.
     pub policy_hash: String,
+    /// What the policy that allowed it requires of the output (static rules'
+    /// `obligations`, Cedar `@obligations` annotations of the permits that
+    /// decided): applied with the manifest's before anyone sees the output.
+    pub obligations: Vec<soulbase_types::Obligation>,
 }
 
 /// Decides whether a subject may act on a tool. Deny is an `Err` with a stable code

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use soulbase_config::{ConfigHandle, PolicyConfig, PolicyEffect, PolicyRule};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::ToolPattern;
+use soulbase_types::{Obligation, ToolPattern};
 
 use crate::{Action, Authorizer, AuthzRequest, Decision};
 
@@ -22,6 +22,8 @@ struct Rule {
     actions: u16,
     /// Matches only a subject holding every scope the tool declares.
     require_scopes: bool,
+    /// What an allow rule requires of the output.
+    obligations: Vec<Obligation>,
 }
 
 /// The bit of `action` in a rule's action mask.
@@ -49,6 +51,7 @@ impl Rule {
                 .collect(),
             actions: Self::action_mask(r),
             require_scopes: r.require_scopes,
+            obligations: r.obligations.clone(),
         }
     }
 
@@ -188,6 +191,7 @@ impl StaticPolicy {
         crate::isolation::check_tenant(req)?;
         let compiled = self.current();
         let mut allowed = 0u16;
+        let mut obligations: Vec<Obligation> = Vec::new();
         // Deny wins whatever the order, so scanning the two groups in turn is exact.
         for rule in compiled.candidates(req.subject.tenant.as_str()) {
             let hit = rule.actions & mask;
@@ -198,10 +202,17 @@ impl StaticPolicy {
                 return Err(SoulError::of(ErrorCode::PolicyDenyTool));
             }
             allowed |= hit;
+            // Every allow rule that matched binds the output with its obligations.
+            for ob in &rule.obligations {
+                if !obligations.contains(ob) {
+                    obligations.push(ob.clone());
+                }
+            }
         }
         if allowed == mask {
             Ok(Decision {
                 policy_hash: compiled.hash.clone(),
+                obligations,
             })
         } else {
             Err(SoulError::of(ErrorCode::PolicyDenyTool).with_note("no allow rule matched"))
@@ -287,6 +298,7 @@ mod tests {
             tools: tools.iter().map(|s| s.to_string()).collect(),
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         }
     }
 

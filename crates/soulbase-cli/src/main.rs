@@ -13,6 +13,7 @@
 //! | `skills …` | validate, list, export a skills directory (CI) |
 //! | `evidence show\|list\|replay` | query and replay recorded evidence (local database) |
 //! | `evidence quarantine list\|retry` | records the database refused, kept in the spool; offer them again |
+//! | `audit list` | the audit of registry, skill and configuration changes (a server's `GET /api/audit` with `--server HTTP_URL`, else the local database) |
 //! | `keys new` | mint an API key: the key once, and its `auth.api_keys` entry (only the digest) |
 //! | `consent issue TOOL` | a consent token signed with `$SOULBASED_CONSENT_HMAC_KEY` |
 //! | `init [DIR]` | scaffold a project: a configuration and one working skill per provider kind |
@@ -47,6 +48,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod access;
+mod audit;
 mod consent;
 mod duration;
 mod evidence;
@@ -100,8 +103,14 @@ enum Command {
     /// carries no time-zone database); --json and --format json keep Unix
     /// milliseconds.
     Evidence(evidence::EvidenceArgs),
+    /// The audit of changes: registry, skill states and set, configuration
+    /// reloads (from a server's HTTP API with --server, else the local database).
+    Audit(audit::AuditArgs),
     /// Mint API keys.
     Keys(keys::KeysArgs),
+    /// Show and change the tenant's view of the global tools: its allow-list and
+    /// its states of global tools.
+    Access(access::AccessArgs),
     /// Sign consent tokens with the server's consent key (development).
     Consent(consent::ConsentArgs),
     /// Scaffold a project: config.yaml and one working skill per provider kind.
@@ -144,7 +153,12 @@ fn main() -> ExitCode {
         Command::Mcp(args) => mcp::run(common, args),
         Command::Skills(args) => skills::run(common, args),
         Command::Evidence(args) => evidence::run(common, args),
+        Command::Audit(args) => audit::run(common, args),
         Command::Keys(args) => keys::run(common, args),
+        Command::Access(mut args) => {
+            let global = common.for_target(std::mem::take(&mut args.target));
+            access::run(&global, args)
+        }
         Command::Consent(args) => consent::run(common, args),
         Command::Init(args) => init::run(common, args),
     }

@@ -101,39 +101,39 @@ pub struct PreflightArgs {
 }
 
 /// Where a command runs.
-enum Mode {
+pub(crate) enum Mode {
     Remote { url: String },
     Local(Box<Local>),
 }
 
 impl Mode {
-    async fn open(global: &Global) -> Result<Mode, Failure> {
+    pub(crate) async fn open(global: &Global) -> Result<Mode, Failure> {
         match global.server_url() {
             Some(url) => Ok(Mode::Remote { url }),
             None => Ok(Mode::Local(Box::new(Local::open(global).await?))),
         }
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         if let Mode::Local(l) = self {
             l.close().await;
         }
     }
 }
 
-fn tool_id(id: &str) -> Result<ToolId, Failure> {
+pub(crate) fn tool_id(id: &str) -> Result<ToolId, Failure> {
     ToolId::new(id).map_err(|e| Failure::Usage(format!("{id:?} is not a tool id: {}", e.reason)))
 }
 
-fn status(s: &tonic::Status) -> Failure {
+pub(crate) fn status(s: &tonic::Status) -> Failure {
     soul(&SoulError::from_status(s))
 }
 
-async fn registry(url: &str) -> Result<ToolRegistryClient<Channel>, Failure> {
+pub(crate) async fn registry(url: &str) -> Result<ToolRegistryClient<Channel>, Failure> {
     Ok(ToolRegistryClient::new(target::channel(url).await?))
 }
 
-fn request<T>(global: &Global, body: T) -> Result<tonic::Request<T>, Failure> {
+pub(crate) fn request<T>(global: &Global, body: T) -> Result<tonic::Request<T>, Failure> {
     let mut req = tonic::Request::new(body);
     global.authenticate(&mut req)?;
     Ok(req)

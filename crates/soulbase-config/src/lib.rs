@@ -42,7 +42,7 @@ pub use model::{
     SkillsConfig,
 };
 pub use model::{ModelAllow, ModelConfig, ModelUpstream};
-pub use model::{SandboxConfig, TenantGrant};
+pub use model::{SandboxConfig, TenantConfig, TenantGrant};
 pub use problem::{ConfigError, ConfigProblem};
 pub use snapshot::{ConfigHandle, ConfigSnapshot, ReloadStatus};
 pub use watcher::{ConfigWatcher, watch};

@@ -37,6 +37,30 @@ pub struct Config {
     /// The governed agent loop (`POST /v1/chat/completions`): its upstream model
     /// API and limits. Without an upstream the route answers `PROVIDER.UNAVAILABLE`.
     pub model: ModelConfig,
+    /// Per-tenant views of the global tools, decided by the operator: an
+    /// allow-list and per-tool states, applied on top of what the registry API
+    /// stored for the tenant (both allow-lists must admit a tool; these states
+    /// win). Reloads apply to the next call.
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// One tenant's view of the global tools (`tenants[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant.
+    pub tenant: String,
+    /// If set, the only global tools the tenant sees (exact tool ids); its own
+    /// tools are not affected.
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    /// Global tools enabled for this tenant whatever their own state (a paused
+    /// or deprecated tool stays so).
+    #[serde(default)]
+    pub enable: Vec<String>,
+    /// Global tools paused for this tenant.
+    #[serde(default)]
+    pub pause: Vec<String>,
 }
 
 impl Default for Config {
@@ -52,6 +76,7 @@ impl Default for Config {
             observe: ObserveConfig::default(),
             sandbox: SandboxConfig::default(),
             model: ModelConfig::default(),
+            tenants: Vec::new(),
         }
     }
 }
@@ -565,6 +590,12 @@ pub struct PolicyRule {
     /// JWT). Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_scopes: bool,
+    /// Allow rules only: what a call this rule allows must have done to its
+    /// output before anyone sees it — `{kind: mask | redact | watermark,
+    /// pointer, value?, required?, on_failure?: refuse | degrade}` — applied with
+    /// the manifest's obligations, before the output is digested into evidence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub obligations: Vec<soulbase_types::Obligation>,
 }
 
 /// The action names a policy rule may use: exactly `soulbase_auth::Action::ALL`
@@ -761,6 +792,10 @@ pub struct ObserveConfig {
     /// registry of any size keeps the metric bounded. 0 turns the per-tool
     /// series off. Default 200.
     pub metrics_max_tools: usize,
+    /// How many distinct tenants `soulbase_budget_consumed_total` labels by name;
+    /// the consumption of tenants past the first this many is counted under
+    /// `tenant="other"`. 0 turns the per-tenant series off. Default 200.
+    pub metrics_max_tenants: usize,
 }
 
 impl Default for ObserveConfig {
@@ -769,6 +804,7 @@ impl Default for ObserveConfig {
             otlp_endpoint: None,
             log_filter: None,
             metrics_max_tools: 200,
+            metrics_max_tenants: 200,
         }
     }
 }
@@ -854,6 +890,7 @@ impl Config {
                 );
             }
         }
+        self.validate_tenants(&mut push);
         for (i, sub) in self.skills.subscriptions.iter().enumerate() {
             for (field, value) in [
                 ("tenant", &sub.tenant),
@@ -1000,6 +1037,20 @@ impl Config {
                     "must list at least one actor or *".into(),
                 );
             }
+            if rule.effect == PolicyEffect::Deny && !rule.obligations.is_empty() {
+                push(
+                    format!("policy.rules[{i}].obligations"),
+                    "only an allow rule binds what it allows with obligations".into(),
+                );
+            }
+            for (j, ob) in rule.obligations.iter().enumerate() {
+                if let Some(why) = ob.pointer_problem() {
+                    push(
+                        format!("policy.rules[{i}].obligations[{j}].pointer"),
+                        why.into(),
+                    );
+                }
+            }
             for (j, a) in rule.actions.iter().enumerate() {
                 if a != "*" && !POLICY_ACTIONS.contains(&a.as_str()) {
                     push(
@@ -1013,6 +1064,46 @@ impl Config {
             }
         }
         problems
+    }
+
+    /// `tenants[]`: real tenant ids, each once, not the global tenant; real tool
+    /// ids, none both enabled and paused.
+    fn validate_tenants(&self, push: &mut impl FnMut(String, String)) {
+        let mut seen = BTreeSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            match soulbase_types::TenantId::new(t.tenant.as_str()) {
+                Err(e) => push(format!("tenants[{i}].tenant"), e.reason.to_string()),
+                Ok(id) if id == soulbase_types::TenantId::global() => push(
+                    format!("tenants[{i}].tenant"),
+                    "the global tenant sees every global tool; name a tenant".into(),
+                ),
+                Ok(_) if !seen.insert(t.tenant.as_str()) => push(
+                    format!("tenants[{i}].tenant"),
+                    format!("tenant {} is configured twice", t.tenant),
+                ),
+                Ok(_) => {}
+            }
+            let lists = [
+                ("allow", t.allow.as_deref().unwrap_or_default()),
+                ("enable", &t.enable[..]),
+                ("pause", &t.pause[..]),
+            ];
+            for (field, ids) in lists {
+                for (j, tool) in ids.iter().enumerate() {
+                    if let Err(e) = soulbase_types::ToolId::new(tool.as_str()) {
+                        push(format!("tenants[{i}].{field}[{j}]"), e.reason.to_string());
+                    }
+                }
+            }
+            for (j, tool) in t.pause.iter().enumerate() {
+                if t.enable.contains(tool) {
+                    push(
+                        format!("tenants[{i}].pause[{j}]"),
+                        format!("{tool} is also in enable"),
+                    );
+                }
+            }
+        }
     }
 
     /// The agent loop's section: a usable upstream URL, iteration bounds, tenants.

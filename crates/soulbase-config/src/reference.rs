@@ -12,7 +12,8 @@ use crate::layers::is_under;
 
 /// The keys an accepted reload applies to the next call: the policy, credentials and
 /// Cedar policies, quota limits and budgets, skill subscriptions, the sandbox grants
-/// and ceiling (a call already running keeps the profile it started with). Every
+/// and ceiling (a call already running keeps the profile it started with), the
+/// tenants' views of the global tools. Every
 /// other key is read at start-up and takes effect after a restart — among them the
 /// executors' settings (`sandbox.process_*`, `sandbox.wasm_*`, `sandbox.http_*`,
 /// `sandbox.scratch_dir`), which configure executors built once, and the consent
@@ -29,6 +30,7 @@ pub const LIVE_KEYS: &[&str] = &[
     "sandbox.ceiling",
     "sandbox.default_grant",
     "sandbox.grants",
+    "tenants",
 ];
 
 /// Whether a reload applies the key at dotted `path` without a restart.
@@ -46,6 +48,18 @@ pub fn restart_changes(running: &Config, new: &Config) -> Vec<String> {
     let mut out = Vec::new();
     differing(&a, &b, "", &mut out);
     out.retain(|p| !reloads_live(p));
+    out
+}
+
+/// Every key whose value differs between two configurations, live or not:
+/// dotted paths (objects descended into, lists and scalars compared whole),
+/// sorted. Names only, never values (the audit of a reload records these).
+pub fn changed_keys(before: &Config, after: &Config) -> Vec<String> {
+    let (Ok(a), Ok(b)) = (serde_json::to_value(before), serde_json::to_value(after)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    differing(&a, &b, "", &mut out);
     out
 }
 
@@ -176,10 +190,17 @@ pub fn markdown() -> String {
             } else {
                 pointer(&defaults, &full)
             };
+            // A field the schema does not list as required has a default
+            // (`#[serde(default)]` on the field, which the schema cannot show).
+            let listed = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .is_some_and(|r| r.iter().any(|k| k == key.as_str()));
             let default = match (default, nested) {
                 (Some(_), Some(("", _))) => "see below".to_owned(),
                 (Some(v), _) => format!("`{}`", cell(&short(v))),
-                (None, _) => "required".to_owned(),
+                (None, _) if listed => "required".to_owned(),
+                (None, _) => "optional".to_owned(),
             };
             let reload = if reloads_live(&full) {
                 "live"
@@ -348,6 +369,7 @@ mod tests {
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         });
         new.quota.limits.push(crate::QuotaLimit {
             tenant: "*".into(),
@@ -362,6 +384,16 @@ mod tests {
             ]
         );
         assert!(restart_changes(&running, &running).is_empty());
+        assert_eq!(
+            changed_keys(&running, &new),
+            vec![
+                "policy.rules".to_owned(),
+                "quota.limits".to_owned(),
+                "server.shutdown_grace_ms".to_owned(),
+                "skills.dir".to_owned()
+            ]
+        );
+        assert!(changed_keys(&new, &new).is_empty());
     }
 
     #[test]

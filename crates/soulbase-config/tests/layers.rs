@@ -346,6 +346,7 @@ fn a_policy_rule_naming_an_unknown_action_is_refused_naming_it() {
         tools: vec!["*".into()],
         actions: vec!["invoke".into(), "invok".into()],
         require_scopes: false,
+        obligations: Vec::new(),
     }];
     let problems = config.validate();
     assert_eq!(problems.len(), 1, "{problems:?}");

@@ -41,6 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         }],
     };
     let evidence = MemorySink::new();

@@ -60,6 +60,12 @@ pub trait CallObserver: Send + Sync + 'static {
 
     /// A consent token was issued (through [`ConsentDesk`](crate::ConsentDesk)).
     fn consent_issued(&self) {}
+
+    /// A finished call of `tenant` was charged `usage` (what its budgets were
+    /// settled with; [`CallResult::usage`]).
+    fn usage_charged(&self, tenant: &TenantId, usage: &soulbase_observe::BudgetUsage) {
+        let _ = (tenant, usage);
+    }
 }
 
 /// Observes nothing.

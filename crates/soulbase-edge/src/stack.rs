@@ -267,6 +267,9 @@ impl Stack {
         inner
             .observer
             .call_finished(surface, &tool, &result, started.elapsed());
+        if let Some(usage) = &result.usage {
+            inner.observer.usage_charged(&subject.tenant, usage);
+        }
         result
     }
 

@@ -142,6 +142,8 @@ impl RemoteInvoker {
                     evidence_ref: EnvelopeId::new(r.evidence_ref).ok(),
                     replayed: r.replayed,
                     warnings: r.warnings,
+                    // Charged (and counted) by the server that ran it.
+                    usage: None,
                 }
             }
             Err(status) => failed(
@@ -186,5 +188,6 @@ fn failed(call_id: CallId, err: &SoulError, md: &MetadataMap) -> CallResult {
         evidence_ref: get(TRAILER_EVIDENCE_REF).and_then(|r| EnvelopeId::new(r).ok()),
         replayed: get(TRAILER_REPLAYED) == Some("true"),
         warnings: Vec::new(),
+        usage: None,
     }
 }

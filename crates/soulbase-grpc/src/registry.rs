@@ -7,6 +7,7 @@ use futures_util::{Stream, StreamExt};
 use soulbase_auth::{Action, Authorizer};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_tools::registry::admin::{self, RegistryAdmin, StateChange};
+use soulbase_tools::registry::{TenantOverride, access};
 use soulbase_tools::{Registry, ResolvedTool, ToolOwner};
 use soulbase_types::{Subject, ToolId};
 use tokio::sync::broadcast::error::RecvError;
@@ -136,7 +137,7 @@ impl ToolRegistry for RegistryService {
                 .await?;
         }
         self.admin
-            .register(&owner, manifest, req.enable)
+            .register(&subject, &owner, manifest, req.enable)
             .await
             .map_err(status)?;
         let tool = self.current(&subject, &owner, &id)?;
@@ -156,7 +157,10 @@ impl ToolRegistry for RegistryService {
         let id = manifest.id.clone();
         self.authorize(&subject, &owner, &id, Action::Update)
             .await?;
-        self.admin.update(&owner, manifest).await.map_err(status)?;
+        self.admin
+            .update(&subject, &owner, manifest)
+            .await
+            .map_err(status)?;
         let tool = self.current(&subject, &owner, &id)?;
         Ok(Response::new(proto::UpdateToolResponse {
             tool: Some(convert::tool_to_proto(&tool, false)),
@@ -208,7 +212,10 @@ impl ToolRegistry for RegistryService {
         let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
         self.authorize(&subject, &owner, &id, Action::Unregister)
             .await?;
-        self.admin.unregister(&owner, &id).await.map_err(status)?;
+        self.admin
+            .unregister(&subject, &owner, &id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(proto::UnregisterToolResponse {}))
     }
 
@@ -305,4 +312,66 @@ impl ToolRegistry for RegistryService {
         };
         Ok(Response::new(stream))
     }
+
+    async fn get_tenant_access(
+        &self,
+        request: Request<proto::GetTenantAccessRequest>,
+    ) -> Result<Response<proto::TenantAccessResponse>, Status> {
+        let subject = self.subject(&request).await?;
+        access_response(access::access_of(&self.registry.view(), &subject.tenant))
+    }
+
+    async fn set_allow_list(
+        &self,
+        request: Request<proto::SetAllowListRequest>,
+    ) -> Result<Response<proto::TenantAccessResponse>, Status> {
+        let subject = self.subject(&request).await?;
+        let req = request.into_inner();
+        let allow = if req.every_tool {
+            if !req.tools.is_empty() {
+                return Err(status(convert::invalid(
+                    "tools",
+                    "tools must be empty when every_tool is set",
+                )));
+            }
+            None
+        } else {
+            let mut ids = std::collections::BTreeSet::new();
+            for (i, t) in req.tools.iter().enumerate() {
+                ids.insert(convert::tool_id(&format!("tools[{i}]"), t).map_err(status)?);
+            }
+            Some(ids)
+        };
+        let view = access::set_allow_list(self.authorizer.as_ref(), &self.admin, &subject, allow)
+            .await
+            .map_err(status)?;
+        access_response(view)
+    }
+
+    async fn set_tenant_override(
+        &self,
+        request: Request<proto::SetTenantOverrideRequest>,
+    ) -> Result<Response<proto::TenantAccessResponse>, Status> {
+        let subject = self.subject(&request).await?;
+        let req = request.into_inner();
+        let id = convert::tool_id("tool_id", &req.tool_id).map_err(status)?;
+        let value = match req.state() {
+            proto::TenantToolState::Unspecified => None,
+            proto::TenantToolState::Enabled => Some(TenantOverride::Enabled),
+            proto::TenantToolState::Paused => Some(TenantOverride::Paused),
+        };
+        let view =
+            access::set_override(self.authorizer.as_ref(), &self.admin, &subject, &id, value)
+                .await
+                .map_err(status)?;
+        access_response(view)
+    }
+}
+
+/// A tenant's view as the RPC answers it: the JSON of `GET /api/access`.
+fn access_response(
+    view: access::AccessView,
+) -> Result<Response<proto::TenantAccessResponse>, Status> {
+    let access_json = serde_json::to_string(&view).map_err(|e| status(SoulError::internal(e)))?;
+    Ok(Response::new(proto::TenantAccessResponse { access_json }))
 }

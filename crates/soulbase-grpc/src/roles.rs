@@ -284,8 +284,15 @@ impl auth_pb::auth_server::Auth for AuthRoleService {
             })
             .await
             .map_err(|e| e.to_status())?;
+        let obligations_json = if decision.obligations.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&decision.obligations)
+                .map_err(|e| SoulError::internal(e).to_status())?
+        };
         Ok(Response::new(auth_pb::AuthorizeResponse {
             policy_hash: decision.policy_hash,
+            obligations_json,
         }))
     }
 
@@ -385,9 +392,24 @@ impl Authorizer for RemoteAuth {
             .clone()
             .authorize(with_token(self.token.as_deref(), body))
             .await
-            .map_err(|s| role_error(&s))?;
+            .map_err(|s| role_error(&s))?
+            .into_inner();
+        // An obligation the auth role sent but this process cannot read must not
+        // be dropped: the call is refused rather than answered unprotected.
+        let obligations = if response.obligations_json.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_str(&response.obligations_json).map_err(|e| {
+                SoulError::new(
+                    ErrorCode::PolicyDenyTool,
+                    "the auth role's obligations cannot be read; the call is refused",
+                )
+                .with_source(e)
+            })?
+        };
         Ok(Decision {
-            policy_hash: response.into_inner().policy_hash,
+            policy_hash: response.policy_hash,
+            obligations,
         })
     }
 }

@@ -16,9 +16,15 @@
 //! [`MemoryStore`] is the in-process store. The spool, the batching writer and the
 //! SQLite/Postgres stores are edge crates (`soulbase-evidence`, `soulbase-store`).
 //!
+//! [`AuditLog`] (module `audit`) keeps the audit of changes — registry, skill
+//! states, the skill set, configuration reloads — as [`AuditRecord`]s: who, what,
+//! when, and hashes of the thing before and after. [`MemoryAuditLog`] is the
+//! in-process log; the SQL one is in `soulbase-store`.
+//!
 //! This crate does no IO. With the `fixtures` feature (tests and benchmarks only) it
 //! also offers sample records (module `fixtures`).
 
+mod audit;
 mod digest;
 mod encoded;
 #[cfg(feature = "fixtures")]
@@ -31,6 +37,10 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+pub use audit::{
+    AuditFilter, AuditKind, AuditLog, AuditRecord, MAX_AUDIT_PAGE, MAX_DETAIL_CHARS,
+    MemoryAuditLog, state_hash, system_subject,
+};
 pub use digest::{canonical_json, digest_bytes, digest_json};
 pub use encoded::{EncodedRecord, RecordHead};
 pub use memory_store::MemoryStore;

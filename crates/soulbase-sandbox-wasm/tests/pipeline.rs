@@ -66,6 +66,7 @@ fn invoker_with_quota(wasm: WasmExecutor, sink: &MemorySink, quota: LocalQuota) 
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         }],
     };
     let sandbox =

@@ -10,12 +10,17 @@
 //!   (tenant, tool, key) makes a keyed call execute once, across replicas too.
 //! - [`RegistryStore`] — registry manifests, states, overrides and allow-lists,
 //!   versioned one by one and shared by replicas (`RegistryLedger`, `LISTEN/NOTIFY`).
+//! - [`SqlConsentRevocations`] — revoked consent token ids, shared by replicas.
+//! - [`SqlAuditLog`] — the audit of changes ([`AuditLog`](soulbase_observe::AuditLog)):
+//!   registry, skill and configuration changes, who made them, hashes before and
+//!   after.
 //! - [`Persistence`] — all of the above plus the durable spool sink
 //!   (`soulbase-evidence`), opened from the configuration.
 //!
 //! Migrations live in the workspace's `migrations/{postgres,sqlite}` and are embedded
 //! here ([`migrations`]) so start-up can apply them (`evidence.migrate_on_start`).
 
+mod audit;
 mod consent;
 mod db;
 mod evidence;
@@ -24,6 +29,7 @@ pub mod migrations;
 mod open;
 mod registry;
 
+pub use audit::SqlAuditLog;
 pub use consent::SqlConsentRevocations;
 pub use db::{Db, db_error};
 pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore, status_name};

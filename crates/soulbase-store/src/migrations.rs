@@ -60,6 +60,11 @@ pub fn postgres() -> Migrator {
             "consent revocations",
             include_str!("../../../migrations/postgres/0008_consent_revocations.sql"),
         ),
+        migration(
+            9,
+            "audit",
+            include_str!("../../../migrations/postgres/0009_audit.sql"),
+        ),
     ])
 }
 
@@ -95,6 +100,11 @@ pub fn sqlite() -> Migrator {
             8,
             "consent revocations",
             include_str!("../../../migrations/sqlite/0008_consent_revocations.sql"),
+        ),
+        migration(
+            9,
+            "audit",
+            include_str!("../../../migrations/sqlite/0009_audit.sql"),
         ),
     ])
 }

@@ -21,6 +21,14 @@ use soulbase_types::{TenantId, ToolId};
 /// How soon another replica must see a change (the bound).
 const WITHIN: Duration = Duration::from_secs(1);
 
+/// Who the test's registry changes are made by.
+fn by() -> soulbase_types::Subject {
+    soulbase_types::Subject::new(
+        TenantId::new("acme").unwrap(),
+        soulbase_types::ActorId::new("ops").unwrap(),
+    )
+}
+
 fn manifest(id: &str) -> ToolManifest {
     ToolManifest::from_json_str(
         &json!({
@@ -95,7 +103,7 @@ async fn replicas_share_registry_changes_and_resolve_conflicts_by_revision() {
     // Every change through A reaches B and C.
     let mut b_events = b.registry.subscribe_for(&TenantId::new("acme").unwrap());
     a.admin
-        .register(&g, manifest("demo.shared.tool"), true)
+        .register(&by(), &g, manifest("demo.shared.tool"), true)
         .await
         .unwrap();
     sees(&b, &id, Some(ToolState::Enabled)).await;
@@ -110,7 +118,7 @@ async fn replicas_share_registry_changes_and_resolve_conflicts_by_revision() {
         "{first:?}"
     );
     a.admin
-        .set_state(&g, &id, StateChange::Pause)
+        .set_state(&by(), &g, &id, StateChange::Pause)
         .await
         .unwrap();
     sees(&b, &id, Some(ToolState::Paused)).await;
@@ -118,9 +126,10 @@ async fn replicas_share_registry_changes_and_resolve_conflicts_by_revision() {
 
     // Concurrent changes to one tool from two replicas: one wins, the other is
     // refused (never a silent last writer), and all three end on the winner's.
+    let ops = by();
     let (ra, rb) = tokio::join!(
-        a.admin.set_state(&g, &id, StateChange::Enable),
-        b.admin.set_state(&g, &id, StateChange::Deprecate)
+        a.admin.set_state(&ops, &g, &id, StateChange::Enable),
+        b.admin.set_state(&ops, &g, &id, StateChange::Deprecate)
     );
     let won = match (&ra, &rb) {
         (Ok(()), Err(e)) | (Err(e), Ok(())) => {
@@ -151,14 +160,14 @@ async fn replicas_share_registry_changes_and_resolve_conflicts_by_revision() {
     .unwrap();
     assert_eq!(killed.len(), 3, "three listening connections");
     a.admin
-        .register(&g, manifest("demo.shared.other"), true)
+        .register(&by(), &g, manifest("demo.shared.other"), true)
         .await
         .unwrap();
     sees(&b, &other, Some(ToolState::Enabled)).await;
     sees(&c, &other, Some(ToolState::Enabled)).await;
 
     // Removal reaches the others too.
-    c.admin.unregister(&g, &other).await.unwrap();
+    c.admin.unregister(&by(), &g, &other).await.unwrap();
     sees(&a, &other, None).await;
     sees(&b, &other, None).await;
     admin_pool.close().await;

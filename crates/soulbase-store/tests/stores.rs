@@ -27,6 +27,14 @@ fn tenant(s: &str) -> TenantId {
     TenantId::new(s).unwrap()
 }
 
+/// Who the test's registry changes are made by.
+fn by() -> soulbase_types::Subject {
+    soulbase_types::Subject::new(
+        TenantId::new("acme").unwrap(),
+        soulbase_types::ActorId::new("ops").unwrap(),
+    )
+}
+
 fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
     let mut r = Envelope::new(
         tenant(t),
@@ -420,6 +428,7 @@ fn outcome(digest: &str) -> StoredOutcome {
             evidence_ref: None,
             replayed: false,
             warnings: Vec::new(),
+            usage: None,
         },
     }
 }
@@ -696,35 +705,36 @@ async fn registry_semantics(db: Db) {
     let acme = ToolOwner::Tenant(tenant("acme"));
     let id = |s: &str| ToolId::new(s).unwrap();
     admin
-        .register(&g, manifest("demo.a.enabled", "1.0.0"), true)
+        .register(&by(), &g, manifest("demo.a.enabled", "1.0.0"), true)
         .await
         .unwrap();
     admin
-        .register(&g, manifest("demo.a.paused", "2.1.0"), true)
+        .register(&by(), &g, manifest("demo.a.paused", "2.1.0"), true)
         .await
         .unwrap();
     admin
-        .set_state(&g, &id("demo.a.paused"), StateChange::Pause)
+        .set_state(&by(), &g, &id("demo.a.paused"), StateChange::Pause)
         .await
         .unwrap();
     admin
-        .register(&g, manifest("demo.a.old", "1.0.0"), false)
+        .register(&by(), &g, manifest("demo.a.old", "1.0.0"), false)
         .await
         .unwrap();
     admin
-        .set_state(&g, &id("demo.a.old"), StateChange::Deprecate)
+        .set_state(&by(), &g, &id("demo.a.old"), StateChange::Deprecate)
         .await
         .unwrap();
     admin
-        .register(&g, manifest("demo.a.new", "0.1.0"), false)
+        .register(&by(), &g, manifest("demo.a.new", "0.1.0"), false)
         .await
         .unwrap();
     admin
-        .register(&acme, manifest("demo.t.own", "1.0.0"), true)
+        .register(&by(), &acme, manifest("demo.t.own", "1.0.0"), true)
         .await
         .unwrap();
     admin
         .set_tenant_override(
+            &by(),
             &tenant("beta"),
             &id("demo.a.new"),
             Some(TenantOverride::Enabled),
@@ -733,6 +743,7 @@ async fn registry_semantics(db: Db) {
         .unwrap();
     admin
         .set_allow_list(
+            &by(),
             &tenant("gamma"),
             Some([id("demo.a.enabled")].into_iter().collect()),
         )
@@ -740,10 +751,13 @@ async fn registry_semantics(db: Db) {
         .unwrap();
     // Removed records stay as tombstones and are removed on restore.
     admin
-        .register(&g, manifest("demo.a.gone", "1.0.0"), true)
+        .register(&by(), &g, manifest("demo.a.gone", "1.0.0"), true)
         .await
         .unwrap();
-    admin.unregister(&g, &id("demo.a.gone")).await.unwrap();
+    admin
+        .unregister(&by(), &g, &id("demo.a.gone"))
+        .await
+        .unwrap();
     let want = registry.export();
     let key = |s: &str| RecordKey::Tool {
         owner: ToolOwner::Global,
@@ -796,11 +810,11 @@ async fn registry_semantics(db: Db) {
     // The restored process continues from the stored revisions; the first one,
     // still at the old revisions for a record changed since, is refused.
     again
-        .set_state(&g, &id("demo.a.enabled"), StateChange::Pause)
+        .set_state(&by(), &g, &id("demo.a.enabled"), StateChange::Pause)
         .await
         .unwrap();
     let err = admin
-        .set_state(&g, &id("demo.a.enabled"), StateChange::Deprecate)
+        .set_state(&by(), &g, &id("demo.a.enabled"), StateChange::Deprecate)
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::RegistryConflict);
@@ -811,7 +825,7 @@ async fn registry_semantics(db: Db) {
         ToolState::Paused
     );
     admin
-        .set_state(&g, &id("demo.a.enabled"), StateChange::Deprecate)
+        .set_state(&by(), &g, &id("demo.a.enabled"), StateChange::Deprecate)
         .await
         .unwrap();
 }
@@ -825,6 +839,106 @@ async fn registry_on_postgres() {
 async fn registry_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     registry_semantics(fresh_sqlite(dir.path()).await).await;
+}
+
+/// The audit log: appended once by id, listed newest first by tenant, kind,
+/// target and time range, on either database.
+async fn audit_semantics(db: Db) {
+    use soulbase_observe::{AuditFilter, AuditKind, AuditLog, AuditRecord, system_subject};
+    let log = soulbase_store::SqlAuditLog::new(db.clone());
+    let other_handle = soulbase_store::SqlAuditLog::new(db);
+    let ops = soulbase_types::Subject::new(tenant("acme"), ActorId::new("ops").unwrap());
+    let mut written = Vec::new();
+    for i in 0..12i64 {
+        let (t, kind, target) = match i % 3 {
+            0 => ("acme", AuditKind::RegistryState, "demo.a.x"),
+            1 => ("globex", AuditKind::RegistryRegister, "demo.b.y"),
+            _ => ("global", AuditKind::ConfigReload, "config.yaml"),
+        };
+        let by = if i % 3 == 2 {
+            system_subject()
+        } else {
+            ops.clone()
+        };
+        let mut r = AuditRecord::new(tenant(t), &by, kind, target)
+            .hashes(
+                (i > 0).then(|| format!("{:064x}", i - 1)),
+                Some(format!("{i:064x}")),
+            )
+            .detail(format!("change {i}"));
+        r.at = UnixMillis(1_000 + i * 10);
+        log.append(&r).await.unwrap();
+        written.push(r);
+    }
+    // Appending a record again is harmless.
+    log.append(&written[0]).await.unwrap();
+    let all = other_handle.list(&AuditFilter::newest(100)).await.unwrap();
+    let mut newest_first = written.clone();
+    newest_first.reverse();
+    assert_eq!(all, newest_first);
+    let acme = AuditFilter {
+        tenant: Some(tenant("acme")),
+        ..AuditFilter::newest(2)
+    };
+    assert_eq!(
+        other_handle.list(&acme).await.unwrap(),
+        vec![written[9].clone(), written[6].clone()]
+    );
+    let config = AuditFilter {
+        kind: Some(AuditKind::ConfigReload),
+        target: Some("config.yaml".into()),
+        since: Some(UnixMillis(1_050)),
+        until: Some(UnixMillis(1_110)),
+        ..AuditFilter::newest(100)
+    };
+    let found = other_handle.list(&config).await.unwrap();
+    assert_eq!(found, vec![written[8].clone(), written[5].clone()]);
+    assert_eq!(found[0].actor.as_str(), "system");
+    assert_eq!(
+        found[0].before_hash.as_deref(),
+        Some(&*format!("{:064x}", 7))
+    );
+    let none = AuditFilter {
+        target: Some("no.such.tool".into()),
+        ..AuditFilter::newest(100)
+    };
+    assert!(other_handle.list(&none).await.unwrap().is_empty());
+    // Within one millisecond, the last written comes first, whatever the ids.
+    let same: Vec<AuditRecord> = (0..20)
+        .map(|i| {
+            let mut r = AuditRecord::new(tenant("acme"), &ops, AuditKind::RegistryState, "same")
+                .detail(format!("same {i}"));
+            r.at = UnixMillis(5_000);
+            r
+        })
+        .collect();
+    for r in &same {
+        log.append(r).await.unwrap();
+    }
+    let same_target = AuditFilter {
+        target: Some("same".into()),
+        ..AuditFilter::newest(100)
+    };
+    assert_eq!(
+        other_handle.list(&same_target).await.unwrap(),
+        same.into_iter().rev().collect::<Vec<_>>()
+    );
+    let bad = other_handle
+        .list(&AuditFilter::newest(0))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), ErrorCode::SchemaValidationFailed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_on_postgres() {
+    audit_semantics(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    audit_semantics(fresh_sqlite(dir.path()).await).await;
 }
 
 /// The embedded migrations are exactly the files in `migrations/` (what

@@ -82,6 +82,7 @@ fn policy(rules: usize) -> PolicyConfig {
             tools: vec![format!("grp{i}.pkg.*")],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         })
         .collect();
     list.push(PolicyRule {
@@ -91,6 +92,7 @@ fn policy(rules: usize) -> PolicyConfig {
         tools: vec!["bench.*".into()],
         actions: vec!["invoke".into()],
         require_scopes: false,
+        obligations: Vec::new(),
     });
     PolicyConfig { rules: list }
 }

@@ -284,6 +284,7 @@ fn harness_full(
                 tools: vec!["*".into()],
                 actions: vec!["invoke".into()],
                 require_scopes: false,
+                obligations: Vec::new(),
             },
             PolicyRule {
                 effect: PolicyEffect::Deny,
@@ -292,6 +293,7 @@ fn harness_full(
                 tools: vec!["demo.denied.tool".into()],
                 actions: vec!["invoke".into()],
                 require_scopes: false,
+                obligations: Vec::new(),
             },
         ],
     };

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use common::{base, with};
 use serde_json::json;
@@ -11,8 +11,8 @@ use soulbase_errors::ErrorCode;
 use soulbase_sandbox::CapabilityDomain;
 use soulbase_tools::manifest::{SafetyClass, SideEffect};
 use soulbase_tools::registry::{
-    LoadOptions, OwnerFilter, RegistryEvent, TenantOverride, ToolFilter, ToolOwner, ToolState,
-    UpgradePolicy,
+    LoadOptions, OwnerFilter, RegistryEvent, TenantAccess, TenantOverride, ToolFilter, ToolOwner,
+    ToolState, UpgradePolicy,
 };
 use soulbase_tools::{Registry, compile};
 use soulbase_types::{TenantId, ToolId};
@@ -399,6 +399,73 @@ fn allow_lists_restrict_global_tools_only() {
 
     reg.set_allow_list(&a, None).unwrap();
     assert_eq!(reg.list_enabled(&a).len(), 4);
+}
+
+#[test]
+fn configured_access_applies_on_top_of_the_stored_one() {
+    let reg = Registry::new();
+    let a = t("a");
+    for name in ["g.p.one", "g.p.two", "g.p.three"] {
+        reg.register(base(name)).unwrap();
+        reg.enable(&G, &id(name)).unwrap();
+    }
+    reg.set_allow_list(&a, Some(BTreeSet::from([id("g.p.one"), id("g.p.two")])))
+        .unwrap();
+    reg.set_tenant_override(&a, &id("g.p.two"), Some(TenantOverride::Paused))
+        .unwrap();
+    let mut events = reg.subscribe();
+    // The configuration: a narrower allow-list, and g.p.two enabled for `a`.
+    let access = TenantAccess {
+        allow: Some(BTreeSet::from([id("g.p.two"), id("g.p.three")])),
+        overrides: [(id("g.p.two"), TenantOverride::Enabled)].into(),
+    };
+    reg.set_configured(HashMap::from([(a.clone(), access.clone())]));
+    assert_eq!(
+        events.try_recv().unwrap(),
+        RegistryEvent::AllowListChanged { tenant: a.clone() }
+    );
+    // Both allow-lists must admit a tool; the configured override wins.
+    assert_eq!(ids(&reg.list_enabled(&a)), ["g.p.two"]);
+    assert_eq!(
+        reg.get(&a, &id("g.p.two")).unwrap().state,
+        ToolState::Enabled
+    );
+    for hidden in ["g.p.one", "g.p.three"] {
+        assert_eq!(
+            reg.get(&a, &id(hidden)).unwrap_err().code(),
+            ErrorCode::ToolNotFound
+        );
+    }
+    assert_eq!(
+        ids(&reg.list(
+            &a,
+            &ToolFilter {
+                state: Some(ToolState::Enabled),
+                ..Default::default()
+            }
+        )),
+        ["g.p.two"]
+    );
+    assert_eq!(reg.view().configured(&a), Some(&access));
+    assert_eq!(
+        reg.list_enabled(&t("b")).len(),
+        3,
+        "other tenants unaffected"
+    );
+    // The same configuration again changes nothing and says nothing.
+    reg.set_configured(HashMap::from([(a.clone(), access)]));
+    assert_eq!(events.try_recv().unwrap_err(), TryRecvError::Empty);
+    // Dropped from the configuration: the stored rules alone apply again.
+    reg.set_configured(HashMap::new());
+    assert_eq!(ids(&reg.list_enabled(&a)), ["g.p.one"]);
+    assert_eq!(
+        reg.get(&a, &id("g.p.two")).unwrap().state,
+        ToolState::Paused
+    );
+    assert_eq!(
+        events.try_recv().unwrap(),
+        RegistryEvent::AllowListChanged { tenant: a.clone() }
+    );
 }
 
 #[test]

@@ -155,6 +155,14 @@ impl TenantId {
     }
 }
 
+impl ActorId {
+    /// The actor of changes no person asked for: a file watcher applying an
+    /// edited configuration or skills directory, a signal (`system`).
+    pub fn system() -> Self {
+        Self(Arc::from("system"))
+    }
+}
+
 impl CallId {
     /// Mints a fresh, time-ordered call id (`call_<uuidv7>`).
     pub fn generate() -> Self {
@@ -204,6 +212,8 @@ mod tests {
         assert!(ActorId::new("alice@example.com").is_ok());
         assert!(ActorId::new("svc:billing/worker-1").is_ok());
         assert!(ActorId::new("bob\n").is_err());
+        assert_eq!(ActorId::new("system").unwrap(), ActorId::system());
+        assert_eq!(TenantId::new("global").unwrap(), TenantId::global());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod envelope;
 mod fast_id;
 mod ids;
+mod obligation;
 mod origin;
 mod rate;
 mod subject;
@@ -19,6 +20,7 @@ mod trace;
 
 pub use envelope::{Envelope, UnixMillis};
 pub use ids::{ActorId, CallId, EnvelopeId, IdError, TenantId};
+pub use obligation::{Obligation, ObligationFailure, ObligationKind};
 pub use origin::Origin;
 pub use rate::Rate;
 pub use subject::Subject;

@@ -9,6 +9,8 @@
 //! | `GET /api/model/tools`, `POST /api/model/tool_calls`, `GET /api/model/prompt`, `GET /api/skills/{name}` | the model-facing routes ([`crate::model_api`]) |
 //! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (action `enable` / `disable` on each of the skill's tools) |
 //! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
+//! | `GET /api/audit` | the audit of changes, newest first (query: `tenant`, `kind`, `target`, `since`, `until`, `limit`; action `read_evidence` on `soulbase.server.audit`; the caller's own tenant only, every tenant for the global tenant — [`crate::audit_api`]) |
+//! | `GET /api/access`, `PUT /api/access/allow-list`, `PUT /api/access/overrides/{id}` | the caller's tenant's view of the global tools: its allow-list and states ([`crate::access_api`]) |
 //! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool) |
 //! | `GET /api/config/schema` | the JSON Schema of `config.yaml` (unauthenticated) |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document of these routes, `docs/openapi.json` (unauthenticated) |
@@ -48,7 +50,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, patch, post};
+use axum::routing::{MethodRouter, get, patch, post, put};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use soulbase_auth::{Action, AuthzRequest};
@@ -569,12 +571,13 @@ async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         Ok(r) => administer(&app, &headers, Action::Reload, &[r]).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = allowed {
-        return error_response(&e);
-    }
-    let status = app.reload();
+    let by = match allowed {
+        Ok(by) => by,
+        Err(e) => return error_response(&e),
+    };
+    let status = app.reload(&by).await;
     let needs_restart = app.needs_restart();
-    let skills = match app.reload_skills().await {
+    let skills = match app.reload_skills(&by).await {
         None => Value::Null,
         Some(Ok(report)) => skills_json(&report),
         Some(Err(e)) => return error_response(&e),
@@ -741,10 +744,11 @@ async fn patch_skill(
     } else {
         Action::Disable
     };
-    if let Err(e) = administer(&app, &headers, action, &resources).await {
-        return error_response(&e);
-    }
-    if let Err(e) = skills.catalog.set_enabled_async(&name, patch.enabled).await {
+    let by = match administer(&app, &headers, action, &resources).await {
+        Ok(by) => by,
+        Err(e) => return error_response(&e),
+    };
+    if let Err(e) = app.set_skill_enabled(&by, &name, patch.enabled).await {
         return error_response(&e);
     }
     let set = skills.catalog.current();
@@ -1022,8 +1026,12 @@ pub const ROUTES: &[Route] = &[
     Route::always(Method::GET, "/api/config/schema"),
     Route::always(Method::GET, "/api/openapi.json"),
     Route::tools(Method::GET, "/api/evidence/{call_id}"),
+    Route::always(Method::GET, "/api/audit"),
     Route::tools(Method::POST, "/api/consent"),
     Route::tools(Method::POST, "/api/consent/{id}/revoke"),
+    Route::tools(Method::GET, "/api/access"),
+    Route::tools(Method::PUT, "/api/access/allow-list"),
+    Route::tools(Method::PUT, "/api/access/overrides/{id}"),
     Route::always(Method::GET, "/healthz"),
     Route::always(Method::GET, "/readyz"),
     Route::always(Method::GET, "/metrics"),
@@ -1042,8 +1050,12 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("GET", "/api/config/schema") => get(config_schema),
         ("GET", "/api/openapi.json") => get(openapi),
         ("GET", "/api/evidence/{call_id}") => get(read_evidence),
+        ("GET", "/api/audit") => get(crate::audit_api::list_audit),
         ("POST", "/api/consent") => post(issue_consent),
         ("POST", "/api/consent/{id}/revoke") => post(revoke_consent),
+        ("GET", "/api/access") => get(crate::access_api::get_access),
+        ("PUT", "/api/access/allow-list") => put(crate::access_api::put_allow_list),
+        ("PUT", "/api/access/overrides/{id}") => put(crate::access_api::put_override),
         ("GET", "/healthz") => get(healthz),
         ("GET", "/readyz") => get(readyz),
         ("GET", "/metrics") => get(metrics),

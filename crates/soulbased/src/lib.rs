@@ -34,7 +34,9 @@
 //!   [`server::EXIT_NOT_DRAINED`] (3) instead of 0.
 //! - Persistence ([`evidence`]): evidence through the durable spool into SQLite
 //!   (default, under `data_dir`) or Postgres, idempotency records and registry state
-//!   in the same database; `GET /api/evidence/{call_id}` reads a call back.
+//!   in the same database; `GET /api/evidence/{call_id}` reads a call back, and
+//!   `GET /api/audit` ([`audit_api`]) the audit of registry, skill and
+//!   configuration changes kept there.
 //! - OpenTelemetry ([`telemetry`]): with `observe.otlp_endpoint`, one
 //!   `execute_tool {tool}` span per HTTP/gRPC/MCP invocation (GenAI attributes) is
 //!   exported over OTLP/gRPC.
@@ -46,6 +48,8 @@
 
 pub use soulbase_app::{app, builtins, evidence, metrics, stdio};
 
+pub mod access_api;
+pub mod audit_api;
 pub mod http_api;
 #[cfg(feature = "tls")]
 pub mod https;

@@ -401,10 +401,12 @@ fn reload_on_sighup(app: Arc<App>) -> Option<tokio::task::JoinHandle<()>> {
             .map_err(|e| tracing::warn!(error = %e, "cannot install the SIGHUP handler"))
             .ok()?;
         Some(tokio::spawn(async move {
+            // No caller: a signal's changes are audited as the system's.
+            let by = soulbase_observe::system_subject();
             while hup.recv().await.is_some() {
-                let status = app.reload();
+                let status = app.reload(&by).await;
                 tracing::info!(status = ?status, "SIGHUP: configuration reloaded");
-                if let Some(Ok(report)) = app.reload_skills().await {
+                if let Some(Ok(report)) = app.reload_skills(&by).await {
                     tracing::info!(
                         generation = report.generation,
                         changed = report.changed(),

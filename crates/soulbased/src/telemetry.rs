@@ -154,6 +154,7 @@ mod tests {
             evidence_ref: None,
             replayed: false,
             warnings: Vec::new(),
+            usage: None,
         }
     }
 

@@ -8,7 +8,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{Server, http};
 use serde_json::Value;
@@ -47,24 +47,7 @@ fn prepare(dir: &Path) {
 
 const MEMO: &str = "skills.memo.memo";
 
-/// The CLI against `server` as `tenant`/`actor` (development headers), JSON out.
-fn soulbase(server: &Server, tenant: &str, actor: &str, args: &[&str]) -> Output {
-    let url = format!("http://{}", server.grpc);
-    let mut cmd = Command::new(common::cli_bin());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SOULBASE") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.args(args)
-        .args([
-            "--server", &url, "--tenant", tenant, "--actor", actor, "--json",
-        ])
-        .current_dir(server.dir())
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap()
-}
+use common::remote_cli as soulbase;
 
 fn ok_json(o: &Output) -> Value {
     assert!(

@@ -140,4 +140,30 @@ async fn scenario(server: &Server) {
     // Another tenant has no such budget.
     let (status, other) = invoke(server, "globex").await;
     assert_eq!((status, &other["status"]), (200, &json!("ok")), "{other}");
+
+    // The metrics count what each tenant was charged, exactly the End's usage:
+    // one executed call for acme (the refusal charged nothing), one for globex.
+    let (_, metrics) = http(&server.http, "GET", "/metrics", &[], "").await;
+    let charged = |tenant: &str, resource: &str| -> u64 {
+        let series = format!(
+            "soulbase_budget_consumed_total{{tenant=\"{tenant}\",resource=\"{resource}\"}} "
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(charged("acme", "calls"), 1);
+    assert_eq!(charged("acme", "cpu_ms"), cpu);
+    assert_eq!(
+        charged("acme", "bytes_in"),
+        usage["bytes_in"].as_u64().unwrap()
+    );
+    assert_eq!(
+        charged("acme", "bytes_out"),
+        usage["bytes_out"].as_u64().unwrap()
+    );
+    assert_eq!(charged("globex", "calls"), 1);
 }

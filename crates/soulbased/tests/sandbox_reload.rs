@@ -7,14 +7,11 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::routing::post;
-use common::{Server, http};
+use common::{Server, held_service, http, http_skill};
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc};
 
 /// Every tenant may invoke and reload; `acme` may reach 127.0.0.1 (`GRANT` is
 /// replaced to change its grant).
@@ -37,46 +34,6 @@ const BAD: &str = r#"[{ kind: net, hosts: ["*.com"] }]"#;
 
 fn config(grant: &str) -> String {
     CONFIG.replace("GRANT", grant)
-}
-
-/// A loopback service that reports each request on `started` and answers it only
-/// when the test adds a permit to the returned semaphore.
-async fn held_service() -> (
-    String,
-    mpsc::UnboundedReceiver<()>,
-    Arc<Semaphore>,
-    Arc<AtomicUsize>,
-) {
-    let (started, started_rx) = mpsc::unbounded_channel();
-    let release = Arc::new(Semaphore::new(0));
-    let hits = Arc::new(AtomicUsize::new(0));
-    let (gate, counter) = (release.clone(), hits.clone());
-    let app = axum::Router::new().route(
-        "/execute",
-        post(move || {
-            let (started, gate, counter) = (started.clone(), gate.clone(), counter.clone());
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let _ = started.send(());
-                gate.acquire().await.unwrap().forget();
-                let out = json!({"lines": ["held and released"]});
-                ([("content-type", "application/json")], out.to_string())
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port().to_string();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (port, started_rx, release, hits)
-}
-
-fn http_skill(port: &str) -> String {
-    format!(
-        "name: held\ndescription: Answers when the test says so.\nprovider: http\n\
-         endpoint: http://127.0.0.1:{port}/execute\ntimeout: 60\nrisk_level: read\n\
-         parameters:\n  type: object\n  properties:\n    keyword: {{type: string}}\n\
-         output_schema:\n  type: object\n  required: [lines]\n"
-    )
 }
 
 const TOOL: &str = "/api/tools/skills.held.held/invoke";

@@ -359,6 +359,37 @@ async fn tools_with_auth_and_qos_in_another_process() {
     assert_eq!(st.code(), tonic::Code::Unimplemented);
 }
 
+/// Obligations the remote auth role's policy decides travel with its decision:
+/// the tools process applies them to the output it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn obligations_decided_by_a_remote_auth_role_bind_the_output() {
+    let rule = "    - { effect: allow, tenant: masked, tools: [soulbase.builtin.echo], \
+                obligations: [{ kind: redact, pointer: /echo/ssn }] }\n";
+    let roles_config = roles_only().replace("  rules:\n", &format!("  rules:\n{rule}"));
+    let roles = Server::start_env(&roles_config, |_| {}, &[(TOKEN_ENV, TOKEN)]);
+    let tools = Server::start_env(
+        &tools_only(&roles.grpc, true),
+        |_| {},
+        &[(TOKEN_ENV, TOKEN)],
+    );
+    let out = tools
+        .invoker()
+        .await
+        .invoke(as_dev(
+            invoke_req(
+                "soulbase.builtin.echo",
+                json!({"ssn": "123-45-6789", "n": 1}),
+            ),
+            "masked",
+            "bob",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let output: Value = serde_json::from_str(&out.output_json).unwrap();
+    assert_eq!(output, json!({"echo": {"ssn": "[REDACTED]", "n": 1}}));
+}
+
 /// Polls `server`'s evidence of `call_id` until it shows Begin and End (the spool
 /// drains in the background); panics after 30 s.
 async fn wait_for_evidence(server: &Server, call_id: &str) -> Value {

@@ -47,6 +47,10 @@ pub struct AuthorizeResponse {
     /// Hash of the policy set that allowed the call (recorded in evidence).
     #[prost(string, tag = "1")]
     pub policy_hash: ::prost::alloc::string::String,
+    /// What the policy requires of the output, as a JSON array of obligations
+    /// ({kind, pointer, value?, required?, on_failure?}); empty: none.
+    #[prost(string, tag = "2")]
+    pub obligations_json: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct VerifyConsentRequest {

@@ -181,6 +181,31 @@ pub struct RegistryEvent {
     #[prost(uint64, tag = "8")]
     pub snapshot_version: u64,
 }
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct GetTenantAccessRequest {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SetAllowListRequest {
+    /// The only global tools the tenant sees, unless every_tool is set.
+    #[prost(string, repeated, tag = "1")]
+    pub tools: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Clears the allow-list: every global tool.
+    #[prost(bool, tag = "2")]
+    pub every_tool: bool,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SetTenantOverrideRequest {
+    #[prost(string, tag = "1")]
+    pub tool_id: ::prost::alloc::string::String,
+    #[prost(enumeration = "TenantToolState", tag = "2")]
+    pub state: i32,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct TenantAccessResponse {
+    /// The view as JSON, the shape of HTTP GET /api/access: {tenant, allow,
+    /// overrides, configured}.
+    #[prost(string, tag = "1")]
+    pub access_json: ::prost::alloc::string::String,
+}
 /// One tool call (R4). The subject comes from the authenticated metadata.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct InvokeRequest {
@@ -440,6 +465,37 @@ impl RegistryEventKind {
             "REGISTRY_EVENT_KIND_OVERRIDE_CHANGED" => Some(Self::OverrideChanged),
             "REGISTRY_EVENT_KIND_ALLOW_LIST_CHANGED" => Some(Self::AllowListChanged),
             "REGISTRY_EVENT_KIND_RESYNC" => Some(Self::Resync),
+            _ => None,
+        }
+    }
+}
+/// A tenant's state of a global tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum TenantToolState {
+    /// clears the override
+    Unspecified = 0,
+    Enabled = 1,
+    Paused = 2,
+}
+impl TenantToolState {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "TENANT_TOOL_STATE_UNSPECIFIED",
+            Self::Enabled => "TENANT_TOOL_STATE_ENABLED",
+            Self::Paused => "TENANT_TOOL_STATE_PAUSED",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "TENANT_TOOL_STATE_UNSPECIFIED" => Some(Self::Unspecified),
+            "TENANT_TOOL_STATE_ENABLED" => Some(Self::Enabled),
+            "TENANT_TOOL_STATE_PAUSED" => Some(Self::Paused),
             _ => None,
         }
     }
@@ -808,6 +864,92 @@ pub mod tool_registry_client {
                 );
             self.inner.server_streaming(req, path, codec).await
         }
+        /// The caller's tenant's view of the global tools.
+        pub async fn get_tenant_access(
+            &mut self,
+            request: impl tonic::IntoRequest<super::GetTenantAccessRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.tools.v1.ToolRegistry/GetTenantAccess",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("soulbase.tools.v1.ToolRegistry", "GetTenantAccess"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Replaces the caller's tenant's allow-list (action update on
+        /// soulbase.server.access).
+        pub async fn set_allow_list(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SetAllowListRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.tools.v1.ToolRegistry/SetAllowList",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("soulbase.tools.v1.ToolRegistry", "SetAllowList"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Sets or clears the caller's tenant's state of a global tool (action enable,
+        /// disable, or both to clear).
+        pub async fn set_tenant_override(
+            &mut self,
+            request: impl tonic::IntoRequest<super::SetTenantOverrideRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.tools.v1.ToolRegistry/SetTenantOverride",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new(
+                        "soulbase.tools.v1.ToolRegistry",
+                        "SetTenantOverride",
+                    ),
+                );
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -874,6 +1016,32 @@ pub mod tool_registry_server {
             request: tonic::Request<super::WatchRegistryRequest>,
         ) -> std::result::Result<
             tonic::Response<Self::WatchRegistryStream>,
+            tonic::Status,
+        >;
+        /// The caller's tenant's view of the global tools.
+        async fn get_tenant_access(
+            &self,
+            request: tonic::Request<super::GetTenantAccessRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
+            tonic::Status,
+        >;
+        /// Replaces the caller's tenant's allow-list (action update on
+        /// soulbase.server.access).
+        async fn set_allow_list(
+            &self,
+            request: tonic::Request<super::SetAllowListRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
+            tonic::Status,
+        >;
+        /// Sets or clears the caller's tenant's state of a global tool (action enable,
+        /// disable, or both to clear).
+        async fn set_tenant_override(
+            &self,
+            request: tonic::Request<super::SetTenantOverrideRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::TenantAccessResponse>,
             tonic::Status,
         >;
     }
@@ -1266,6 +1434,143 @@ pub mod tool_registry_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.server_streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.tools.v1.ToolRegistry/GetTenantAccess" => {
+                    #[allow(non_camel_case_types)]
+                    struct GetTenantAccessSvc<T: ToolRegistry>(pub Arc<T>);
+                    impl<
+                        T: ToolRegistry,
+                    > tonic::server::UnaryService<super::GetTenantAccessRequest>
+                    for GetTenantAccessSvc<T> {
+                        type Response = super::TenantAccessResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::GetTenantAccessRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ToolRegistry>::get_tenant_access(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = GetTenantAccessSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.tools.v1.ToolRegistry/SetAllowList" => {
+                    #[allow(non_camel_case_types)]
+                    struct SetAllowListSvc<T: ToolRegistry>(pub Arc<T>);
+                    impl<
+                        T: ToolRegistry,
+                    > tonic::server::UnaryService<super::SetAllowListRequest>
+                    for SetAllowListSvc<T> {
+                        type Response = super::TenantAccessResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SetAllowListRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ToolRegistry>::set_allow_list(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SetAllowListSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.tools.v1.ToolRegistry/SetTenantOverride" => {
+                    #[allow(non_camel_case_types)]
+                    struct SetTenantOverrideSvc<T: ToolRegistry>(pub Arc<T>);
+                    impl<
+                        T: ToolRegistry,
+                    > tonic::server::UnaryService<super::SetTenantOverrideRequest>
+                    for SetTenantOverrideSvc<T> {
+                        type Response = super::TenantAccessResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::SetTenantOverrideRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ToolRegistry>::set_tenant_override(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = SetTenantOverrideSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

@@ -86,6 +86,7 @@ pub fn allow_all() -> PolicyConfig {
             tools: vec!["*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         }],
     }
 }

@@ -94,6 +94,7 @@ pub fn pipeline_gated(
             tools: vec!["demo.*".into()],
             actions: vec!["invoke".into()],
             require_scopes: false,
+            obligations: Vec::new(),
         }],
     };
     let quota = LocalQuota::new(&[QuotaLimit {

@@ -425,32 +425,7 @@ pub fn day_start_secs(day: &str) -> Option<i64> {
     Some((era * 146_097 + doe - 719_468) * 86_400)
 }
 
-/// What an obligation does to the value at its pointer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ObligationKind {
-    /// Replace the value's characters with a mask (keeps the shape).
-    Mask,
-    /// Remove the value (or replace it with `value`).
-    Redact,
-    /// Add a watermark (`value` is its text).
-    Watermark,
-}
-
-/// An obligation applied to the output before it is returned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Obligation {
-    /// What to do.
-    pub kind: ObligationKind,
-    /// A JSON pointer into the output (`""` is the whole output). A segment `*`
-    /// stands for every element of an array or every member of an object.
-    pub pointer: String,
-    /// Kind-specific argument: the mask text, the redaction replacement, the
-    /// watermark text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-}
+pub use soulbase_types::{Obligation, ObligationFailure, ObligationKind};
 
 /// The dotted path (`limits.timeout_ms`, `tags[2]`) of the first field of a parsed
 /// document that does not fit a manifest; empty when it is the document itself.

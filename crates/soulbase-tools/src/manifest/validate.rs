@@ -135,7 +135,7 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
         }
     }
     for (i, o) in m.obligations.iter().enumerate() {
-        if let Err(problem) = check_pointer(&o.pointer) {
+        if let Some(problem) = o.pointer_problem() {
             out.push(Problem::new(format!("obligations[{i}].pointer"), problem));
         }
     }
@@ -341,21 +341,4 @@ fn check_limits(m: &ToolManifest, out: &mut Vec<Problem>) {
             ));
         }
     }
-}
-
-/// A JSON pointer: empty, or `/`-separated segments with only `~0`/`~1` escapes.
-fn check_pointer(p: &str) -> Result<(), String> {
-    if p.is_empty() {
-        return Ok(());
-    }
-    if !p.starts_with('/') {
-        return Err("must be a JSON pointer: empty or starting with `/`".into());
-    }
-    let mut chars = p.chars();
-    while let Some(c) = chars.next() {
-        if c == '~' && !matches!(chars.next(), Some('0' | '1')) {
-            return Err("has a `~` not followed by 0 or 1".into());
-        }
-    }
-    Ok(())
 }

@@ -142,6 +142,12 @@ pub struct CallResult {
     /// deprecation notes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What the call was charged — its End's usage, settled into budgets — when
+    /// it executed here; `None` for a refusal and for a stored result answered
+    /// again (a replay charges nothing). Not serialized: metrics read it
+    /// (`CallObserver::usage_charged`).
+    #[serde(skip)]
+    pub usage: Option<soulbase_observe::BudgetUsage>,
 }
 
 impl CallResult {
@@ -155,6 +161,7 @@ impl CallResult {
             evidence_ref,
             replayed: false,
             warnings: Vec::new(),
+            usage: None,
         }
     }
 
@@ -185,6 +192,7 @@ impl CallResult {
             evidence_ref,
             replayed: false,
             warnings: Vec::new(),
+            usage: None,
         }
     }
 

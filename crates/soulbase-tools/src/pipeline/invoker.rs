@@ -32,7 +32,7 @@ use super::stage::{self, stage_span};
 use super::terms::{self as quota_terms, Admission, CallTerms, QuotaHold};
 use super::{CallResult, PreflightReport, ToolCall};
 use crate::manifest::{
-    CompiledTool, Concurrency, Idempotency, SafetyClass, SideEffect, ToolManifest,
+    CompiledTool, Concurrency, Idempotency, Obligation, SafetyClass, SideEffect, ToolManifest,
 };
 use crate::registry::{AvailableSpec, Registry, ResolvedTool, ToolFilter, ToolOwner, ToolState};
 
@@ -164,6 +164,8 @@ struct Cleared {
     args_digest: String,
     policy_hash: String,
     admission: Admission,
+    /// The manifest's obligations, then the policy decision's.
+    obligations: Vec<Obligation>,
 }
 
 /// A keyed call's key, arguments digest and Begin, carried to its End.
@@ -646,12 +648,19 @@ impl Invoker {
             None => Admission::default(),
         };
         let args_digest = digest_bytes(&args_bytes);
+        let mut obligations = resolved.tool.manifest.obligations.clone();
+        for ob in decision.obligations {
+            if !obligations.contains(&ob) {
+                obligations.push(ob);
+            }
+        }
         Ok(Cleared {
             resolved,
             bytes_in: args_bytes.len() as u64,
             args_digest,
             policy_hash: decision.policy_hash,
             admission,
+            obligations,
         })
     }
 
@@ -790,7 +799,7 @@ impl Invoker {
             policy_hash: cleared.policy_hash,
             budget,
             consent_required: tool.manifest.consent.required,
-            obligations: tool.manifest.obligations.clone(),
+            obligations: cleared.obligations.clone(),
         })
     }
 
@@ -801,13 +810,9 @@ impl Invoker {
         if result.is_ok()
             && let Ok(resolved) = self.seams.tools.resolve(&call.subject.tenant, &call.tool)
         {
-            result.warnings = resolved
-                .tool
-                .manifest
-                .deprecations
-                .iter()
-                .map(|d| d.note())
-                .collect();
+            // The deprecation notes, then what the call's obligations said.
+            let notes = resolved.tool.manifest.deprecations.iter().map(|d| d.note());
+            result.warnings.splice(0..0, notes);
         }
         if call.calling_skill.is_some()
             && let Some(terms) = &self.seams.terms
@@ -1015,7 +1020,7 @@ impl Invoker {
             &tool,
             &profile,
             args,
-            cleared.bytes_in,
+            &cleared,
             (begin_id, begin_durable, open),
             spent,
             permit,
@@ -1032,7 +1037,7 @@ impl Invoker {
         tool: &CompiledTool,
         profile: &Profile,
         args: Value,
-        bytes_in: u64,
+        cleared: &Cleared,
         (begin_id, begin_durable, open): (EnvelopeId, Option<Durable>, OpenCall),
         spent: quota_terms::Spent,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -1111,9 +1116,12 @@ impl Invoker {
         }
         let duration_us = micros(started.elapsed());
 
-        // Output checks belong to the outcome the End records.
-        let checked = outcome.and_then(|out| {
-            stage::sync(stage_span!("output"), || {
+        // Output checks belong to the outcome the End records. The obligations
+        // (the manifest's and the policy's) apply before the digest: the End
+        // records the output as answered, never a digest of what was withheld.
+        let obligations = &cleared.obligations;
+        let checked = outcome.and_then(|mut out| {
+            let checked = stage::sync(stage_span!("output"), || {
                 let bytes = canonical_json(&out.output);
                 if bytes.len() as u64 > manifest.limits.max_bytes_out {
                     return Err(SoulError::new(
@@ -1123,9 +1131,17 @@ impl Invoker {
                     .with_field("max_bytes_out", manifest.limits.max_bytes_out.to_string()));
                 }
                 tool.validate_output(&out.output)?;
-                Ok((digest_bytes(&bytes), bytes.len() as u64))
-            })
-            .map(|(digest, len)| (out, digest, len))
+                Ok(bytes)
+            })?;
+            let (bytes, warnings) = if obligations.is_empty() {
+                (checked, Vec::new())
+            } else {
+                let warnings = stage::sync(stage_span!("obligations"), || {
+                    apply_obligations(&mut out.output, obligations)
+                })?;
+                (canonical_json(&out.output), warnings)
+            };
+            Ok((out, digest_bytes(&bytes), bytes.len() as u64, warnings))
         });
         let (status, code) = match &checked {
             Err(e) if abandoned => (EndStatus::Cancelled, Some(e.code())),
@@ -1137,7 +1153,7 @@ impl Invoker {
         };
         let usage = BudgetUsage {
             calls: 1,
-            bytes_in,
+            bytes_in: cleared.bytes_in,
             bytes_out: checked.as_ref().map(|c| c.2).unwrap_or(0),
             // What the executor measured (`ExecOutput::cpu_ms`; `docs/sandbox.md`,
             // "CPU time"), settled into `cpu_ms` budgets below. A failed call has
@@ -1161,14 +1177,10 @@ impl Invoker {
         // The result, before the End is recorded: a keyed call stores it with its
         // End in one step (the idempotency store), then records the End.
         let mut result = match checked {
-            Ok((out, _, _)) => {
-                let mut output = out.output;
-                if !manifest.obligations.is_empty() {
-                    stage_span!("obligations")
-                        .in_scope(|| apply_obligations(&mut output, &manifest.obligations));
-                }
-                CallResult::ok(call.call_id.clone(), output, Some(begin_id))
-            }
+            Ok((out, _, _, warnings)) => CallResult {
+                warnings,
+                ..CallResult::ok(call.call_id.clone(), out.output, Some(begin_id))
+            },
             Err(e) => {
                 tracing::info!(call_id = %call.call_id, code = %e.code(), audit = ?e.audit().causes, "call failed");
                 CallResult::failed(call.call_id.clone(), &e, Some(begin_id))
@@ -1233,11 +1245,10 @@ impl Invoker {
                     .with_field("executed", "true")
                     .with_field("end", "pending")
                     .with_note(e.audit().causes.join("; "));
-                    return Ok(CallResult::failed(
-                        call.call_id.clone(),
-                        &err,
-                        result.evidence_ref,
-                    ));
+                    return Ok(CallResult {
+                        usage: Some(usage),
+                        ..CallResult::failed(call.call_id.clone(), &err, result.evidence_ref)
+                    });
                 }
                 Err(e) => {
                     tracing::error!(error = ?e, call_id = %call.call_id, "idempotency store failed");
@@ -1283,11 +1294,14 @@ impl Invoker {
             .with_field("executed", "true")
             .with_field("end", end)
             .with_note(e.audit().causes.join("; "));
-            return Ok(CallResult::failed(
-                call.call_id.clone(),
-                &err,
-                result.evidence_ref,
-            ));
+            return Ok(CallResult {
+                usage: Some(usage),
+                ..CallResult::failed(call.call_id.clone(), &err, result.evidence_ref)
+            });
+        }
+        // A result answered again from the key's store charged nothing here.
+        if !result.replayed {
+            result.usage = Some(usage);
         }
         Ok(result)
     }

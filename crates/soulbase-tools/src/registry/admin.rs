@@ -18,13 +18,21 @@
 //! as the shared store announces them (soulbase-store's `RegistryStore::follow`);
 //! a record older than the one already applied is ignored, so announcements may
 //! repeat or race with a local commit.
+//!
+//! Every change names who makes it (`by`), and one that committed something is
+//! then one [`AuditRecord`] in the admin's [`AuditLog`] ([`RegistryAdmin::with_audit`]):
+//! the tenant whose view changed, the tool (or the tenant of an allow-list), and
+//! [`state_hash`]es of the record before and after. A refused change, or one that
+//! changed nothing, records nothing; records applied from another replica were
+//! audited where they were made.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use soulbase_auth::{Action, Authorizer, AuthzRequest};
 use soulbase_errors::{ErrorCode, SoulError, SoulResult};
+use soulbase_observe::{AuditKind, AuditLog, AuditRecord, state_hash};
 use soulbase_types::{Subject, TenantId, ToolId};
 use tokio::sync::broadcast::error::TryRecvError;
 
@@ -144,6 +152,8 @@ struct AdminInner {
     /// One local change at a time (a change is fork → commit → apply).
     writes: tokio::sync::Mutex<()>,
     take: Option<TakePolicy>,
+    /// Where committed changes are audited (none: not audited).
+    audit: OnceLock<Arc<dyn AuditLog>>,
 }
 
 /// Makes registry changes on someone's behalf: persisted first, then applied
@@ -186,8 +196,19 @@ impl RegistryAdmin {
                 seen: Mutex::new(imbl::HashMap::new()),
                 writes: tokio::sync::Mutex::new(()),
                 take,
+                audit: OnceLock::new(),
             }),
         }
+    }
+
+    /// Audits every change committed through this admin and its clones in `log`
+    /// (one [`AuditRecord`] per change, after it took effect). Set once, before
+    /// the admin is used: a later log is ignored.
+    pub fn with_audit(self, log: Arc<dyn AuditLog>) -> Self {
+        if self.inner.audit.set(log).is_err() {
+            tracing::warn!("the registry admin already has an audit log; the new one is ignored");
+        }
+        self
     }
 
     /// An admin for `registry` with nothing shared ([`MemoryLedger`]).
@@ -216,7 +237,19 @@ impl RegistryAdmin {
     /// applies them: `f`'s refusal, or `REGISTRY.CONFLICT` if another replica
     /// changed one of them first (this process then takes the newer records, so
     /// a retry starts from them), or the ledger's error (nothing changed).
+    ///
+    /// Records no audit: a change made for someone goes through the methods
+    /// below, which name who makes it.
     pub async fn change<R>(&self, f: impl FnOnce(&Registry) -> SoulResult<R>) -> SoulResult<R> {
+        self.commit(f).await.map(|(out, _)| out)
+    }
+
+    /// [`change`](Self::change), returning also the views before and after when
+    /// something was committed (`None`: nothing changed).
+    async fn commit<R>(
+        &self,
+        f: impl FnOnce(&Registry) -> SoulResult<R>,
+    ) -> SoulResult<(R, Option<(RegistryView, RegistryView)>)> {
         let _one = self.inner.writes.lock().await;
         // The fork and the revisions it starts from, taken together.
         let (fork, seen) = {
@@ -257,12 +290,12 @@ impl RegistryAdmin {
             })
             .collect();
         if changes.is_empty() {
-            return Ok(out);
+            return Ok((out, None));
         }
         match self.inner.ledger.commit(&changes).await {
             Ok(committed) => {
                 self.apply(committed, false);
-                Ok(out)
+                Ok((out, Some((base, after))))
             }
             Err(e) if e.code() == ErrorCode::RegistryConflict => {
                 let keys: Vec<RecordKey> = changes.into_iter().map(|c| c.key).collect();
@@ -323,14 +356,56 @@ impl RegistryAdmin {
         report
     }
 
-    /// Registers `manifest` for `owner`, enabled at once if `enable`.
+    /// [`commit`](Self::commit)s `f` made by `by`; when it committed something,
+    /// appends one audit record of `kind` about the record under `key` (the
+    /// tenant whose view changed, the target, hashes before and after). An audit
+    /// log that fails then cannot undo the change: the record is logged at ERROR
+    /// instead, and the change stands.
+    async fn audited(
+        &self,
+        by: &Subject,
+        kind: AuditKind,
+        key: RecordKey,
+        f: impl FnOnce(&Registry) -> SoulResult<()>,
+    ) -> SoulResult<()> {
+        let ((), views) = self.commit(f).await?;
+        let (Some((base, after)), Some(log)) = (views, self.inner.audit.get()) else {
+            return Ok(());
+        };
+        let before = base.record(&key);
+        let now = after.record(&key);
+        let (tenant, target) = match &key {
+            RecordKey::Tool { owner, id } => (
+                owner.tenant_id().cloned().unwrap_or_else(TenantId::global),
+                id.to_string(),
+            ),
+            RecordKey::Override { tenant, id } => (tenant.clone(), id.to_string()),
+            RecordKey::AllowList { tenant } => (tenant.clone(), tenant.to_string()),
+        };
+        let record = AuditRecord::new(tenant, by, kind, target)
+            .hashes(record_hash(before.as_ref()), record_hash(now.as_ref()))
+            .detail(describe(before.as_ref(), now.as_ref()));
+        if let Err(e) = log.append(&record).await {
+            tracing::error!(
+                error = %e,
+                record = ?record,
+                "audit record lost: the registry change took effect but could not be audited"
+            );
+        }
+        Ok(())
+    }
+
+    /// Registers `manifest` for `owner`, enabled at once if `enable`, on behalf
+    /// of `by` (audited as `registry.register`).
     pub async fn register(
         &self,
+        by: &Subject,
         owner: &ToolOwner,
         manifest: ToolManifest,
         enable: bool,
     ) -> SoulResult<()> {
-        self.change(|r| {
+        let key = tool_key(owner, &manifest.id);
+        self.audited(by, AuditKind::RegistryRegister, key, |r| {
             let id = manifest.id.clone();
             r.register_in(owner, manifest)?;
             if enable {
@@ -341,49 +416,136 @@ impl RegistryAdmin {
         .await
     }
 
-    /// Replaces `owner`'s tool with a new version (see [`Registry::update`]).
-    pub async fn update(&self, owner: &ToolOwner, manifest: ToolManifest) -> SoulResult<()> {
-        self.change(|r| r.update(owner, manifest).map(|_| ())).await
-    }
-
-    /// Applies a state change (see [`StateChange`]).
-    pub async fn set_state(
+    /// Replaces `owner`'s tool with a new version (see [`Registry::update`]) on
+    /// behalf of `by` (audited as `registry.update`).
+    pub async fn update(
         &self,
+        by: &Subject,
         owner: &ToolOwner,
-        id: &ToolId,
-        change: StateChange,
+        manifest: ToolManifest,
     ) -> SoulResult<()> {
-        self.change(|r| match change {
-            StateChange::Enable => r.enable(owner, id),
-            StateChange::Pause => r.pause(owner, id),
-            StateChange::Deprecate => r.deprecate(owner, id),
+        let key = tool_key(owner, &manifest.id);
+        self.audited(by, AuditKind::RegistryUpdate, key, |r| {
+            r.update(owner, manifest).map(|_| ())
         })
         .await
     }
 
-    /// Removes `owner`'s tool (see [`Registry::unregister`]).
-    pub async fn unregister(&self, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
-        self.change(|r| r.unregister(owner, id)).await
+    /// Applies a state change (see [`StateChange`]) on behalf of `by` (audited
+    /// as `registry.state`).
+    pub async fn set_state(
+        &self,
+        by: &Subject,
+        owner: &ToolOwner,
+        id: &ToolId,
+        change: StateChange,
+    ) -> SoulResult<()> {
+        self.audited(
+            by,
+            AuditKind::RegistryState,
+            tool_key(owner, id),
+            |r| match change {
+                StateChange::Enable => r.enable(owner, id),
+                StateChange::Pause => r.pause(owner, id),
+                StateChange::Deprecate => r.deprecate(owner, id),
+            },
+        )
+        .await
     }
 
-    /// See [`Registry::set_tenant_override`].
+    /// Removes `owner`'s tool (see [`Registry::unregister`]) on behalf of `by`
+    /// (audited as `registry.unregister`).
+    pub async fn unregister(&self, by: &Subject, owner: &ToolOwner, id: &ToolId) -> SoulResult<()> {
+        self.audited(
+            by,
+            AuditKind::RegistryUnregister,
+            tool_key(owner, id),
+            |r| r.unregister(owner, id),
+        )
+        .await
+    }
+
+    /// See [`Registry::set_tenant_override`]; on behalf of `by` (audited as
+    /// `registry.override` in `tenant`).
     pub async fn set_tenant_override(
         &self,
+        by: &Subject,
         tenant: &TenantId,
         id: &ToolId,
         value: Option<TenantOverride>,
     ) -> SoulResult<()> {
-        self.change(|r| r.set_tenant_override(tenant, id, value))
-            .await
+        let key = RecordKey::Override {
+            tenant: tenant.clone(),
+            id: id.clone(),
+        };
+        self.audited(by, AuditKind::RegistryOverride, key, |r| {
+            r.set_tenant_override(tenant, id, value)
+        })
+        .await
     }
 
-    /// See [`Registry::set_allow_list`].
+    /// See [`Registry::set_allow_list`]; on behalf of `by` (audited as
+    /// `registry.allow_list` in `tenant`).
     pub async fn set_allow_list(
         &self,
+        by: &Subject,
         tenant: &TenantId,
         allow: Option<BTreeSet<ToolId>>,
     ) -> SoulResult<()> {
-        self.change(|r| r.set_allow_list(tenant, allow)).await
+        let key = RecordKey::AllowList {
+            tenant: tenant.clone(),
+        };
+        self.audited(by, AuditKind::RegistryAllowList, key, |r| {
+            r.set_allow_list(tenant, allow)
+        })
+        .await
+    }
+}
+
+fn tool_key(owner: &ToolOwner, id: &ToolId) -> RecordKey {
+    RecordKey::Tool {
+        owner: owner.clone(),
+        id: id.clone(),
+    }
+}
+
+/// The audit hash of a record (`None`: there is none).
+fn record_hash(record: Option<&Record>) -> Option<String> {
+    let value = serde_json::to_value(record?).ok()?;
+    Some(state_hash(&value))
+}
+
+/// A short description of a record's change, for the audit.
+fn describe(before: Option<&Record>, after: Option<&Record>) -> String {
+    fn tool(t: &super::ExportedTool) -> String {
+        format!("version {}, {}", t.manifest.version, t.state.as_str())
+    }
+    fn allow(tools: &BTreeSet<ToolId>) -> String {
+        const SHOWN: usize = 10;
+        let names: Vec<&str> = tools.iter().take(SHOWN).map(ToolId::as_str).collect();
+        let more = tools.len().saturating_sub(SHOWN);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("allows {} tool(s): {}{more}", tools.len(), names.join(", "))
+    }
+    fn one(r: &Record) -> String {
+        match r {
+            Record::Tool(t) => tool(t),
+            Record::Override(o) => match o.value {
+                TenantOverride::Enabled => "override enabled".to_owned(),
+                TenantOverride::Paused => "override paused".to_owned(),
+            },
+            Record::AllowList { tools, .. } => allow(tools),
+        }
+    }
+    match (before, after) {
+        (None, None) => "no change".to_owned(),
+        (None, Some(a)) => one(a),
+        (Some(b), None) => format!("removed ({})", one(b)),
+        (Some(b), Some(a)) => format!("{} → {}", one(b), one(a)),
     }
 }
 
@@ -466,7 +628,7 @@ pub async fn authorize(
 }
 
 /// Applies `change` to tool `id` of `owner` for `subject`, once the authorizer
-/// allows the change's action.
+/// allows the change's action (audited as made by `subject`).
 pub async fn change_state(
     authorizer: &dyn Authorizer,
     admin: &RegistryAdmin,
@@ -476,5 +638,5 @@ pub async fn change_state(
     change: StateChange,
 ) -> Result<(), SoulError> {
     authorize(authorizer, subject, owner, id, change.action()).await?;
-    admin.set_state(owner, id, change).await
+    admin.set_state(subject, owner, id, change).await
 }

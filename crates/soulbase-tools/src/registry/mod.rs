@@ -20,13 +20,14 @@
 //! Schemas are compiled by [`compile`] *before* the writer lock is
 //! taken, so slow manifests never hold up other writers.
 
+pub mod access;
 pub mod admin;
 mod export;
 mod records;
 mod snapshot;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
@@ -40,7 +41,7 @@ use self::snapshot::{Criteria, Entry, Snapshot};
 use self::types::effective_state;
 pub use self::types::{
     AvailableSpec, LoadFailure, LoadOptions, LoadReport, OwnerFilter, RegistryEvent, ResolvedTool,
-    TenantOverride, ToolFilter, ToolOwner, ToolState, UpgradePolicy,
+    TenantAccess, TenantOverride, ToolFilter, ToolOwner, ToolState, UpgradePolicy,
 };
 use crate::manifest::problem::problems_error;
 use crate::manifest::{CompiledTool, ToolManifest, check_upgrade, compile};
@@ -581,6 +582,37 @@ impl Registry {
         })
     }
 
+    /// Replaces what the configuration decides about tenants' views (the
+    /// `tenants` section, read again on every reload): each tenant's
+    /// [`TenantAccess`] applies on top of what the registry stores for it, from
+    /// the next snapshot on; calls already resolved keep their tool. Emits
+    /// `AllowListChanged` for every tenant whose configured access changed, so
+    /// its subscribers re-list. Nothing is persisted: every replica reads the
+    /// same configuration.
+    pub fn set_configured(&self, configured: HashMap<TenantId, TenantAccess>) {
+        let result = self.write(|snap, events| {
+            let old = &snap.configured;
+            let mut changed: BTreeSet<&TenantId> = BTreeSet::new();
+            for (tenant, access) in &configured {
+                if old.get(tenant) != Some(access) {
+                    changed.insert(tenant);
+                }
+            }
+            changed.extend(old.keys().filter(|t| !configured.contains_key(*t)));
+            events.extend(
+                changed
+                    .into_iter()
+                    .map(|t| RegistryEvent::AllowListChanged { tenant: t.clone() }),
+            );
+            if !events.is_empty() {
+                snap.configured = Arc::new(configured.clone());
+            }
+            Ok(())
+        });
+        // The closure never fails.
+        debug_assert!(result.is_ok());
+    }
+
     /// Restricts the global tools `tenant` sees to `allow` (`None`: all of them).
     /// The tenant's own tools are not affected.
     pub fn set_allow_list(
@@ -701,10 +733,8 @@ impl RegistryView {
     /// Whether global tool `id` (present or not) is one `tenant` could see: its
     /// allow-list admits it and no tool of its own shadows it.
     pub fn global_visible_to(&self, tenant: &TenantId, id: &ToolId) -> bool {
-        self.snap
-            .tenants
-            .get(tenant)
-            .is_none_or(|d| d.allows(id) && !d.table.contains(id))
+        let rules = self.snap.rules(tenant);
+        rules.allows(id) && !rules.shadows(id)
     }
 
     /// The snapshot counter of this view.
@@ -718,8 +748,8 @@ impl RegistryView {
     /// lets it through, with the effective state. Anything else is
     /// `TOOL.NOT_FOUND` — including other tenants' tools.
     pub fn get(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
-        let data = self.snap.tenants.get(tenant);
-        if let Some(e) = data.and_then(|d| d.table.get(id)) {
+        let rules = self.snap.rules(tenant);
+        if let Some(e) = rules.stored.and_then(|d| d.table.get(id)) {
             return Ok(ResolvedTool {
                 tool: e.tool.clone(),
                 state: e.state,
@@ -729,11 +759,10 @@ impl RegistryView {
         let Some(e) = self.snap.global.get(id) else {
             return Err(not_found(id));
         };
-        let state = match data {
-            Some(d) if !d.allows(id) => return Err(not_found(id)),
-            Some(d) => effective_state(e.state, d.overrides.get(id).copied()),
-            None => e.state,
-        };
+        if !rules.allows(id) {
+            return Err(not_found(id));
+        }
+        let state = effective_state(e.state, rules.override_of(id));
         Ok(ResolvedTool {
             tool: e.tool.clone(),
             state,
@@ -760,13 +789,13 @@ impl RegistryView {
     /// Tools visible to `tenant` that match `filter`, in id order.
     pub fn list(&self, tenant: &TenantId, filter: &ToolFilter) -> Vec<ResolvedTool> {
         let c = criteria(filter);
-        let data = self.snap.tenants.get(tenant);
+        let rules = self.snap.rules(tenant);
         // (entry, effective state, owned by the tenant)
         let mut found: Vec<(&Arc<Entry>, ToolState, bool)> = Vec::new();
 
         // The tenant's own tools: their state is their own.
         if filter.owner != Some(OwnerFilter::Global)
-            && let Some(d) = data
+            && let Some(d) = rules.stored
         {
             found.extend(
                 d.table
@@ -780,33 +809,28 @@ impl RegistryView {
         if filter.owner != Some(OwnerFilter::Tenant) {
             let global = &self.snap.global;
             let admit = |e: &Arc<Entry>| -> Option<(ToolState, bool)> {
-                if let Some(d) = data
-                    && (!d.allows(&e.key) || d.table.contains(&e.key))
-                {
+                if !rules.allows(&e.key) || rules.shadows(&e.key) {
                     return None;
                 }
-                let state = effective_state(
-                    e.state,
-                    data.and_then(|d| d.overrides.get(&*e.key).copied()),
-                );
+                let state = effective_state(e.state, rules.override_of(&e.key));
                 filter
                     .state
                     .is_none_or(|s| s == state)
                     .then_some((state, false))
             };
-            let overrides = data.map(|d| &d.overrides).filter(|o| !o.is_empty());
-            match (filter.state, overrides) {
-                (Some(s), Some(ov)) => {
+            let overridden: BTreeSet<&ToolId> = rules.overridden().collect();
+            match (filter.state, !overridden.is_empty()) {
+                (Some(s), true) => {
                     // Overrides move tools in and out of `s`: walk the global set
                     // for `s` minus overridden ids, then the (few) overridden ids.
                     for e in global.scan(&c, Some(s)) {
-                        if !ov.contains_key(&*e.key)
+                        if !overridden.contains(&*e.key)
                             && let Some((st, own)) = admit(e)
                         {
                             found.push((e, st, own));
                         }
                     }
-                    for id in ov.keys() {
+                    for &id in &overridden {
                         if let Some(e) = global.get(id)
                             && c.matches(&e.tool)
                             && let Some((st, own)) = admit(e)
@@ -875,12 +899,30 @@ impl RegistryView {
             .collect()
     }
 
-    /// `tenant`'s override for global tool `id`, if any.
+    /// What the configuration decides about `tenant`'s view, if anything
+    /// ([`Registry::set_configured`]).
+    pub fn configured(&self, tenant: &TenantId) -> Option<&TenantAccess> {
+        self.snap.configured.get(tenant)
+    }
+
+    /// Every stored override of `tenant`, by tool id.
+    pub fn stored_overrides(&self, tenant: &TenantId) -> BTreeMap<ToolId, TenantOverride> {
+        self.snap
+            .tenants
+            .get(tenant)
+            .map_or_else(BTreeMap::new, |d| {
+                d.overrides.iter().map(|(k, v)| (k.clone(), *v)).collect()
+            })
+    }
+
+    /// `tenant`'s stored override for global tool `id`, if any (a configured one
+    /// takes precedence: [`RegistryView::configured`]).
     pub fn tenant_override(&self, tenant: &TenantId, id: &ToolId) -> Option<TenantOverride> {
         self.snap.tenants.get(tenant)?.overrides.get(id).copied()
     }
 
-    /// `tenant`'s allow-list of global tools, if it has one (in id order).
+    /// `tenant`'s stored allow-list of global tools, if it has one (in id order;
+    /// a configured one applies too: [`RegistryView::configured`]).
     pub fn allow_list(&self, tenant: &TenantId) -> Option<Vec<ToolId>> {
         let allow = self.snap.tenants.get(tenant)?.allow.as_ref()?;
         let mut ids: Vec<ToolId> = allow.iter().cloned().collect();

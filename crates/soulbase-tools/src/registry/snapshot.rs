@@ -32,7 +32,7 @@ use imbl::{GenericHashMap, HashMap, HashSet, OrdMap, OrdSet};
 use soulbase_sandbox::CapabilityDomain;
 use soulbase_types::{TenantId, ToolId};
 
-use super::types::{TenantOverride, ToolState};
+use super::types::{TenantAccess, TenantOverride, ToolState};
 use crate::manifest::{CompiledTool, SafetyClass, SideEffect};
 
 /// A tool id, shared by the entry and the id map.
@@ -298,15 +298,62 @@ impl TenantData {
     }
 }
 
+/// One tenant's view rules: what the registry stores for it and what the
+/// configuration decides ([`TenantAccess`]), combined.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules<'a> {
+    pub stored: Option<&'a TenantData>,
+    pub configured: Option<&'a TenantAccess>,
+}
+
+impl Rules<'_> {
+    /// Whether every allow-list admits global tool `id`.
+    pub fn allows(&self, id: &ToolId) -> bool {
+        self.stored.is_none_or(|d| d.allows(id))
+            && self
+                .configured
+                .is_none_or(|c| c.allow.as_ref().is_none_or(|a| a.contains(id)))
+    }
+
+    /// Whether the tenant's own tool `id` hides the global one.
+    pub fn shadows(&self, id: &ToolId) -> bool {
+        self.stored.is_some_and(|d| d.table.contains(id))
+    }
+
+    /// The tenant's override of global tool `id`: the configured one first.
+    pub fn override_of(&self, id: &ToolId) -> Option<TenantOverride> {
+        self.configured
+            .and_then(|c| c.overrides.get(id).copied())
+            .or_else(|| self.stored.and_then(|d| d.overrides.get(id).copied()))
+    }
+
+    /// Every id with an override, configured or stored (may repeat).
+    pub fn overridden(&self) -> impl Iterator<Item = &ToolId> {
+        let configured = self.configured.into_iter().flat_map(|c| c.overrides.keys());
+        let stored = self.stored.into_iter().flat_map(|d| d.overrides.keys());
+        configured.chain(stored)
+    }
+}
+
 /// Everything the registry knows at one instant. Never mutated once published.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
     pub version: u64,
     pub global: Table,
     pub tenants: HashMap<TenantId, TenantData>,
+    /// What the configuration decides per tenant, on top of `tenants`.
+    pub configured: Arc<std::collections::HashMap<TenantId, TenantAccess>>,
 }
 
 impl Snapshot {
+    /// `tenant`'s view rules.
+    pub fn rules(&self, tenant: &TenantId) -> Rules<'_> {
+        Rules {
+            stored: self.tenants.get(tenant),
+            configured: self.configured.get(tenant),
+        }
+    }
+
     /// The table of `tenant` (`None` = global), if it exists.
     pub fn table(&self, tenant: Option<&TenantId>) -> Option<&Table> {
         match tenant {

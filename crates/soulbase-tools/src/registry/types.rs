@@ -1,5 +1,6 @@
 //! The registry's public vocabulary.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -109,6 +110,24 @@ pub enum TenantOverride {
     Enabled,
     /// Paused for this tenant.
     Paused,
+}
+
+/// What an operator's configuration decides about one tenant's view of the
+/// global tools (`tenants.<tenant>` in the server configuration): applied on top
+/// of what the registry API stored ([`Registry::set_configured`]).
+///
+/// - `allow`: if set, the only global tools the tenant sees — both this list and
+///   a stored allow-list must admit a tool;
+/// - `overrides`: per-tool states for the tenant, taking precedence over stored
+///   overrides (a paused or deprecated tool stays so, as with any override).
+///
+/// [`Registry::set_configured`]: super::Registry::set_configured
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantAccess {
+    /// If set, the only global tools the tenant sees.
+    pub allow: Option<BTreeSet<ToolId>>,
+    /// The tenant's states of global tools.
+    pub overrides: BTreeMap<ToolId, TenantOverride>,
 }
 
 /// The effective state of a global tool in state `global` for a tenant with

@@ -788,3 +788,71 @@ pub fn refused_start(config: &str, env_remove: &[&str]) -> String {
     assert!(!out.status.success(), "soulbased started with:\n{config}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A loopback service that reports each request on `started` and answers it only
+/// when the test adds a permit to the returned semaphore: (port, started,
+/// permits, requests seen). A call of the [`http_skill`] tool on it stays in
+/// flight until the test releases it.
+pub async fn held_service() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let (started, started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let release = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (gate, counter) = (release.clone(), hits.clone());
+    let app = axum::Router::new().route(
+        "/execute",
+        axum::routing::post(move || {
+            let (started, gate, counter) = (started.clone(), gate.clone(), counter.clone());
+            async move {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = started.send(());
+                gate.acquire().await.unwrap().forget();
+                let out = serde_json::json!({"lines": ["held and released"]});
+                ([("content-type", "application/json")], out.to_string())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, started_rx, release, hits)
+}
+
+/// The `held` skill (tool `skills.held.held`): an HTTP tool calling
+/// [`held_service`] on `port`.
+pub fn http_skill(port: &str) -> String {
+    format!(
+        "name: held\ndescription: Answers when the test says so.\nprovider: http\n\
+         endpoint: http://127.0.0.1:{port}/execute\ntimeout: 60\nrisk_level: read\n\
+         parameters:\n  type: object\n  properties:\n    keyword: {{type: string}}\n\
+         output_schema:\n  type: object\n  required: [lines]\n"
+    )
+}
+
+/// The CLI against `server` as `tenant`/`actor` (development headers), JSON out.
+pub fn remote_cli(
+    server: &Server,
+    tenant: &str,
+    actor: &str,
+    args: &[&str],
+) -> std::process::Output {
+    let url = format!("http://{}", server.grpc);
+    let mut cmd = Command::new(cli_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SOULBASE") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .args([
+            "--server", &url, "--tenant", tenant, "--actor", actor, "--json",
+        ])
+        .current_dir(server.dir())
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap()
+}
