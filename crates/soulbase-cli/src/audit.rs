@@ -20,13 +20,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
-use soulbase_grpc::Credentials;
+use serde_json::json;
 use soulbase_observe::{AuditFilter, AuditKind, AuditLog, AuditRecord, MAX_AUDIT_PAGE};
 use soulbase_store::{Db, SqlAuditLog};
 use soulbase_types::{TenantId, UnixMillis};
 
 use crate::duration::parse_millis;
+use crate::http;
 use crate::options::{Common, ConfigArgs, OutputArgs};
 use crate::output::{table, truncate};
 use crate::target::{self, Failure, Global};
@@ -190,9 +190,7 @@ async fn remote(
     url: &str,
     filter: &AuditFilter,
 ) -> Result<Vec<AuditRecord>, Failure> {
-    let base = url.trim_end_matches('/');
-    let mut endpoint = reqwest::Url::parse(&format!("{base}/api/audit"))
-        .map_err(|e| Failure::Usage(format!("--server {url}: not a URL ({e})")))?;
+    let mut endpoint = http::endpoint(url, "/api/audit")?;
     let mut query: Vec<(&str, String)> = vec![("limit", filter.limit.to_string())];
     if let Some(t) = &filter.tenant {
         query.push(("tenant", t.to_string()));
@@ -206,51 +204,11 @@ async fn remote(
     if let Some(s) = filter.since {
         query.push(("since", s.0.max(0).to_string()));
     }
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(60))
-        .build()
-        .map_err(|e| Failure::Failed(format!("UNKNOWN.INTERNAL: no HTTP client: {e}")))?;
     endpoint
         .query_pairs_mut()
         .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
-    let mut request = client.get(endpoint);
-    request = match global.credentials() {
-        Credentials::ApiKey(k) => request.header("x-api-key", k),
-        Credentials::Bearer(t) => request.bearer_auth(t),
-        Credentials::DevHeaders if global.actor.is_some() => {
-            let s = global.subject()?;
-            request
-                .header("x-soulbase-tenant", s.tenant.as_str())
-                .header("x-soulbase-actor", s.actor.as_str())
-        }
-        Credentials::DevHeaders | Credentials::None => request,
-    };
-    let response = request
-        .send()
-        .await
-        .map_err(|e| Failure::Failed(format!("PROVIDER.UNAVAILABLE: cannot reach {url}: {e}")))?;
-    let status = response.status();
-    let bytes = response.bytes().await.map_err(|e| {
-        Failure::Failed(format!(
-            "PROVIDER.UNAVAILABLE: {url} answered {status} but the body did not arrive: {e}"
-        ))
-    })?;
-    let body: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        Failure::Failed(format!(
-            "UNKNOWN.INTERNAL: {url} answered {status} without a JSON body: {e}"
-        ))
-    })?;
-    if !status.is_success() {
-        let e = &body["error"];
-        return Err(Failure::Failed(format!(
-            "{}: {}",
-            e["code"].as_str().unwrap_or("UNKNOWN.INTERNAL"),
-            e["message"]
-                .as_str()
-                .unwrap_or("the server refused the request")
-        )));
-    }
+    let request = http::authed(http::client(Duration::from_secs(60))?.get(endpoint), global)?;
+    let body = http::json_answer(request, url).await?;
     serde_json::from_value(body["records"].clone()).map_err(|e| {
         Failure::Failed(format!(
             "UNKNOWN.INTERNAL: {url} answered records this CLI cannot read: {e}"

@@ -50,9 +50,11 @@ use clap::{Parser, Subcommand};
 
 mod access;
 mod audit;
+mod chat;
 mod consent;
 mod duration;
 mod evidence;
+mod http;
 mod init;
 mod keys;
 mod mcp;
@@ -106,6 +108,9 @@ enum Command {
     /// The audit of changes: registry, skill states and set, configuration
     /// reloads (from a server's HTTP API with --server, else the local database).
     Audit(audit::AuditArgs),
+    /// Talk to a model through the server's governed agent loop: its tool calls
+    /// run through the governed path, each shown as it is answered.
+    Chat(chat::ChatArgs),
     /// Mint API keys.
     Keys(keys::KeysArgs),
     /// Show and change the tenant's view of the global tools: its allow-list and
@@ -154,6 +159,7 @@ fn main() -> ExitCode {
         Command::Skills(args) => skills::run(common, args),
         Command::Evidence(args) => evidence::run(common, args),
         Command::Audit(args) => audit::run(common, args),
+        Command::Chat(args) => chat::run(common, args),
         Command::Keys(args) => keys::run(common, args),
         Command::Access(mut args) => {
             let global = common.for_target(std::mem::take(&mut args.target));

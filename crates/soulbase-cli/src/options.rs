@@ -15,8 +15,15 @@ use crate::target::{Failure, Global};
 
 /// The commands that reach a server with `--server`; every other command runs
 /// locally and refuses the server options.
-pub const SERVER_COMMANDS: [&str; 6] =
-    ["tools", "invoke", "preflight", "consent", "audit", "access"];
+pub const SERVER_COMMANDS: [&str; 7] = [
+    "tools",
+    "invoke",
+    "preflight",
+    "consent",
+    "audit",
+    "access",
+    "chat",
+];
 
 /// Where a tool command runs and how it authenticates there.
 #[derive(Debug, Clone, Default, Args)]

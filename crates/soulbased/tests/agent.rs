@@ -8,61 +8,15 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
-use axum::extract::State;
-use axum::routing::post;
-use common::{DEV_CONFIG, Server, http};
+use common::{DEV_CONFIG, Server, http, model_turn as turn, scripted_model as upstream};
 use serde_json::{Value, json};
 
 const ACME: [(&str, &str); 2] = [("x-soulbase-tenant", "acme"), ("x-soulbase-actor", "bob")];
-
-/// A scripted upstream: answers each request with the next scripted response (the
-/// last one repeats) and keeps every request it got.
-#[derive(Clone, Default)]
-struct Script {
-    responses: Arc<Vec<Value>>,
-    seen: Arc<Mutex<Vec<Value>>>,
-}
-
-async fn answer(State(s): State<Script>, body: axum::body::Bytes) -> axum::response::Response {
-    let req: Value = serde_json::from_slice(&body).unwrap();
-    let n = {
-        let mut seen = s.seen.lock().unwrap();
-        seen.push(req);
-        seen.len() - 1
-    };
-    let reply = s.responses[n.min(s.responses.len() - 1)].to_string();
-    axum::response::Response::builder()
-        .header("content-type", "application/json")
-        .body(axum::body::Body::from(reply))
-        .unwrap()
-}
-
-/// Serves `responses` on a loopback port; the base URL and the script.
-async fn upstream(responses: Vec<Value>) -> (String, Script) {
-    let script = Script {
-        responses: Arc::new(responses),
-        seen: Arc::default(),
-    };
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", post(answer))
-        .with_state(script.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/v1"), script)
-}
 
 fn config(base_url: &str, timeout_ms: u64) -> String {
     format!(
         "{DEV_CONFIG}model:\n  upstream: {{ base_url: \"{base_url}\", timeout_ms: {timeout_ms} }}\n  allow:\n    - {{ tenant: acme, models: [\"gpt-*\"] }}\n"
     )
-}
-
-fn turn(message: Value) -> Value {
-    json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
-           "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
 }
 
 fn tool_calls() -> Value {
@@ -350,4 +304,95 @@ async fn a_skill_disabled_between_two_requests_is_gone_from_the_second() {
     );
     assert!(!after_prompt.contains("greet"), "{after_prompt}");
     assert!(after_tools.contains(&"soulbase__builtin__echo".to_owned()));
+}
+
+/// `soulbase chat` against the server: one prompt streamed (each governed tool
+/// call shown on stderr as it is answered, the answer on stdout, the loop's
+/// summary last); an interactive session (one prompt per stdin line, the
+/// conversation so far sent with each); `--json` prints the whole response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soulbase_chat_shows_each_governed_tool_call_and_the_answer() {
+    let answer = |text: &str| turn(json!({"role": "assistant", "content": text}));
+    let (base, script) = upstream(vec![tool_calls(), answer("Done: echoed.")]).await;
+    let server = Server::start(&config(&base, 10_000));
+    let url = format!("http://{}", server.http);
+    let chat = move |args: Vec<String>, stdin: &'static str| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut child = std::process::Command::new(common::cli_bin())
+                .args([
+                    "chat", "--server", &url, "--tenant", "acme", "--actor", "bob",
+                ])
+                .args(["--model", "gpt-test"])
+                .args(args)
+                .env_remove("SOULBASE_SERVER")
+                .env_remove("SOULBASE_API_KEY")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(stdin.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            )
+        })
+    };
+
+    let (stdout, stderr) = chat(vec!["Please echo hello.".into()], "").await.unwrap();
+    assert_eq!(stdout, "Done: echoed.\n");
+    assert!(stderr.contains("tool soulbase.builtin.echo ok"), "{stderr}");
+    assert!(
+        stderr.contains("tool soulbase.builtin.sleep refused or failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(2 iterations, answered)"), "{stderr}");
+
+    // Interactive: each line a prompt, the conversation so far sent with each.
+    let (stdout, _) = chat(Vec::new(), "hi\n\nagain\n").await.unwrap();
+    assert_eq!(stdout, "Done: echoed.\nDone: echoed.\n");
+    let seen = script.seen.lock().unwrap().clone();
+    let last = seen.last().unwrap()["messages"].as_array().unwrap().clone();
+    let said: Vec<(&str, &str)> = last
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("user", "hi"),
+            ("assistant", "Done: echoed."),
+            ("user", "again")
+        ]
+    );
+
+    // --json: the whole response, the loop's summary with it.
+    let (stdout, _) = chat(vec!["Again.".into(), "--json".into()], "")
+        .await
+        .unwrap();
+    let response: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        response["choices"][0]["message"]["content"],
+        "Done: echoed."
+    );
+    assert_eq!(response["soulbase"]["reason"], "answered", "{response}");
 }

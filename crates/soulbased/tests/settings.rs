@@ -14,7 +14,6 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
@@ -367,39 +366,14 @@ fn evidence_durability_sets_the_spools_mode() {
 
 // ---- model ----
 
-/// One request the scripted model upstream received: its authorization header
-/// and its body.
-type Turn = (Option<String>, Value);
-
-/// What the scripted model upstream received.
-#[derive(Clone, Default)]
-struct Upstream {
-    seen: Arc<Mutex<Vec<Turn>>>,
-}
-
-/// Answers every turn with a tool call (echo), so a conversation runs until its
+/// A model turn asking for a tool (echo), so a conversation runs until its
 /// iteration bound.
-async fn model_turn(
-    State(up): State<Upstream>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> axum::response::Response {
-    let auth = headers
-        .get("authorization")
-        .map(|v| v.to_str().unwrap().to_owned());
-    up.seen
-        .lock()
-        .unwrap()
-        .push((auth, serde_json::from_slice(&body).unwrap()));
-    let reply = json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+fn echo_call() -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
         "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
             "role": "assistant", "content": null, "tool_calls": [
                 {"id": "call_1", "type": "function",
-                 "function": {"name": "soulbase__builtin__echo", "arguments": "{\"n\": 1}"}}]}}]});
-    axum::response::Response::builder()
-        .header("content-type", "application/json")
-        .body(axum::body::Body::from(reply.to_string()))
-        .unwrap()
+                 "function": {"name": "soulbase__builtin__echo", "arguments": "{\"n\": 1}"}}]}}]})
 }
 
 async fn chat(server: &Server, tenant: &str, body: Value) -> (u16, Value) {
@@ -420,16 +394,10 @@ async fn chat(server: &Server, tenant: &str, body: Value) -> (u16, Value) {
 /// decides which models (`models`) each tenant (`tenant`) may use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_settings_bound_the_loop_and_reach_the_upstream() {
-    let up = Upstream::default();
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", post(model_turn))
-        .with_state(up.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (base, up) = common::scripted_model(vec![echo_call()]).await;
     let config = format!(
         "{DEV_CONFIG}model:\n  max_iterations: 3\n  max_iterations_cap: 4\n  \
-         upstream: {{ base_url: \"http://{addr}/v1\", api_key_env: SB_TEST_MODEL_KEY, timeout_ms: 10000 }}\n  \
+         upstream: {{ base_url: \"{base}\", api_key_env: SB_TEST_MODEL_KEY, timeout_ms: 10000 }}\n  \
          allow:\n    - {{ tenant: acme, models: [\"gpt-*\"] }}\n"
     );
     let server = Server::start_env(&config, |_| {}, &[("SB_TEST_MODEL_KEY", "sk-test-0123")]);
@@ -448,10 +416,10 @@ async fn model_settings_bound_the_loop_and_reach_the_upstream() {
     {
         let seen = up.seen.lock().unwrap();
         assert_eq!(seen.len(), 3);
-        let system = seen[0].1["messages"][0]["content"].as_str().unwrap();
+        let system = seen[0]["messages"][0]["content"].as_str().unwrap();
         assert!(system.contains("Maximum iterations: 3"), "{system}");
         // api_key_env: the variable's value, as a bearer token, on every turn.
-        for (auth, _) in seen.iter() {
+        for auth in up.auth.lock().unwrap().iter() {
             assert_eq!(auth.as_deref(), Some("Bearer sk-test-0123"));
         }
     }

@@ -856,3 +856,60 @@ pub fn remote_cli(
         .output()
         .unwrap()
 }
+
+/// A scripted OpenAI-compatible model upstream (no model can run here): answers
+/// each chat completions request with the next scripted response (the last one
+/// repeats) and keeps every request it got, with its `authorization` header.
+#[derive(Clone, Default)]
+pub struct ScriptedModel {
+    responses: std::sync::Arc<Vec<serde_json::Value>>,
+    /// The requests received, in order.
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    /// Each request's `authorization` header, in the same order.
+    pub auth: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+async fn scripted_answer(
+    axum::extract::State(s): axum::extract::State<ScriptedModel>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let req: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let n = {
+        let mut seen = s.seen.lock().unwrap();
+        seen.push(req);
+        s.auth.lock().unwrap().push(auth);
+        seen.len() - 1
+    };
+    let reply = s.responses[n.min(s.responses.len() - 1)].to_string();
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(reply))
+        .unwrap()
+}
+
+/// Serves `responses` as a [`ScriptedModel`] on a loopback port: its base URL
+/// (`http://ADDR/v1`, for `model.upstream.base_url`) and the script.
+pub async fn scripted_model(responses: Vec<serde_json::Value>) -> (String, ScriptedModel) {
+    let script = ScriptedModel {
+        responses: std::sync::Arc::new(responses),
+        ..ScriptedModel::default()
+    };
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(scripted_answer))
+        .with_state(script.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), script)
+}
+
+/// A chat completions response whose message is `message`.
+pub fn model_turn(message: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
+           "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+}
