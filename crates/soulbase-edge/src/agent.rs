@@ -80,6 +80,54 @@ fn assistant_message(response: &Value) -> Result<&Map<String, Value>, SoulError>
 /// the answer's content.
 pub type ToolCallHook = dyn Fn(&str, &str) + Send + Sync;
 
+/// Phase 2 of the skill protocol (seed 002) for the caller: a skill's name in,
+/// its full usage document (SKILL.md, verbatim) out; `TOOL.NOT_FOUND` for a
+/// skill that does not show to the caller.
+pub type SkillInfoHook<'a> = dyn Fn(&str) -> Result<String, SoulError> + Send + Sync + 'a;
+
+/// The tool a conversation offers the model when the caller has skills: it
+/// reads a skill's instructions (answered in place, a read of instructions like
+/// MCP's `get_skill_info`, not a governed call).
+pub const SKILL_INFO_TOOL: &str = "get_skill_info";
+
+/// The OpenAI definition of [`SKILL_INFO_TOOL`].
+fn skill_info_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": SKILL_INFO_TOOL,
+        "description": "Phase 2 of the skill protocol: the full instructions (SKILL.md) of a \
+                        skill listed under Skills. Read them before using the skill's tools.",
+        "parameters": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string", "description": "The skill's name"}},
+            "additionalProperties": false
+        }
+    }})
+}
+
+/// The answer to a [`SKILL_INFO_TOOL`] call: the document, or the refusal in
+/// the shape governed calls are answered with.
+fn skill_info_answer(hook: &SkillInfoHook<'_>, call: &Value) -> Value {
+    let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+    let name = call
+        .pointer("/function/arguments")
+        .and_then(Value::as_str)
+        .and_then(|a| serde_json::from_str::<Value>(a).ok())
+        .and_then(|a| a.get("name").and_then(Value::as_str).map(str::to_owned));
+    let content = match name {
+        None => Err(invalid("name", "get_skill_info needs {\"name\": skill}")),
+        Some(name) => hook(&name),
+    };
+    let content = match content {
+        Ok(text) => text,
+        Err(e) => {
+            let p = e.public();
+            json!({"error": {"code": p.code, "message": p.message, "fields": p.fields}}).to_string()
+        }
+    };
+    json!({"role": "tool", "tool_call_id": id, "content": content})
+}
+
 /// A conversation to run: who asks, and what.
 pub struct ConversationRequest<'a> {
     /// The surface it came through (metrics).
@@ -99,6 +147,9 @@ pub struct ConversationRequest<'a> {
     /// Told of each tool call as it is answered: the tool (as an id when the
     /// model named one of the caller's tools) and the answer's content.
     pub on_tool_call: Option<&'a ToolCallHook>,
+    /// The caller's skills' instructions: with it, the model is offered
+    /// [`SKILL_INFO_TOOL`].
+    pub skill_info: Option<&'a SkillInfoHook<'a>>,
 }
 
 impl std::fmt::Debug for ConversationRequest<'_> {
@@ -126,6 +177,7 @@ impl Stack {
             system,
             max_iterations,
             on_tool_call,
+            skill_info,
         } = req;
         let Some(body) = request.as_object() else {
             return Err(invalid("body", "the body must be a JSON object"));
@@ -158,8 +210,12 @@ impl Stack {
         turn.remove("stream");
         turn.remove("stream_options");
         turn.remove("max_iterations");
-        if !exported.tools.is_empty() {
-            turn.insert("tools".into(), Value::Array(exported.tools.clone()));
+        let mut tools = exported.tools.clone();
+        if skill_info.is_some() {
+            tools.push(skill_info_tool());
+        }
+        if !tools.is_empty() {
+            turn.insert("tools".into(), Value::Array(tools));
         }
         let mut made = Vec::new();
         let mut iterations = 0;
@@ -194,9 +250,24 @@ impl Stack {
                 });
             }
             messages.push(Value::Object(message.clone()));
-            let answers = self
-                .route_tool_calls(surface, subject, binding, CallStyle::OpenAi, &calls)
-                .await?;
+            // The skill-info calls are answered in place; the others through the
+            // governed path; the answers in the order of the calls.
+            let is_info = |c: &Value| {
+                skill_info.is_some()
+                    && c.pointer("/function/name").and_then(Value::as_str) == Some(SKILL_INFO_TOOL)
+            };
+            let governed: Vec<Value> = calls.iter().filter(|c| !is_info(c)).cloned().collect();
+            let mut routed = self
+                .route_tool_calls(surface, subject, binding, CallStyle::OpenAi, &governed)
+                .await?
+                .into_iter();
+            let mut answers = Vec::with_capacity(calls.len());
+            for call in &calls {
+                match skill_info.filter(|_| is_info(call)) {
+                    Some(hook) => answers.push(skill_info_answer(hook, call)),
+                    None => answers.extend(routed.next()),
+                }
+            }
             for (call, answer) in calls.iter().zip(&answers) {
                 let name = call
                     .pointer("/function/name")

@@ -33,7 +33,9 @@ pub mod observe;
 pub mod stack;
 pub mod subject;
 
-pub use agent::{Conversation, ConversationRequest, ModelUpstream, StopReason};
+pub use agent::{
+    Conversation, ConversationRequest, ModelUpstream, SKILL_INFO_TOOL, SkillInfoHook, StopReason,
+};
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
 pub use consent::{ConsentAsk, ConsentDesk, issued_json};
 pub use meta::CallMeta;

@@ -395,6 +395,11 @@ struct Prepared {
     system: String,
     max_iterations: u32,
     stream: bool,
+    /// The caller's governed list (which skills show to it).
+    available: Vec<AvailableSpec>,
+    /// Whether any skill shows to the caller (then the model is offered
+    /// `get_skill_info`).
+    has_skills: bool,
 }
 
 async fn prepare(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Prepared, SoulError> {
@@ -450,7 +455,10 @@ async fn prepare(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Prepared
     let tools: Vec<_> = available.iter().map(AvailableSpec::spec).collect();
     let skills = skills_shown(app, &available);
     let system = soulbase_skills::system_prompt_sections(&tools, &skills, Some(max_iterations));
+    let has_skills = !skills.is_empty();
     Ok(Prepared {
+        available,
+        has_skills,
         subject,
         binding,
         request,
@@ -468,6 +476,22 @@ async fn run(
     p: &Prepared,
     on_tool_call: Option<&soulbase_edge::agent::ToolCallHook>,
 ) -> Result<Value, SoulError> {
+    // Phase 2 of the skill protocol: a skill's SKILL.md, for the skills that show
+    // to the caller.
+    let skill_info = |name: &str| -> Result<String, SoulError> {
+        let not_found = || {
+            SoulError::new(ErrorCode::ToolNotFound, format!("skill {name} not found"))
+                .with_field("skill", name.to_owned())
+        };
+        let skills = app.skills.as_ref().ok_or_else(not_found)?;
+        let set = skills.catalog.current();
+        if !soulbase_skills::skill_shows(&set, &p.available, name) {
+            return Err(not_found());
+        }
+        Ok(soulbase_skills::get_skill_info(&set, name)?
+            .content
+            .to_string())
+    };
     let done = app
         .stack
         .run_conversation(
@@ -480,6 +504,9 @@ async fn run(
                 system: Some(p.system.clone()),
                 max_iterations: p.max_iterations,
                 on_tool_call,
+                skill_info: p
+                    .has_skills
+                    .then_some(&skill_info as &soulbase_edge::SkillInfoHook<'_>),
             },
         )
         .await?;

@@ -396,3 +396,69 @@ async fn soulbase_chat_shows_each_governed_tool_call_and_the_answer() {
     );
     assert_eq!(response["soulbase"]["reason"], "answered", "{response}");
 }
+
+/// Seed 002 through the loop: a caller with skills is offered `get_skill_info`;
+/// the model reads a skill's SKILL.md (verbatim) before using it, a skill that
+/// does not show to the caller is `TOOL.NOT_FOUND`, and the governed calls of
+/// the same turn are answered in order around them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_reads_a_skills_instructions_before_using_it() {
+    let reads = turn(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_skill_info", "arguments": "{\"name\": \"zodiac\"}"}},
+        {"id": "call_2", "type": "function",
+         "function": {"name": "soulbase__builtin__echo", "arguments": "{\"n\": 1}"}},
+        {"id": "call_3", "type": "function",
+         "function": {"name": "get_skill_info", "arguments": "{\"name\": \"nope\"}"}}
+    ]}));
+    let done = turn(json!({"role": "assistant", "content": "Read it."}));
+    let (base, script) = upstream(vec![reads, done]).await;
+    let with_skills = config(&base, 10_000).replacen(
+        "server:\n",
+        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
+        1,
+    );
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills/zodiac");
+    let server = Server::start_in(&with_skills, |dir| {
+        let skill = dir.join("skills/zodiac");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::copy(repo.join("SKILL.md"), skill.join("SKILL.md")).unwrap();
+    });
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Chart?"}]});
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "Read it.");
+
+    let seen = script.seen.lock().unwrap().clone();
+    let offered: Vec<&str> = seen[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"get_skill_info"), "{offered:?}");
+    let answers: Vec<&Value> = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    let ids: Vec<&str> = answers
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_1", "call_2", "call_3"]);
+    let skill_md = std::fs::read_to_string(repo.join("SKILL.md")).unwrap();
+    assert_eq!(answers[0]["content"], skill_md.as_str());
+    assert!(answers[1]["content"].as_str().unwrap().contains("echo"));
+    let refused: Value = serde_json::from_str(answers[2]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(refused["error"]["code"], "TOOL.NOT_FOUND", "{refused}");
+
+    // Without skills (no skills directory), the tool is not offered.
+    let (base, script) = upstream(vec![turn(json!({"role": "assistant", "content": "Hi."}))]).await;
+    let plain = Server::start(&config(&base, 10_000));
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Hi."}]});
+    assert_eq!(chat(&plain, ask).await.0, 200);
+    let seen = script.seen.lock().unwrap().clone();
+    assert!(!seen[0].to_string().contains("get_skill_info"));
+}
