@@ -51,6 +51,7 @@ fn show_list_and_replay() {
                     idempotency_key: None,
                     calling_skill: None,
                     consent: None,
+                    conversation: None,
                 }),
             );
             let end = Envelope::new(
@@ -321,6 +322,7 @@ fn text_shows_utc_rfc3339_and_json_keeps_milliseconds() {
                 idempotency_key: None,
                 calling_skill: None,
                 consent: None,
+                conversation: None,
             }),
         );
         begin.at = soulbase_types::UnixMillis(AT);

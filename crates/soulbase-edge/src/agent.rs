@@ -10,7 +10,8 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::Subject;
+use soulbase_observe::ConversationRef;
+use soulbase_types::{CallId, Subject};
 
 use crate::{Binding, CallStyle, ExportFormat, Stack, Surface};
 
@@ -44,6 +45,9 @@ impl StopReason {
 /// A finished conversation.
 #[derive(Debug, Clone)]
 pub struct Conversation {
+    /// The conversation's id, named by the evidence of every call it made
+    /// (`conversation.id` in their Begins).
+    pub id: String,
     /// The response to give the caller: the model's last response (for
     /// [`StopReason::MaxIterations`], with a final message saying so).
     pub response: Value,
@@ -219,6 +223,8 @@ impl Stack {
         }
         let mut made = Vec::new();
         let mut iterations = 0;
+        // Names the conversation in the evidence of every call it makes.
+        let conversation_id = CallId::generate().as_str().replacen("call_", "conv_", 1);
         loop {
             turn.insert("messages".into(), Value::Array(messages.clone()));
             let response = upstream.complete(&Value::Object(turn.clone())).await?;
@@ -228,6 +234,7 @@ impl Stack {
                 Some(Value::Array(c)) if !c.is_empty() => c.clone(),
                 _ => {
                     return Ok(Conversation {
+                        id: conversation_id,
                         response,
                         iterations,
                         tool_calls: made,
@@ -243,6 +250,7 @@ impl Stack {
                     choice["finish_reason"] = json!("length");
                 }
                 return Ok(Conversation {
+                    id: conversation_id,
                     response,
                     iterations,
                     tool_calls: made,
@@ -257,8 +265,19 @@ impl Stack {
                     && c.pointer("/function/name").and_then(Value::as_str) == Some(SKILL_INFO_TOOL)
             };
             let governed: Vec<Value> = calls.iter().filter(|c| !is_info(c)).cloned().collect();
+            let at = ConversationRef {
+                id: conversation_id.clone(),
+                iteration: iterations,
+            };
             let mut routed = self
-                .route_tool_calls(surface, subject, binding, CallStyle::OpenAi, &governed)
+                .route_calls(
+                    surface,
+                    subject,
+                    binding,
+                    CallStyle::OpenAi,
+                    &governed,
+                    Some(&at),
+                )
                 .await?
                 .into_iter();
             let mut answers = Vec::with_capacity(calls.len());

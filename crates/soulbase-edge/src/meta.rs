@@ -39,6 +39,9 @@ pub struct CallMeta {
     pub traceparent: Option<String>,
     /// The skill the call is made for.
     pub binding: Binding,
+    /// The agent-loop conversation making the call (set by the loop, never read
+    /// from a request).
+    pub conversation: Option<soulbase_observe::ConversationRef>,
 }
 
 /// A header's value as text: UTF-8 as sent (an idempotency key in any script is
@@ -61,6 +64,7 @@ impl CallMeta {
             consent: header(headers, CONSENT_HEADER),
             traceparent: header(headers, TRACEPARENT_HEADER),
             binding: Binding::claimed(header(headers, SKILL_HEADER)),
+            conversation: None,
         }
     }
 
@@ -83,6 +87,7 @@ impl CallMeta {
             consent: text(META_CONSENT)?,
             traceparent: text(META_TRACEPARENT)?,
             binding: Binding::None,
+            conversation: None,
         })
     }
 
@@ -98,6 +103,7 @@ impl CallMeta {
                 Binding::None => fallback.binding,
                 b => b,
             },
+            conversation: self.conversation.or(fallback.conversation),
         }
     }
 }

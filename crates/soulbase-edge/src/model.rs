@@ -26,6 +26,7 @@ use std::str::FromStr;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
+use soulbase_observe::ConversationRef;
 use soulbase_tools::discovery::{ExportWarning, NameMap, ToolSpec, anthropic, compat, openai};
 use soulbase_tools::pipeline::router::{
     ModelCall, anthropic_answer, openai_answer, read_anthropic, read_openai, result_content,
@@ -176,6 +177,21 @@ impl Stack {
         style: CallStyle,
         calls: &[Value],
     ) -> Result<Vec<Value>, SoulError> {
+        self.route_calls(surface, subject, binding, style, calls, None)
+            .await
+    }
+
+    /// [`route_tool_calls`](Self::route_tool_calls), each call recording the
+    /// agent-loop `conversation` (and turn) that made it.
+    pub(crate) async fn route_calls(
+        &self,
+        surface: Surface,
+        subject: &Subject,
+        binding: &Binding,
+        style: CallStyle,
+        calls: &[Value],
+        conversation: Option<&ConversationRef>,
+    ) -> Result<Vec<Value>, SoulError> {
         let available = self.available(surface, subject, binding).await?;
         let names = NameMap::new(available.iter().map(|a| a.id()));
         // Anthropic content may hold text and other blocks beside the calls: the
@@ -200,6 +216,7 @@ impl Stack {
                         let mut req = CallRequest::new(surface, subject.clone(), tool, args);
                         req.origin = Origin::Llm;
                         req.meta.binding = binding.clone();
+                        req.meta.conversation = conversation.cloned();
                         req.meta.call_id = CallId::new(id.as_str()).ok().map(|_| id.clone());
                         (id, self.invoke(req).await)
                     }

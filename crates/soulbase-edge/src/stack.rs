@@ -209,6 +209,7 @@ impl Stack {
         call.consent = meta.consent.filter(|c| !c.is_empty());
         call.trace = trace;
         call.calling_skill = calling_skill;
+        call.conversation = meta.conversation;
         Ok(call)
     }
 

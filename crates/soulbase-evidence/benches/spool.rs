@@ -44,6 +44,7 @@ fn pair() -> (EvidenceRecord, EvidenceRecord) {
             idempotency_key: None,
             calling_skill: None,
             consent: None,
+            conversation: None,
         }),
     );
     let end = Envelope::new(

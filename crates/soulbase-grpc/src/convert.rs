@@ -261,6 +261,7 @@ pub fn call_request(
         consent: opt(&req.consent_token),
         traceparent: opt(&req.traceparent),
         binding: Binding::claimed(opt(&req.calling_skill)),
+        conversation: None,
     };
     Ok(CallRequest {
         surface: Surface::Grpc,

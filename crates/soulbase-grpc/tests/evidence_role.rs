@@ -62,6 +62,7 @@ fn begin(t: &str, call_id: &CallId, at: i64) -> EvidenceRecord {
             idempotency_key: None,
             calling_skill: None,
             consent: None,
+            conversation: None,
         }),
     )
 }

@@ -246,6 +246,7 @@ mod tests {
             idempotency_key: Some("key \"quoted\"".into()),
             calling_skill: None,
             consent: None,
+            conversation: None,
         }))
     }
 

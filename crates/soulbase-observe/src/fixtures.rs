@@ -24,6 +24,7 @@ pub fn sample_begin() -> EvidenceRecord {
             idempotency_key: None,
             calling_skill: None,
             consent: None,
+            conversation: None,
         }),
     )
 }

@@ -45,8 +45,8 @@ pub use digest::{canonical_json, digest_bytes, digest_json};
 pub use encoded::{EncodedRecord, RecordHead};
 pub use memory_store::MemoryStore;
 pub use model::{
-    BudgetUsage, ConsentUsed, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent,
-    EvidenceRecord, SideEffectRecord,
+    BudgetUsage, ConsentUsed, ConversationRef, Denial, EndStatus, EvidenceBegin, EvidenceEnd,
+    EvidenceEvent, EvidenceRecord, SideEffectRecord,
 };
 pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, Durable, EvidenceSink, MemorySink};

@@ -32,6 +32,21 @@ pub struct EvidenceBegin {
     /// The consent the call ran under, for a tool that requires it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consent: Option<ConsentUsed>,
+    /// The agent-loop conversation that made the call, and the model turn (boxed:
+    /// most calls are made by no conversation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Box<ConversationRef>>,
+}
+
+/// Which agent-loop conversation made a call, at which model turn (1-based):
+/// every call of one conversation names the same id, so its evidence can be read
+/// back in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationRef {
+    /// The conversation's id (`conv_…`, answered to the caller in `soulbase.conversation_id`).
+    pub id: String,
+    /// The model turn whose tool calls this call is one of.
+    pub iteration: u32,
 }
 
 /// The consent a call ran under: which token (never the token itself), whose

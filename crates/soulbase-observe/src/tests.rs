@@ -26,6 +26,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             idempotency_key: Some("k1".into()),
             calling_skill: None,
             consent: None,
+            conversation: None,
         }),
     );
     r.at = UnixMillis(at);

@@ -45,6 +45,7 @@ fn pair() -> [EvidenceRecord; 2] {
             idempotency_key: None,
             calling_skill: None,
             consent: None,
+            conversation: None,
         }),
     );
     let end = Envelope::new(

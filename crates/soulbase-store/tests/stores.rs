@@ -52,6 +52,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             idempotency_key: None,
             calling_skill: Some("weather".into()),
             consent: None,
+            conversation: None,
         }),
     );
     r.at = UnixMillis(at);

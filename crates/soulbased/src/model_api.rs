@@ -515,6 +515,7 @@ async fn run(
         obj.insert(
             "soulbase".into(),
             json!({
+                "conversation_id": done.id,
                 "iterations": done.iterations,
                 "tool_calls": done.tool_calls.iter().map(|(tool, content)| json!({"tool": tool, "content": content})).collect::<Vec<_>>(),
                 "reason": done.reason.as_str(),

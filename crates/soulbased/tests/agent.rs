@@ -413,11 +413,13 @@ async fn the_model_reads_a_skills_instructions_before_using_it() {
     ]}));
     let done = turn(json!({"role": "assistant", "content": "Read it."}));
     let (base, script) = upstream(vec![reads, done]).await;
-    let with_skills = config(&base, 10_000).replacen(
-        "server:\n",
-        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
-        1,
-    );
+    let with_skills = config(&base, 10_000)
+        .replacen(
+            "server:\n",
+            "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
+            1,
+        )
+        .replace("reload]", "reload, read_evidence]");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills/zodiac");
     let server = Server::start_in(&with_skills, |dir| {
         let skill = dir.join("skills/zodiac");
@@ -453,6 +455,24 @@ async fn the_model_reads_a_skills_instructions_before_using_it() {
     assert!(answers[1]["content"].as_str().unwrap().contains("echo"));
     let refused: Value = serde_json::from_str(answers[2]["content"].as_str().unwrap()).unwrap();
     assert_eq!(refused["error"]["code"], "TOOL.NOT_FOUND", "{refused}");
+
+    // The governed call's Begin names the conversation and the model turn.
+    let conversation = body["soulbase"]["conversation_id"].as_str().unwrap();
+    assert!(conversation.starts_with("conv_"), "{body}");
+    let (status, text) = http(&server.http, "GET", "/api/evidence/call_2", &ACME, "").await;
+    assert_eq!(status, 200, "{text}");
+    let evidence: Value = serde_json::from_str(&text).unwrap();
+    let begin = evidence["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["payload"]["event"] == "begin")
+        .unwrap_or_else(|| panic!("{evidence}"));
+    assert_eq!(
+        begin["payload"]["conversation"],
+        json!({"id": conversation, "iteration": 1}),
+        "{begin}"
+    );
 
     // Without skills (no skills directory), the tool is not offered.
     let (base, script) = upstream(vec![turn(json!({"role": "assistant", "content": "Hi."}))]).await;

@@ -29,6 +29,9 @@ pub struct ToolCall {
     pub trace: Option<TraceContext>,
     /// The skill making the call, for cross-skill checks and audit.
     pub calling_skill: Option<String>,
+    /// The agent-loop conversation making the call, and its model turn
+    /// (recorded in the Begin).
+    pub conversation: Option<soulbase_observe::ConversationRef>,
 }
 
 impl ToolCall {
@@ -44,6 +47,7 @@ impl ToolCall {
             consent: None,
             trace: None,
             calling_skill: None,
+            conversation: None,
         }
     }
 

@@ -967,6 +967,7 @@ impl Invoker {
                     idempotency_key: call.idempotency_key.clone(),
                     calling_skill: call.calling_skill.clone(),
                     consent: consent_used(call, manifest),
+                    conversation: call.conversation.clone().map(Box::new),
                 }),
             );
             let begin_id = begin.id.clone();
