@@ -95,6 +95,14 @@ pub struct ModelConfig {
     /// Which models each tenant may use (`*` patterns as for tools, e.g.
     /// `gpt-4o*`); a tenant with no entry may use none.
     pub allow: Vec<ModelAllow>,
+    /// The most tool calls one conversation may make (1 ..= 10000): calls past it
+    /// are refused in place with `QUOTA.BUDGET_EXCEEDED`, which the model's next
+    /// turn sees.
+    pub max_tool_calls: u32,
+    /// The most tokens one conversation may use (the upstream's reported
+    /// `usage.total_tokens`, summed over its turns); past it the conversation ends
+    /// with reason `budget`. None: no bound.
+    pub max_tokens: Option<u64>,
 }
 
 impl Default for ModelConfig {
@@ -104,6 +112,8 @@ impl Default for ModelConfig {
             max_iterations: 8,
             max_iterations_cap: 32,
             allow: Vec::new(),
+            max_tool_calls: 64,
+            max_tokens: None,
         }
     }
 }
@@ -1134,6 +1144,18 @@ impl Config {
             out.push((
                 "model.max_iterations_cap".into(),
                 "must be between 1 and 100".into(),
+            ));
+        }
+        if !(1..=10_000).contains(&m.max_tool_calls) {
+            out.push((
+                "model.max_tool_calls".into(),
+                "must be between 1 and 10000".into(),
+            ));
+        }
+        if m.max_tokens == Some(0) {
+            out.push((
+                "model.max_tokens".into(),
+                "must be at least 1 (or left out: no bound)".into(),
             ));
         }
         if m.max_iterations == 0 || m.max_iterations > m.max_iterations_cap {

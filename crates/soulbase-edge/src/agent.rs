@@ -13,6 +13,8 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::ConversationRef;
 use soulbase_types::{CallId, Subject};
 
+use soulbase_tools::pipeline::router::{openai_answer, result_content};
+
 use crate::{Binding, CallStyle, ExportFormat, Stack, Surface};
 
 /// One model turn: an OpenAI chat completions request in, its response out.
@@ -30,6 +32,8 @@ pub enum StopReason {
     Answered,
     /// The iteration bound was reached while the model still asked for tools.
     MaxIterations,
+    /// The conversation used its token budget.
+    Budget,
 }
 
 impl StopReason {
@@ -38,6 +42,7 @@ impl StopReason {
         match self {
             StopReason::Answered => "answered",
             StopReason::MaxIterations => "max_iterations",
+            StopReason::Budget => "budget",
         }
     }
 }
@@ -62,6 +67,28 @@ pub struct Conversation {
 
 /// The final message of a conversation stopped by its bound.
 pub const MAX_ITERATIONS_MESSAGE: &str = "Stopped: the conversation reached its maximum number of iterations with tool calls still pending.";
+
+/// The final message of a conversation stopped by its token budget.
+pub const BUDGET_MESSAGE: &str = "Stopped: the conversation used its token budget.";
+
+/// `response` with its message replaced by `message` (finish `length`): how a
+/// conversation stopped by a bound answers.
+fn stopped(mut response: Value, message: &str) -> Value {
+    if let Some(choice) = response.pointer_mut("/choices/0") {
+        choice["message"] = json!({"role": "assistant", "content": message});
+        choice["finish_reason"] = json!("length");
+    }
+    response
+}
+
+/// The tokens a model turn reports having used (`usage.total_tokens`), 0 when it
+/// reports none.
+fn turn_tokens(response: &Value) -> u64 {
+    response
+        .pointer("/usage/total_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
 
 fn invalid(field: &str, message: &'static str) -> SoulError {
     SoulError::new(ErrorCode::SchemaValidationFailed, message).with_field("field", field)
@@ -148,6 +175,12 @@ pub struct ConversationRequest<'a> {
     pub system: Option<String>,
     /// Model turns at most.
     pub max_iterations: u32,
+    /// Tool calls at most (`model.max_tool_calls`): past it, calls are refused
+    /// in place with `QUOTA.BUDGET_EXCEEDED`.
+    pub max_tool_calls: u32,
+    /// Tokens at most (`model.max_tokens`, summed from the turns' reported usage);
+    /// past it the conversation ends with [`StopReason::Budget`].
+    pub max_tokens: Option<u64>,
     /// Told of each tool call as it is answered: the tool (as an id when the
     /// model named one of the caller's tools) and the answer's content.
     pub on_tool_call: Option<&'a ToolCallHook>,
@@ -180,6 +213,8 @@ impl Stack {
             body: request,
             system,
             max_iterations,
+            max_tool_calls,
+            max_tokens,
             on_tool_call,
             skill_info,
         } = req;
@@ -223,12 +258,24 @@ impl Stack {
         }
         let mut made = Vec::new();
         let mut iterations = 0;
+        let mut tokens: u64 = 0;
+        let mut governed_calls: u32 = 0;
         // Names the conversation in the evidence of every call it makes.
         let conversation_id = CallId::generate().as_str().replacen("call_", "conv_", 1);
         loop {
             turn.insert("messages".into(), Value::Array(messages.clone()));
             let response = upstream.complete(&Value::Object(turn.clone())).await?;
             iterations += 1;
+            tokens = tokens.saturating_add(turn_tokens(&response));
+            if max_tokens.is_some_and(|max| tokens > max) {
+                return Ok(Conversation {
+                    id: conversation_id,
+                    response: stopped(response, BUDGET_MESSAGE),
+                    iterations,
+                    tool_calls: made,
+                    reason: StopReason::Budget,
+                });
+            }
             let message = assistant_message(&response)?;
             let calls = match message.get("tool_calls") {
                 Some(Value::Array(c)) if !c.is_empty() => c.clone(),
@@ -243,15 +290,9 @@ impl Stack {
                 }
             };
             if iterations >= max_iterations {
-                let mut response = response;
-                if let Some(choice) = response.pointer_mut("/choices/0") {
-                    choice["message"] =
-                        json!({"role": "assistant", "content": MAX_ITERATIONS_MESSAGE});
-                    choice["finish_reason"] = json!("length");
-                }
                 return Ok(Conversation {
                     id: conversation_id,
-                    response,
+                    response: stopped(response, MAX_ITERATIONS_MESSAGE),
                     iterations,
                     tool_calls: made,
                     reason: StopReason::MaxIterations,
@@ -264,7 +305,29 @@ impl Stack {
                 skill_info.is_some()
                     && c.pointer("/function/name").and_then(Value::as_str) == Some(SKILL_INFO_TOOL)
             };
-            let governed: Vec<Value> = calls.iter().filter(|c| !is_info(c)).cloned().collect();
+            // Governed calls within the conversation's budget run; the rest are
+            // refused in place (and evidenced as refusals).
+            let room = max_tool_calls.saturating_sub(governed_calls) as usize;
+            // For each call: whether it is past the budget.
+            let mut seen = 0usize;
+            let over: Vec<bool> = calls
+                .iter()
+                .map(|c| {
+                    if is_info(c) {
+                        return false;
+                    }
+                    seen += 1;
+                    seen > room
+                })
+                .collect();
+            let governed: Vec<Value> = calls
+                .iter()
+                .zip(&over)
+                .filter(|(c, past)| !is_info(c) && !**past)
+                .map(|(c, _)| c.clone())
+                .collect();
+            governed_calls =
+                governed_calls.saturating_add(u32::try_from(governed.len()).unwrap_or(u32::MAX));
             let at = ConversationRef {
                 id: conversation_id.clone(),
                 iteration: iterations,
@@ -281,7 +344,14 @@ impl Stack {
                 .await?
                 .into_iter();
             let mut answers = Vec::with_capacity(calls.len());
-            for call in &calls {
+            for (call, past) in calls.iter().zip(&over) {
+                if *past {
+                    answers.push(
+                        self.over_budget(surface, subject, call, max_tool_calls)
+                            .await,
+                    );
+                    continue;
+                }
                 match skill_info.filter(|_| is_info(call)) {
                     Some(hook) => answers.push(skill_info_answer(hook, call)),
                     None => answers.extend(routed.next()),
@@ -308,5 +378,31 @@ impl Stack {
             }
             messages.extend(answers);
         }
+    }
+}
+
+impl Stack {
+    /// The answer to a tool call past the conversation's `max_tool_calls`: refused
+    /// `QUOTA.BUDGET_EXCEEDED` (evidenced as a refusal), in the shape governed
+    /// calls are answered with.
+    async fn over_budget(
+        &self,
+        surface: Surface,
+        subject: &Subject,
+        call: &Value,
+        max_tool_calls: u32,
+    ) -> Value {
+        let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+        let tool = call
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let err = SoulError::new(
+            ErrorCode::QuotaBudgetExceeded,
+            "the conversation has made its maximum number of tool calls",
+        )
+        .with_field("max_tool_calls", max_tool_calls.to_string());
+        let result = self.refuse(surface, subject, tool, err).await;
+        openai_answer(id, &result_content(&result))
     }
 }

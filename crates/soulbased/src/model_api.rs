@@ -394,6 +394,9 @@ struct Prepared {
     upstream: HttpUpstream,
     system: String,
     max_iterations: u32,
+    /// `model.max_tool_calls` and `model.max_tokens` when the request came.
+    max_tool_calls: u32,
+    max_tokens: Option<u64>,
     stream: bool,
     /// The caller's governed list (which skills show to it).
     available: Vec<AvailableSpec>,
@@ -459,6 +462,8 @@ async fn prepare(app: &App, headers: &HeaderMap, body: &[u8]) -> Result<Prepared
     Ok(Prepared {
         available,
         has_skills,
+        max_tool_calls: cfg.model.max_tool_calls,
+        max_tokens: cfg.model.max_tokens,
         subject,
         binding,
         request,
@@ -503,6 +508,8 @@ async fn run(
                 body: &p.request,
                 system: Some(p.system.clone()),
                 max_iterations: p.max_iterations,
+                max_tool_calls: p.max_tool_calls,
+                max_tokens: p.max_tokens,
                 on_tool_call,
                 skill_info: p
                     .has_skills

@@ -482,3 +482,62 @@ async fn the_model_reads_a_skills_instructions_before_using_it() {
     let seen = script.seen.lock().unwrap().clone();
     assert!(!seen[0].to_string().contains("get_skill_info"));
 }
+
+/// A conversation's budgets (`model.max_tool_calls`, `model.max_tokens`): calls
+/// past the tool-call budget are refused in place with `QUOTA.BUDGET_EXCEEDED`
+/// (the model's next turn sees it), and a conversation past its token budget
+/// ends with reason `budget`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_keeps_within_its_tool_call_and_token_budgets() {
+    let with_usage = |mut t: Value, tokens: u64| {
+        t["usage"] = json!({"prompt_tokens": tokens / 2, "completion_tokens": tokens / 2, "total_tokens": tokens});
+        t
+    };
+    let two_calls = turn(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_a", "type": "function",
+         "function": {"name": "soulbase__builtin__echo", "arguments": "{\"n\": 1}"}},
+        {"id": "call_b", "type": "function",
+         "function": {"name": "soulbase__builtin__echo", "arguments": "{\"n\": 2}"}}
+    ]}));
+    let done = turn(json!({"role": "assistant", "content": "Done."}));
+    let (base, script) = upstream(vec![
+        with_usage(two_calls.clone(), 60),
+        with_usage(done, 60),
+    ])
+    .await;
+    let budgets =
+        |extra: &str| config(&base, 10_000).replacen("model:\n", &format!("model:\n{extra}"), 1);
+    let server = Server::start(&budgets("  max_tool_calls: 1\n"));
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Twice."}]});
+    let (status, body) = chat(&server, ask.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["soulbase"]["reason"], "answered", "{body}");
+    let seen = script.seen.lock().unwrap().clone();
+    let answers: Vec<Value> = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers[0]["content"].as_str().unwrap().contains("\"echo\""));
+    let refused: Value = serde_json::from_str(answers[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        refused["error"]["code"], "QUOTA.BUDGET_EXCEEDED",
+        "{refused}"
+    );
+
+    // 60 tokens a turn against 100: the second turn ends the conversation.
+    let (base, _script) = upstream(vec![with_usage(two_calls, 60)]).await;
+    let config = config(&base, 10_000).replacen("model:\n", "model:\n  max_tokens: 100\n", 1);
+    let server = Server::start(&config);
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["soulbase"]["reason"], "budget", "{body}");
+    assert_eq!(body["soulbase"]["iterations"], 2, "{body}");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Stopped: the conversation used its token budget."
+    );
+}

@@ -83,6 +83,16 @@ const ROWS: &[(&str, &str, &str)] = &[
         "model_settings_bound_the_loop_and_reach_the_upstream",
     ),
     (
+        "model.max_tool_calls",
+        "crates/soulbased/tests/agent.rs",
+        "a_conversation_keeps_within_its_tool_call_and_token_budgets",
+    ),
+    (
+        "model.max_tokens",
+        "crates/soulbased/tests/agent.rs",
+        "a_conversation_keeps_within_its_tool_call_and_token_budgets",
+    ),
+    (
         "model.max_iterations_cap",
         "crates/soulbased/tests/settings.rs",
         "model_settings_bound_the_loop_and_reach_the_upstream",
