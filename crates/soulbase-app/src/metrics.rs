@@ -81,26 +81,59 @@ pub trait Held: Send + Sync + 'static {
     fn held(&self) -> usize;
 }
 
-/// Finished calls per tool and status (`ok`, `denied`, `error`): the first
-/// `observe.metrics_max_tools` tools seen by name, the rest together.
-#[derive(Default)]
-struct ToolCounts {
-    named: BTreeMap<String, [u64; 3]>,
-    other: [u64; 3],
+/// `N` counters per name, for the first `max` names seen, the rest summed under
+/// `other`: a label of bounded cardinality however many tools or tenants there
+/// are (`max` 0: nothing is counted).
+struct Capped<const N: usize> {
+    named: BTreeMap<String, [u64; N]>,
+    other: [u64; N],
+    max: usize,
 }
 
-/// What calls were charged per tenant (calls, bytes in, bytes out, CPU ms): the
-/// first `observe.metrics_max_tenants` tenants seen by name, the rest together.
-#[derive(Default)]
-struct TenantUsage {
-    named: BTreeMap<String, [u64; 4]>,
-    other: [u64; 4],
+impl<const N: usize> Capped<N> {
+    fn new(max: usize) -> Self {
+        Self {
+            named: BTreeMap::new(),
+            other: [0; N],
+            max,
+        }
+    }
+
+    /// Adds `amounts` to `name`'s counters (or `other`'s, past the cap).
+    fn add(&mut self, name: &str, amounts: [u64; N]) {
+        if self.max == 0 {
+            return;
+        }
+        let row = if self.named.contains_key(name) || self.named.len() < self.max {
+            self.named.entry(name.to_owned()).or_insert([0; N])
+        } else {
+            &mut self.other
+        };
+        for (total, n) in row.iter_mut().zip(amounts) {
+            *total = total.saturating_add(n);
+        }
+    }
+
+    /// The rows to report, by name, then `other` when it counted anything.
+    fn rows(&self) -> impl Iterator<Item = (&str, &[u64; N])> {
+        self.named
+            .iter()
+            .map(|(name, c)| (name.as_str(), c))
+            .chain((self.other != [0; N]).then_some(("other", &self.other)))
+    }
 }
+
+/// Finished calls per tool and status (`ok`, `denied`, `error`), for
+/// `observe.metrics_max_tools` tools.
+type ToolCounts = Capped<3>;
+
+/// What calls were charged per tenant (calls, bytes in, bytes out, CPU ms), for
+/// `observe.metrics_max_tenants` tenants.
+type TenantUsage = Capped<4>;
 
 const RESOURCES: [&str; 4] = ["calls", "bytes_in", "bytes_out", "cpu_ms"];
 
 /// The process's metrics. Cheap to update from any thread.
-#[derive(Default)]
 pub struct Metrics {
     calls: [[AtomicU64; 3]; SURFACES.len()],
     latency: [Histogram; SURFACES.len()],
@@ -115,13 +148,15 @@ pub struct Metrics {
     mcp_sessions: Mutex<Option<Arc<soulbase_mcp::sessions::McpSessions>>>,
     /// Finished calls by tool and status.
     tool_calls: Mutex<ToolCounts>,
-    /// How many tools get a label of their own (`observe.metrics_max_tools`).
-    max_tools: AtomicU64,
     /// Charged usage by tenant.
     tenant_usage: Mutex<TenantUsage>,
-    /// How many tenants get a label of their own (`observe.metrics_max_tenants`).
-    max_tenants: AtomicU64,
     consent_issued: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -167,43 +202,44 @@ impl Metrics {
     }
 
     /// Empty metrics labelling up to `max_tools` tools by name
-    /// (`observe.metrics_max_tools`; 0: no per-tool series).
+    /// (`observe.metrics_max_tools`; 0: no per-tool series) and 200 tenants.
     pub fn with_max_tools(max_tools: usize) -> Self {
-        let m = Self::default();
-        m.max_tools.store(
-            u64::try_from(max_tools).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        m.max_tenants.store(200, Ordering::Relaxed);
-        m
+        Self {
+            calls: Default::default(),
+            latency: Default::default(),
+            denials: Mutex::default(),
+            errors: Mutex::default(),
+            budgets: Mutex::default(),
+            evidence: Mutex::default(),
+            registry_version: AtomicU64::default(),
+            in_flight: AtomicU64::default(),
+            connections: Mutex::default(),
+            grpc_connections: Mutex::default(),
+            mcp_sessions: Mutex::default(),
+            tool_calls: Mutex::new(Capped::new(max_tools)),
+            tenant_usage: Mutex::new(Capped::new(200)),
+            consent_issued: AtomicU64::default(),
+        }
     }
 
     /// These metrics labelling up to `max` tenants by name
     /// (`observe.metrics_max_tenants`; 0: no per-tenant series).
     pub fn max_tenants(self, max: usize) -> Self {
-        self.max_tenants
-            .store(u64::try_from(max).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.tenant_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .max = max;
         self
     }
 
     fn charge(&self, tenant: &TenantId, usage: &soulbase_observe::BudgetUsage) {
-        let max = usize::try_from(self.max_tenants.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        if max == 0 {
-            return;
-        }
-        let add = [usage.calls, usage.bytes_in, usage.bytes_out, usage.cpu_ms];
-        let mut m = self
-            .tenant_usage
+        self.tenant_usage
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let row = if m.named.contains_key(tenant.as_str()) || m.named.len() < max {
-            m.named.entry(tenant.to_string()).or_default()
-        } else {
-            &mut m.other
-        };
-        for (total, n) in row.iter_mut().zip(add) {
-            *total = total.saturating_add(n);
-        }
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(
+                tenant.as_str(),
+                [usage.calls, usage.bytes_in, usage.bytes_out, usage.cpu_ms],
+            );
     }
 
     /// Counts a consent token issued (by any surface).
@@ -212,24 +248,12 @@ impl Metrics {
     }
 
     fn count_tool(&self, tool: &ToolId, status: CallStatus) {
-        let max = usize::try_from(self.max_tools.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        if max == 0 {
-            return;
-        }
-        let mut m = self
-            .tool_calls
+        let mut counts = [0; 3];
+        counts[status_index(status)] = 1;
+        self.tool_calls
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let i = status_index(status);
-        if let Some(counts) = m.named.get_mut(tool.as_str()) {
-            counts[i] += 1;
-        } else if m.named.len() < max {
-            let mut counts = [0; 3];
-            counts[i] = 1;
-            m.named.insert(tool.to_string(), counts);
-        } else {
-            m.other[i] += 1;
-        }
+            .unwrap_or_else(PoisonError::into_inner)
+            .add(tool.as_str(), counts);
     }
 
     /// Reports the evidence queue of `stats`.
@@ -315,12 +339,7 @@ impl Metrics {
                 .tool_calls
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let rows = m
-                .named
-                .iter()
-                .map(|(t, c)| (t.as_str(), c))
-                .chain((m.other != [0; 3]).then_some(("other", &m.other)));
-            for (tool, counts) in rows {
+            for (tool, counts) in m.rows() {
                 for (st, n) in STATUSES.iter().zip(counts).filter(|(_, n)| **n > 0) {
                     let _ = writeln!(
                         out,
@@ -340,12 +359,7 @@ impl Metrics {
                 .tenant_usage
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let rows = m
-                .named
-                .iter()
-                .map(|(t, c)| (t.as_str(), c))
-                .chain((m.other != [0; 4]).then_some(("other", &m.other)));
-            for (tenant, totals) in rows {
+            for (tenant, totals) in m.rows() {
                 for (resource, n) in RESOURCES.iter().zip(totals) {
                     let _ = writeln!(
                         out,

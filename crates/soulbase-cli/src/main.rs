@@ -7,6 +7,8 @@
 //! |---|---|
 //! | `tools list` / `tools get ID` | the tools the tenant sees (table: id, version, state, side effect, description) / one tool in full |
 //! | `tools enable ID` / `tools disable ID` | lifecycle moves (`ENABLED` / `PAUSED`), authorized by the policy (`enable` / `disable`) |
+//! | `tools export --format F [--model M]` | the tenant's tools as OpenAI / Anthropic / MCP definitions, less those whose `provider_compat` does not admit the model |
+//! | `access show\|allow\|override` | the tenant's view of the global tools: its allow-list and its states of global tools |
 //! | `invoke ID --args JSON` | one governed call (`--idempotency-key`, `--consent-token`) |
 //! | `preflight ID --args JSON` | the dry run: every check, nothing consumed, executed or recorded |
 //! | `mcp` | MCP over stdio for one tenant and actor (`--skill` binds a skill) |
@@ -15,7 +17,8 @@
 //! | `evidence quarantine list\|retry` | records the database refused, kept in the spool; offer them again |
 //! | `audit list` | the audit of registry, skill and configuration changes (a server's `GET /api/audit` with `--server HTTP_URL`, else the local database) |
 //! | `keys new` | mint an API key: the key once, and its `auth.api_keys` entry (only the digest) |
-//! | `consent issue TOOL` | a consent token signed with `$SOULBASED_CONSENT_HMAC_KEY` |
+//! | `consent issue TOOL` / `consent revoke ID` | a consent token issued by the server (`--server`) or, offline, signed with `$SOULBASED_CONSENT_HMAC_KEY`; revocation by id |
+//! | `chat [PROMPT] --server HTTP_URL --model M` | a conversation through the server's governed agent loop, each tool call shown as it is answered |
 //! | `init [DIR]` | scaffold a project: a configuration and one working skill per provider kind |
 //!
 //! **Where** ([`target`]): with `--server URL` (or `$SOULBASE_SERVER`) the tool

@@ -9,10 +9,14 @@
 //!   [`compile`] with every problem reported at once, schemas compiled exactly once
 //!   into a [`CompiledTool`]; [`check_upgrade`] enforces the SemVer rules.
 //! - [`registry`] — the multi-tenant [`Registry`] (R2): lifecycle states, tenant
-//!   scoping with shadowing, overrides and allow-lists, indexed queries, the
-//!   AvailableSpec view, lock-free reads from immutable snapshots, change events.
-//! - [`discovery`] — what a model may see ([`ToolSpec`], R3) and the OpenAI and
-//!   Anthropic exports with provider-safe names ([`NameMap`]).
+//!   scoping with shadowing, overrides and allow-lists (stored, and configured on
+//!   top: [`Registry::set_configured`]), indexed queries, the AvailableSpec view,
+//!   lock-free reads from immutable snapshots, change events; changes made for
+//!   someone go through [`registry::admin`] (persisted, audited), a tenant's own
+//!   view through [`registry::access`].
+//! - [`discovery`] — what a model may see ([`ToolSpec`], R3), the OpenAI and
+//!   Anthropic exports with provider-safe names ([`NameMap`]), and which providers
+//!   and models a tool fits ([`discovery::compat`]).
 //!
 //! Errors are [`soulbase_errors::SoulError`]s with stable codes:
 //! `MANIFEST.INVALID`, `REGISTRY.CONFLICT`, `TOOL.NOT_FOUND`, `TOOL.DISABLED`,

@@ -203,22 +203,8 @@ async fn mcp_refuses_unauthenticated_and_foreign_origins() {
     // The server's own loopback origin (a page this listener served) is allowed
     // without configuration; the rebinding page's is not.
     let own = format!("http://{}", server.http);
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     for (origin, want) in [(own.as_str(), 200), (rebound.as_str(), 403)] {
-        let (status, text) = common::http(
-            &server.http,
-            "POST",
-            "/mcp",
-            &[
-                ("content-type", "application/json"),
-                ("accept", "application/json, text/event-stream"),
-                ("origin", origin),
-                ("x-soulbase-tenant", "acme"),
-                ("x-soulbase-actor", "bob"),
-            ],
-            init,
-        )
-        .await;
+        let (status, text) = common::mcp_initialize_from(&server.http, origin).await;
         assert_eq!(status, want, "{origin}: {text}");
     }
 }

@@ -774,22 +774,8 @@ async fn server_mcp_allowed_origins_admit_a_browser_origin() {
     let server = Server::start(&config_with(
         "  mcp_allowed_origins: [\"https://ok.example\"]\n",
     ));
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     for (origin, want) in [("https://ok.example", 200), ("https://evil.example", 403)] {
-        let (status, text) = http(
-            &server.http,
-            "POST",
-            "/mcp",
-            &[
-                ("content-type", "application/json"),
-                ("accept", "application/json, text/event-stream"),
-                ("origin", origin),
-                ("x-soulbase-tenant", "acme"),
-                ("x-soulbase-actor", "bob"),
-            ],
-            init,
-        )
-        .await;
+        let (status, text) = common::mcp_initialize_from(&server.http, origin).await;
         assert_eq!(status, want, "{origin}: {text}");
     }
 }

@@ -913,3 +913,23 @@ pub fn model_turn(message: serde_json::Value) -> serde_json::Value {
     serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-test",
            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
 }
+
+/// A browser's MCP `initialize` from page `origin`, as `acme`/`bob` over the
+/// development headers: the status and body (the origin check answers 403).
+pub async fn mcp_initialize_from(addr: &str, origin: &str) -> (u16, String) {
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    http(
+        addr,
+        "POST",
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("origin", origin),
+            ("x-soulbase-tenant", "acme"),
+            ("x-soulbase-actor", "bob"),
+        ],
+        init,
+    )
+    .await
+}
