@@ -343,12 +343,19 @@ impl App {
         // Calls execute here when this process serves the sandbox role, or runs
         // the tools role with no remote sandbox.
         let executes_here = sandbox_role || (tools_role && remote_sandbox.is_none());
+        let fixtures = cfg.server.mcp_conformance_tools;
         if executes_here {
             builtins::register_handlers(&executor);
             soulbase_skills::examples::register(&executor);
+            if fixtures {
+                crate::conformance::register_handlers(&executor);
+            }
         }
         if tools_role {
             builtins::register_tools(&registry)?;
+            if fixtures {
+                crate::conformance::register_tools(&registry)?;
+            }
         }
         registry.set_configured(crate::tenants::configured(cfg));
         // Every seam that depends on the configuration follows its handle: an

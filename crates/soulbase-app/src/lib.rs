@@ -16,6 +16,8 @@
 //!   changes are audited by the registry admin), kept with the evidence
 //!   ([`App::audit`](app::App::audit));
 //! - [`builtins`]: the builtin tools and the crash-drill hooks;
+//! - [`conformance`]: the MCP conformance suite's fixture tools, an optional pack
+//!   of builtin tools (`server.mcp_conformance_tools`);
 //! - [`metrics`]: the Prometheus metrics (a `CallObserver`);
 //! - [`stdio`]: MCP over stdio for one subject (`soulbased mcp`, `soulbase mcp`);
 //! - `tenants`: the configuration's per-tenant views of the global tools, given to
@@ -26,6 +28,7 @@
 pub mod app;
 mod audit;
 pub mod builtins;
+pub mod conformance;
 pub mod evidence;
 pub mod metrics;
 pub mod stdio;

@@ -62,6 +62,11 @@ impl Action {
     /// configuration) is asked about, with [`Action::ReadEvidence`].
     pub const AUDIT_RESOURCE: &'static str = "soulbase.server.audit";
 
+    /// The resource reading an agent-loop conversation's own evidence is asked
+    /// about, with [`Action::ReadEvidence`] (each call it made is still asked
+    /// about on its own tool).
+    pub const CONVERSATION_RESOURCE: &'static str = "soulbase.server.conversations";
+
     /// The action's name in policies (`policy.rules[].actions`, Cedar
     /// `Soul::Action::"…"`) and on the wire.
     pub fn as_str(self) -> &'static str {

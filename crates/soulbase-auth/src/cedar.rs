@@ -54,7 +54,8 @@ use crate::AuthzRequest;
 ///   (`resource#action`), e.g. `principal.scopes.containsAll(context.tool_scopes)`.
 /// - Actions: exactly [`Action::ALL`](crate::Action::ALL) — `invoke`, `preflight`,
 ///   `list`, `read_evidence` (on resource `Soul::Tool::"soulbase.server.audit"`:
-///   reading the audit of changes), the registry/skill administration actions `register`,
+///   reading the audit of changes; on `Soul::Tool::"soulbase.server.conversations"`:
+///   an agent-loop conversation's own evidence), the registry/skill administration actions `register`,
 ///   `update`, `unregister`, `enable`, `disable`, `deprecate`, `reload` (on
 ///   resource `Soul::Tool::"soulbase.server.config"`), and `consent_issue` (issuing
 ///   consent for a tool; revoking on `Soul::Tool::"soulbase.server.consent"`).

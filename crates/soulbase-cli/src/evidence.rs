@@ -6,6 +6,9 @@
 //!   cursor for the next page is printed last.
 //! - `replay CALL_ID` — the call's key behaviour and result summary rebuilt from its
 //!   evidence, with any inconsistency flagged (exit 1 when there are anomalies).
+//!   Given an agent-loop conversation's id (`conv_…`, answered as
+//!   `soulbase.conversation_id`), the whole conversation: its start, each model
+//!   turn with the tool calls it made (each replayed), its end and reason.
 //! - `quarantine list [--spool DIR]` — the records the database refused for good,
 //!   kept in the spool's `quarantine.jsonl` (works beside a running server).
 //! - `quarantine retry [--spool DIR]` — offers them to the database again once the
@@ -24,6 +27,7 @@
 //! else `<data_dir>/spool` of the configuration); `retry` also writes to the
 //! database.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -32,7 +36,8 @@ use serde_json::json;
 use soulbase_errors::SoulError;
 use soulbase_evidence::quarantine::{self, QuarantineEntry};
 use soulbase_observe::{
-    CallSummary, EndStatus, EvidenceQuery, EvidenceStore, PageCursor, ReplayOutcome, replay,
+    CallSummary, ConversationReplay, EndStatus, EvidenceQuery, EvidenceStore, PageCursor, Replay,
+    ReplayOutcome, conversation_calls, is_conversation, replay, replay_conversation,
 };
 use soulbase_store::{Db, SqlEvidenceStore};
 use soulbase_types::{CallId, TenantId, ToolId, UnixMillis};
@@ -110,7 +115,7 @@ enum EvidenceCommand {
 enum QueryCommand {
     /// Every record of one call, oldest first.
     Show {
-        /// The call id.
+        /// The call id, or a conversation's id.
         call_id: String,
         /// Only if the call belongs to this tenant.
         #[arg(long)]
@@ -143,7 +148,8 @@ enum QueryCommand {
         #[arg(long)]
         after: Option<String>,
     },
-    /// Rebuild a call's key behaviour and result summary from its evidence.
+    /// Rebuild a call's key behaviour and result summary from its evidence, or a
+    /// whole agent-loop conversation from its id (`conv_…`).
     Replay {
         /// The call id.
         call_id: String,
@@ -474,73 +480,175 @@ async fn query(
             let call_id = CallId::new(call_id).map_err(|e| format!("CALL_ID: {e}"))?;
             let tenant = tenant_arg(tenant)?;
             let ev = store.call(tenant.as_ref(), &call_id).await.map_err(err)?;
-            let r = replay(&ev).map_err(err)?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
-                );
+            if is_conversation(&ev) {
+                let mut calls = BTreeMap::new();
+                for id in conversation_calls(&ev) {
+                    let call = store.call(tenant.as_ref(), &id).await.map_err(err)?;
+                    calls.insert(id, call);
+                }
+                let c = replay_conversation(&ev, &calls, &BTreeSet::new()).map_err(err)?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&c).map_err(|e| e.to_string())?
+                    );
+                } else {
+                    print!("{}", conversation_text(&c, zone));
+                }
+                c.anomalies.is_empty()
+                    && c.turns
+                        .iter()
+                        .flat_map(|t| &t.calls)
+                        .filter_map(|x| x.replay.as_ref())
+                        .all(|r| r.anomalies.is_empty())
             } else {
-                println!(
-                    "call      {} (tenant {}, actor {}, origin {:?})",
-                    r.call_id, r.tenant, r.actor, r.origin
-                );
-                match &r.outcome {
-                    ReplayOutcome::Denied { tool, code, at } => {
-                        println!(
-                            "outcome   denied before execution: {code} (tool {tool}, at {})",
-                            human(at.0, zone)
-                        );
-                    }
-                    ReplayOutcome::Executed(x) => {
-                        println!(
-                            "tool      {}@{} (manifest {})",
-                            x.tool_id, x.tool_version, x.manifest_digest
-                        );
-                        println!("profile   {}", x.profile_hash);
-                        println!("policy    {}", x.policy_hash);
-                        println!("config    {}", x.config_hash);
-                        println!("args      {}", x.args_digest);
-                        if let Some(k) = &x.idempotency_key {
-                            println!("idem key  {k}");
-                        }
-                        if let Some(s) = &x.calling_skill {
-                            println!("skill     {s}");
-                        }
-                        println!("began     {}", human(x.began_at.0, zone));
-                        match x.status {
-                            Some(s) => println!(
-                                "ended     {} {:?}{} after {}µs",
-                                x.ended_at
-                                    .map(|t| human(t.0, zone))
-                                    .unwrap_or_else(|| "-".into()),
-                                s,
-                                x.error_code.map(|c| format!(" {c}")).unwrap_or_default(),
-                                x.duration_us.unwrap_or_default()
-                            ),
-                            None => println!("ended     (no End recorded)"),
-                        }
-                        if let Some(o) = &x.output_digest {
-                            println!("output    {o}");
-                        }
-                        for s in &x.side_effects {
-                            println!("effect    {} {}", s.kind, s.target);
-                        }
-                        println!(
-                            "usage     calls={} bytes_in={} bytes_out={} cpu_ms={}",
-                            x.usage.calls, x.usage.bytes_in, x.usage.bytes_out, x.usage.cpu_ms
-                        );
-                    }
+                let r = replay(&ev).map_err(err)?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
+                    );
+                } else {
+                    print!("{}", replay_text(&r, zone));
                 }
-                for a in &r.anomalies {
-                    println!("anomaly   {a}");
-                }
+                r.anomalies.is_empty()
             }
-            r.anomalies.is_empty()
         }
     };
     db.close().await;
     Ok(ok)
+}
+
+/// A call's replay as text, one `label value` line each.
+fn replay_text(r: &Replay, zone: Zone) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let mut line = |text: String| {
+        let _ = writeln!(out, "{text}");
+    };
+    line(format!(
+        "call      {} (tenant {}, actor {}, origin {:?})",
+        r.call_id, r.tenant, r.actor, r.origin
+    ));
+    match &r.outcome {
+        ReplayOutcome::Denied { tool, code, at } => {
+            line(format!(
+                "outcome   denied before execution: {code} (tool {tool}, at {})",
+                human(at.0, zone)
+            ));
+        }
+        ReplayOutcome::Executed(x) => {
+            line(format!(
+                "tool      {}@{} (manifest {})",
+                x.tool_id, x.tool_version, x.manifest_digest
+            ));
+            line(format!("profile   {}", x.profile_hash));
+            line(format!("policy    {}", x.policy_hash));
+            line(format!("config    {}", x.config_hash));
+            line(format!("args      {}", x.args_digest));
+            if let Some(k) = &x.idempotency_key {
+                line(format!("idem key  {k}"));
+            }
+            if let Some(s) = &x.calling_skill {
+                line(format!("skill     {s}"));
+            }
+            line(format!("began     {}", human(x.began_at.0, zone)));
+            match x.status {
+                Some(s) => line(format!(
+                    "ended     {} {:?}{} after {}µs",
+                    x.ended_at
+                        .map(|t| human(t.0, zone))
+                        .unwrap_or_else(|| "-".into()),
+                    s,
+                    x.error_code.map(|c| format!(" {c}")).unwrap_or_default(),
+                    x.duration_us.unwrap_or_default()
+                )),
+                None => line("ended     (no End recorded)".into()),
+            }
+            if let Some(o) = &x.output_digest {
+                line(format!("output    {o}"));
+            }
+            for s in &x.side_effects {
+                line(format!("effect    {} {}", s.kind, s.target));
+            }
+            line(format!(
+                "usage     calls={} bytes_in={} bytes_out={} cpu_ms={}",
+                x.usage.calls, x.usage.bytes_in, x.usage.bytes_out, x.usage.cpu_ms
+            ));
+        }
+    }
+    for a in &r.anomalies {
+        line(format!("anomaly   {a}"));
+    }
+    out
+}
+
+/// A conversation's replay as text: its start, each turn with its calls (each
+/// call's replay indented under it), its end.
+fn conversation_text(c: &ConversationReplay, zone: Zone) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "conversation {} (tenant {}, actor {})",
+        c.conversation_id, c.tenant, c.actor
+    );
+    if let (Some(model), Some(at)) = (&c.model, c.started_at) {
+        let _ = writeln!(out, "started   {} with model {model}", human(at.0, zone));
+    }
+    for t in &c.turns {
+        let tokens = t
+            .tokens
+            .map(|u| {
+                format!(
+                    ", tokens {} ({} prompt, {} completion)",
+                    u.total, u.prompt, u.completion
+                )
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "turn {}    {} response {}{tokens}",
+            t.iteration,
+            human(t.at.0, zone),
+            t.response_digest
+        );
+        for x in &t.calls {
+            let code = x.code.map(|c| format!(" {c}")).unwrap_or_default();
+            let _ = writeln!(out, "  tool call {} {}{code}", x.id, x.tool);
+            match &x.replay {
+                Some(r) => {
+                    for l in replay_text(r, zone).lines() {
+                        let _ = writeln!(out, "    {l}");
+                    }
+                }
+                None => {
+                    let _ = writeln!(out, "    (answered in place)");
+                }
+            }
+        }
+    }
+    match &c.end {
+        Some(e) => {
+            let code = e.error_code.map(|c| format!(" {c}")).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "ended     {} {}{code} after {} turn(s), {} tool call(s), {} token(s)",
+                human(e.at.0, zone),
+                e.reason.as_str(),
+                e.iterations,
+                e.tool_calls,
+                e.tokens
+            );
+        }
+        None => {
+            let _ = writeln!(out, "ended     (no end recorded)");
+        }
+    }
+    for a in &c.anomalies {
+        let _ = writeln!(out, "anomaly   {a}");
+    }
+    out
 }
 
 /// The `--tenant` of the query, if it takes one.

@@ -258,6 +258,10 @@ pub struct ServerConfig {
     pub mcp_max_sessions_per_tenant: usize,
     /// An MCP session with no request in progress for this long is closed.
     pub mcp_session_idle_ms: u64,
+    /// Registers the MCP conformance suite's fixture tools (`test_simple_text`,
+    /// `test_image_content`, … as global builtin tools `soulbase.conformance.*`,
+    /// enabled; calls still need policy). For conformance testing only.
+    pub mcp_conformance_tools: bool,
 }
 
 /// gRPC endpoints (`http://host:port`) of roles served elsewhere. The role clients
@@ -324,6 +328,7 @@ impl Default for ServerConfig {
             mcp_max_sessions: 256,
             mcp_max_sessions_per_tenant: 32,
             mcp_session_idle_ms: 300_000,
+            mcp_conformance_tools: false,
         }
     }
 }
@@ -459,7 +464,9 @@ pub struct QuotaLimit {
     /// Tenant, or `*` for every tenant (each tenant gets its own bucket).
     #[serde(default = "star")]
     pub tenant: String,
-    /// Tool id pattern: exact id, `group.pkg.*`, or `*`.
+    /// Tool id pattern: exact id, `group.pkg.*`, or `*` (every tool). The agent
+    /// loop's model turns count as `soulbase.model.turn`, limited only by a
+    /// pattern naming them (not `*`).
     #[serde(default = "star")]
     pub tool: String,
     /// The rate, e.g. `100/min`.
@@ -521,7 +528,9 @@ pub struct QuotaBudget {
     /// Tenant, or `*` for every tenant (each tenant gets its own counters).
     #[serde(default = "star")]
     pub tenant: String,
-    /// Tool id pattern: exact id, `group.pkg.*`, or `*`.
+    /// Tool id pattern: exact id, `group.pkg.*`, or `*` (every tool). The agent
+    /// loop's model turns count as `soulbase.model.turn`, limited only by a
+    /// pattern naming them (not `*`).
     #[serde(default = "star")]
     pub tool: String,
     /// Actor the budget applies to, or `*` for all actors.

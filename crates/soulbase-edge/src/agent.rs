@@ -10,11 +10,15 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_observe::ConversationRef;
+use soulbase_observe::{
+    BudgetUsage, ConversationEnd, ConversationEvent, ConversationRef, ConversationStep, TokenUsage,
+    TurnCall, digest_json,
+};
 use soulbase_types::{CallId, Subject};
 
 use soulbase_tools::pipeline::router::{openai_answer, result_content};
 
+use crate::model::Routed;
 use crate::{Binding, CallStyle, ExportFormat, Stack, Surface};
 
 /// One model turn: an OpenAI chat completions request in, its response out.
@@ -25,27 +29,10 @@ pub trait ModelUpstream: Send + Sync {
     async fn complete(&self, request: &Value) -> Result<Value, SoulError>;
 }
 
-/// Why a conversation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    /// The model answered without asking for tools.
-    Answered,
-    /// The iteration bound was reached while the model still asked for tools.
-    MaxIterations,
-    /// The conversation used its token budget.
-    Budget,
-}
-
-impl StopReason {
-    /// Its name in responses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::Answered => "answered",
-            StopReason::MaxIterations => "max_iterations",
-            StopReason::Budget => "budget",
-        }
-    }
-}
+/// Why a conversation ended: the reason its evidence records
+/// ([`ConversationEnd`]); a finished conversation's is `answered`,
+/// `max_iterations` or `budget`.
+pub type StopReason = ConversationEnd;
 
 /// A finished conversation.
 #[derive(Debug, Clone)]
@@ -81,13 +68,25 @@ fn stopped(mut response: Value, message: &str) -> Value {
     response
 }
 
-/// The tokens a model turn reports having used (`usage.total_tokens`), 0 when it
-/// reports none.
-fn turn_tokens(response: &Value) -> u64 {
-    response
-        .pointer("/usage/total_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+/// The length of `value` as JSON text, the bytes a model turn is charged.
+fn json_len(value: &Value) -> u64 {
+    serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
+}
+
+/// The tokens a model turn reports having used (OpenAI `usage`), when it reports.
+fn turn_tokens(response: &Value) -> Option<TokenUsage> {
+    let usage = response.get("usage")?;
+    let n = |k: &str| usage.get(k).and_then(Value::as_u64);
+    let (prompt, completion) = (n("prompt_tokens"), n("completion_tokens"));
+    let total = n("total_tokens").or(match (prompt, completion) {
+        (None, None) => None,
+        (p, c) => Some(p.unwrap_or(0).saturating_add(c.unwrap_or(0))),
+    })?;
+    Some(TokenUsage {
+        prompt: prompt.unwrap_or(0),
+        completion: completion.unwrap_or(0),
+        total,
+    })
 }
 
 fn invalid(field: &str, message: &'static str) -> SoulError {
@@ -137,8 +136,8 @@ fn skill_info_tool() -> Value {
 }
 
 /// The answer to a [`SKILL_INFO_TOOL`] call: the document, or the refusal in
-/// the shape governed calls are answered with.
-fn skill_info_answer(hook: &SkillInfoHook<'_>, call: &Value) -> Value {
+/// the shape governed calls are answered with (and its code).
+fn skill_info_answer(hook: &SkillInfoHook<'_>, call: &Value) -> (Value, Option<ErrorCode>) {
     let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
     let name = call
         .pointer("/function/arguments")
@@ -149,14 +148,109 @@ fn skill_info_answer(hook: &SkillInfoHook<'_>, call: &Value) -> Value {
         None => Err(invalid("name", "get_skill_info needs {\"name\": skill}")),
         Some(name) => hook(&name),
     };
-    let content = match content {
-        Ok(text) => text,
+    let (content, code) = match content {
+        Ok(text) => (text, None),
         Err(e) => {
             let p = e.public();
-            json!({"error": {"code": p.code, "message": p.message, "fields": p.fields}}).to_string()
+            let text = json!({"error": {"code": p.code, "message": p.message, "fields": p.fields}})
+                .to_string();
+            (text, Some(e.code()))
         }
     };
-    json!({"role": "tool", "tool_call_id": id, "content": content})
+    (
+        json!({"role": "tool", "tool_call_id": id, "content": content}),
+        code,
+    )
+}
+
+/// Where a conversation's own evidence goes: its id, its caller, and what it
+/// has done so far (for its End).
+struct Journal<'a> {
+    stack: &'a Stack,
+    subject: &'a Subject,
+    id: CallId,
+    iterations: u32,
+    tool_calls: u32,
+    tokens: u64,
+}
+
+impl Journal<'_> {
+    /// Records `step`. Only the End is waited for: the sink writes in order, so
+    /// a durable End (or a durable Begin of a call the conversation makes)
+    /// means every step before it is durable too.
+    async fn record(&self, step: ConversationStep) -> Result<(), SoulError> {
+        let wait = matches!(step, ConversationStep::End { .. });
+        let event = ConversationEvent {
+            conversation_id: self.id.clone(),
+            step,
+        };
+        self.stack
+            .invoker()
+            .record_conversation(self.subject, event, wait)
+            .await
+    }
+
+    /// Records model turn `iteration` (its response, usage and calls).
+    async fn turn(
+        &mut self,
+        response: &Value,
+        tokens: Option<TokenUsage>,
+        tool_calls: Vec<TurnCall>,
+    ) -> Result<(), SoulError> {
+        self.tool_calls = self
+            .tool_calls
+            .saturating_add(u32::try_from(tool_calls.len()).unwrap_or(u32::MAX));
+        self.record(ConversationStep::Turn {
+            iteration: self.iterations,
+            response_digest: digest_json(response),
+            tokens,
+            tool_calls,
+        })
+        .await
+    }
+
+    /// Records the End of a conversation that ended with `reason`.
+    async fn end(
+        &self,
+        reason: ConversationEnd,
+        error_code: Option<ErrorCode>,
+    ) -> Result<(), SoulError> {
+        self.record(ConversationStep::End {
+            reason,
+            iterations: self.iterations,
+            tool_calls: self.tool_calls,
+            tokens: self.tokens,
+            error_code,
+        })
+        .await
+    }
+
+    /// The conversation answered: its End recorded first (no answer without it).
+    async fn finish(
+        &self,
+        response: Value,
+        reason: ConversationEnd,
+        made: Vec<(String, String)>,
+    ) -> Result<Conversation, SoulError> {
+        self.end(reason, None).await?;
+        Ok(Conversation {
+            id: self.id.as_str().to_owned(),
+            response,
+            iterations: self.iterations,
+            tool_calls: made,
+            reason,
+        })
+    }
+
+    /// The conversation failed with `err`: its End records why, and `err`,
+    /// naming the conversation (`conversation_id`, to replay it), is the answer
+    /// (a failure to record the End is logged; the answer is an error either way).
+    async fn fail(&self, reason: ConversationEnd, err: SoulError) -> SoulError {
+        if let Err(e) = self.end(reason, Some(err.code())).await {
+            tracing::error!(error = ?e, conversation = %self.id, "the End of a failed conversation could not be recorded");
+        }
+        err.with_field("conversation_id", self.id.as_str())
+    }
 }
 
 /// A conversation to run: who asks, and what.
@@ -256,49 +350,93 @@ impl Stack {
         if !tools.is_empty() {
             turn.insert("tools".into(), Value::Array(tools));
         }
+        // Names the conversation in its own evidence and that of every call it makes.
+        let id = CallId::generate().as_str().replacen("call_", "conv_", 1);
+        let mut journal = Journal {
+            stack: self,
+            subject,
+            id: CallId::new(id).map_err(SoulError::internal)?,
+            iterations: 0,
+            tool_calls: 0,
+            tokens: 0,
+        };
+        let caller_messages = body.get("messages").unwrap_or(&Value::Null);
+        journal
+            .record(ConversationStep::Start {
+                model: body
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                messages: caller_messages
+                    .as_array()
+                    .map_or(0, |m| u32::try_from(m.len()).unwrap_or(u32::MAX)),
+                messages_digest: digest_json(caller_messages),
+                max_iterations,
+                tools_offered: u32::try_from(exported.tools.len()).unwrap_or(u32::MAX),
+            })
+            .await?;
         let mut made = Vec::new();
-        let mut iterations = 0;
-        let mut tokens: u64 = 0;
         let mut governed_calls: u32 = 0;
-        // Names the conversation in the evidence of every call it makes.
-        let conversation_id = CallId::generate().as_str().replacen("call_", "conv_", 1);
         loop {
             turn.insert("messages".into(), Value::Array(messages.clone()));
-            let response = upstream.complete(&Value::Object(turn.clone())).await?;
-            iterations += 1;
-            tokens = tokens.saturating_add(turn_tokens(&response));
-            if max_tokens.is_some_and(|max| tokens > max) {
-                return Ok(Conversation {
-                    id: conversation_id,
-                    response: stopped(response, BUDGET_MESSAGE),
-                    iterations,
-                    tool_calls: made,
-                    reason: StopReason::Budget,
-                });
+            // Each turn is charged through the quota seam, like a call.
+            let invoker = self.invoker();
+            let held = match invoker.reserve_model_turn(subject).await {
+                Ok(r) => r,
+                Err(e) => return Err(journal.fail(ConversationEnd::Refused, e).await),
+            };
+            let request = Value::Object(turn.clone());
+            let response = match upstream.complete(&request).await {
+                Ok(r) => {
+                    let usage = BudgetUsage {
+                        calls: 1,
+                        bytes_in: json_len(&request),
+                        bytes_out: json_len(&r),
+                        cpu_ms: 0,
+                    };
+                    invoker.settle_model_turn(held, Some(usage)).await;
+                    r
+                }
+                Err(e) => {
+                    invoker.settle_model_turn(held, None).await;
+                    return Err(journal.fail(ConversationEnd::UpstreamError, e).await);
+                }
+            };
+            journal.iterations += 1;
+            let usage = turn_tokens(&response);
+            journal.tokens = journal.tokens.saturating_add(usage.map_or(0, |u| u.total));
+            if max_tokens.is_some_and(|max| journal.tokens > max) {
+                journal.turn(&response, usage, Vec::new()).await?;
+                let response = stopped(response, BUDGET_MESSAGE);
+                return journal
+                    .finish(response, ConversationEnd::Budget, made)
+                    .await;
             }
-            let message = assistant_message(&response)?;
+            let message = match assistant_message(&response) {
+                Ok(m) => m.clone(),
+                Err(e) => {
+                    journal.turn(&response, usage, Vec::new()).await?;
+                    return Err(journal.fail(ConversationEnd::UpstreamError, e).await);
+                }
+            };
             let calls = match message.get("tool_calls") {
                 Some(Value::Array(c)) if !c.is_empty() => c.clone(),
                 _ => {
-                    return Ok(Conversation {
-                        id: conversation_id,
-                        response,
-                        iterations,
-                        tool_calls: made,
-                        reason: StopReason::Answered,
-                    });
+                    journal.turn(&response, usage, Vec::new()).await?;
+                    return journal
+                        .finish(response, ConversationEnd::Answered, made)
+                        .await;
                 }
             };
-            if iterations >= max_iterations {
-                return Ok(Conversation {
-                    id: conversation_id,
-                    response: stopped(response, MAX_ITERATIONS_MESSAGE),
-                    iterations,
-                    tool_calls: made,
-                    reason: StopReason::MaxIterations,
-                });
+            if journal.iterations >= max_iterations {
+                journal.turn(&response, usage, Vec::new()).await?;
+                let response = stopped(response, MAX_ITERATIONS_MESSAGE);
+                return journal
+                    .finish(response, ConversationEnd::MaxIterations, made)
+                    .await;
             }
-            messages.push(Value::Object(message.clone()));
+            messages.push(Value::Object(message));
             // The skill-info calls are answered in place; the others through the
             // governed path; the answers in the order of the calls.
             let is_info = |c: &Value| {
@@ -329,8 +467,8 @@ impl Stack {
             governed_calls =
                 governed_calls.saturating_add(u32::try_from(governed.len()).unwrap_or(u32::MAX));
             let at = ConversationRef {
-                id: conversation_id.clone(),
-                iteration: iterations,
+                id: journal.id.as_str().to_owned(),
+                iteration: journal.iterations,
             };
             let mut routed = self
                 .route_calls(
@@ -343,21 +481,30 @@ impl Stack {
                 )
                 .await?
                 .into_iter();
-            let mut answers = Vec::with_capacity(calls.len());
+            // Each call's answer, and where its evidence is (none for one
+            // answered in place).
+            let mut answers: Vec<(Value, Option<CallId>, Option<ErrorCode>)> =
+                Vec::with_capacity(calls.len());
             for (call, past) in calls.iter().zip(&over) {
                 if *past {
-                    answers.push(
-                        self.over_budget(surface, subject, call, max_tool_calls)
-                            .await,
-                    );
+                    let r = self
+                        .over_budget(surface, subject, call, max_tool_calls)
+                        .await;
+                    answers.push((r.answer, Some(r.call_id), r.code));
                     continue;
                 }
                 match skill_info.filter(|_| is_info(call)) {
-                    Some(hook) => answers.push(skill_info_answer(hook, call)),
-                    None => answers.extend(routed.next()),
+                    Some(hook) => {
+                        let (answer, code) = skill_info_answer(hook, call);
+                        answers.push((answer, None, code));
+                    }
+                    None => {
+                        answers.extend(routed.next().map(|r| (r.answer, Some(r.call_id), r.code)))
+                    }
                 }
             }
-            for (call, answer) in calls.iter().zip(&answers) {
+            let mut record = Vec::with_capacity(answers.len());
+            for (call, (answer, call_id, code)) in calls.iter().zip(&answers) {
                 let name = call
                     .pointer("/function/name")
                     .and_then(Value::as_str)
@@ -374,9 +521,20 @@ impl Stack {
                 if let Some(tell) = on_tool_call {
                     tell(&tool, &content);
                 }
+                record.push(TurnCall {
+                    id: call
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    tool: tool.clone(),
+                    call_id: call_id.clone(),
+                    code: *code,
+                });
                 made.push((tool, content));
             }
-            messages.extend(answers);
+            journal.turn(&response, usage, record).await?;
+            messages.extend(answers.into_iter().map(|(answer, _, _)| answer));
         }
     }
 }
@@ -391,7 +549,7 @@ impl Stack {
         subject: &Subject,
         call: &Value,
         max_tool_calls: u32,
-    ) -> Value {
+    ) -> Routed {
         let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
         let tool = call
             .pointer("/function/name")
@@ -403,6 +561,10 @@ impl Stack {
         )
         .with_field("max_tool_calls", max_tool_calls.to_string());
         let result = self.refuse(surface, subject, tool, err).await;
-        openai_answer(id, &result_content(&result))
+        Routed {
+            answer: openai_answer(id, &result_content(&result)),
+            call_id: result.call_id,
+            code: result.error_code,
+        }
     }
 }

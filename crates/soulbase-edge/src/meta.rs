@@ -42,6 +42,9 @@ pub struct CallMeta {
     /// The agent-loop conversation making the call (set by the loop, never read
     /// from a request).
     pub conversation: Option<soulbase_observe::ConversationRef>,
+    /// Where the tool's progress and log messages go while it runs: set by a
+    /// surface that delivers them (MCP), never read from a request.
+    pub reporter: soulbase_tools::pipeline::Reporter,
 }
 
 /// A header's value as text: UTF-8 as sent (an idempotency key in any script is
@@ -65,6 +68,7 @@ impl CallMeta {
             traceparent: header(headers, TRACEPARENT_HEADER),
             binding: Binding::claimed(header(headers, SKILL_HEADER)),
             conversation: None,
+            reporter: soulbase_tools::pipeline::Reporter::none(),
         }
     }
 
@@ -88,6 +92,7 @@ impl CallMeta {
             traceparent: text(META_TRACEPARENT)?,
             binding: Binding::None,
             conversation: None,
+            reporter: soulbase_tools::pipeline::Reporter::none(),
         })
     }
 
@@ -104,6 +109,11 @@ impl CallMeta {
                 b => b,
             },
             conversation: self.conversation.or(fallback.conversation),
+            reporter: if self.reporter.is_listening() {
+                self.reporter
+            } else {
+                fallback.reporter
+            },
         }
     }
 }

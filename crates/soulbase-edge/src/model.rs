@@ -121,6 +121,17 @@ fn mcp_tool(spec: &ToolSpec) -> Value {
     })
 }
 
+/// A routed tool call: its answer, and where its evidence is.
+#[derive(Debug, Clone)]
+pub(crate) struct Routed {
+    /// The answer in the model API's shape.
+    pub answer: Value,
+    /// The call id its evidence is recorded under.
+    pub call_id: CallId,
+    /// The stable code when it was refused or failed.
+    pub code: Option<ErrorCode>,
+}
+
 impl Stack {
     /// The tools `subject` (through `binding`) may be offered, as `format`, for
     /// `model` when the caller names the model it will use: a tool whose
@@ -177,12 +188,17 @@ impl Stack {
         style: CallStyle,
         calls: &[Value],
     ) -> Result<Vec<Value>, SoulError> {
-        self.route_calls(surface, subject, binding, style, calls, None)
-            .await
+        let routed = self
+            .route_calls(surface, subject, binding, style, calls, None)
+            .await?;
+        Ok(routed.into_iter().map(|r| r.answer).collect())
     }
 
     /// [`route_tool_calls`](Self::route_tool_calls), each call recording the
-    /// agent-loop `conversation` (and turn) that made it.
+    /// agent-loop `conversation` (and turn) that made it, and answered with the
+    /// call id its evidence is under. A conversation's calls get fresh call ids
+    /// (a model's ids need not be unique across conversations); other callers'
+    /// calls keep the model's id when it is a valid call id.
     pub(crate) async fn route_calls(
         &self,
         surface: Surface,
@@ -191,7 +207,7 @@ impl Stack {
         style: CallStyle,
         calls: &[Value],
         conversation: Option<&ConversationRef>,
-    ) -> Result<Vec<Value>, SoulError> {
+    ) -> Result<Vec<Routed>, SoulError> {
         let available = self.available(surface, subject, binding).await?;
         let names = NameMap::new(available.iter().map(|a| a.id()));
         // Anthropic content may hold text and other blocks beside the calls: the
@@ -217,7 +233,9 @@ impl Stack {
                         req.origin = Origin::Llm;
                         req.meta.binding = binding.clone();
                         req.meta.conversation = conversation.cloned();
-                        req.meta.call_id = CallId::new(id.as_str()).ok().map(|_| id.clone());
+                        if conversation.is_none() {
+                            req.meta.call_id = CallId::new(id.as_str()).ok().map(|_| id.clone());
+                        }
                         (id, self.invoke(req).await)
                     }
                     Err((id, err)) => {
@@ -230,9 +248,14 @@ impl Stack {
                     }
                 };
                 let content = result_content(&result);
-                match style {
+                let answer = match style {
                     CallStyle::OpenAi => openai_answer(&id, &content),
                     CallStyle::Anthropic => anthropic_answer(&id, &content, !result.is_ok()),
+                };
+                Routed {
+                    answer,
+                    call_id: result.call_id,
+                    code: result.error_code,
                 }
             }
         });

@@ -110,7 +110,7 @@ pub fn recover(dir: &Path) -> Result<RecoveryReport, SoulError> {
                 EvidenceEvent::End(e) => {
                     open.remove(&e.begin_id);
                 }
-                EvidenceEvent::Denied(_) => {}
+                EvidenceEvent::Denied(_) | EvidenceEvent::Conversation(_) => {}
             }
         }
     }

@@ -474,7 +474,7 @@ impl DurableSink {
         let kind = match &record.payload {
             EvidenceEvent::Begin(_) => Kind::Begin(record.id.clone()),
             EvidenceEvent::End(e) => Kind::End(e.begin_id.clone()),
-            EvidenceEvent::Denied(_) => Kind::Other,
+            EvidenceEvent::Denied(_) | EvidenceEvent::Conversation(_) => Kind::Other,
         };
         let len = bytes.len() as u64;
         let shared = &self.inner.shared;

@@ -262,6 +262,7 @@ pub fn call_request(
         traceparent: opt(&req.traceparent),
         binding: Binding::claimed(opt(&req.calling_skill)),
         conversation: None,
+        reporter: soulbase_tools::pipeline::Reporter::none(),
     };
     Ok(CallRequest {
         surface: Surface::Grpc,

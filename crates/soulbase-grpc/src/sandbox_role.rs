@@ -173,6 +173,7 @@ impl SandboxRoleService {
             max_memory_bytes: p.max_memory_bytes,
             max_processes: p.max_processes,
             max_files: p.max_files,
+            reporter: soulbase_sandbox::Reporter::none(),
         };
         self.sandbox.guard(&req)?;
         let limit = p.timeout.saturating_add(Duration::from_secs(1));

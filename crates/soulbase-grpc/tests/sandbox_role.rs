@@ -93,6 +93,7 @@ impl Call {
             max_memory_bytes: None,
             max_processes: None,
             max_files: None,
+            reporter: soulbase_sandbox::Reporter::none(),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! [`McpServer`] is an rmcp [`ServerHandler`]:
 //! - `tools/list` — the caller's governed tool list (R2 AvailableSpec: visible to
 //!   its tenant, enabled, shown by the skills' terms, and permitted by policy for
-//!   the caller to `list` and `invoke`), in id order, paginated by cursor, with `inputSchema`,
+//!   the caller to `list` and `invoke`), each named by its manifest's `mcp_name`
+//!   when it has one, else its id, in name order, paginated by cursor, with `inputSchema`,
 //!   `outputSchema` (when it describes an object) and annotations derived from the
 //!   manifest (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`);
 //! - `tools/call` — through the one governed [`Stack`] (our input schema
@@ -11,6 +12,10 @@
 //!   (`soulbase/idempotencyKey`, `soulbase/consent`, `traceparent`), answering
 //!   `structuredContent` plus a text copy, and failures as `isError` results whose
 //!   structured content is the public error (R5: `code`, `message`, `retry`, …);
+//!   a plain name (no dot) is resolved in the caller's tenant to the tool holding
+//!   it as `mcp_name` (`Registry::mcp_tool`), and a tool with `output_content`
+//!   answers its content blocks (image, audio, embedded resource, text) as the
+//!   result's content and the rest of its output as `structuredContent`;
 //! - `notifications/tools/list_changed` — fed from the registry's tenant-filtered
 //!   event stream (`Registry::subscribe_for`), through `subscriptions/listen`
 //!   (protocol 2026-07-28) and, for legacy sessions, pushed on the session after
@@ -25,8 +30,10 @@
 //!   caller's skills;
 //! - per session ([`McpServer::for_session`]): `logging/setLevel` and one
 //!   `notifications/message` per call, progress for a call with a
-//!   `progressToken`, and `notifications/cancelled` dropping the governed call
-//!   (its End is `cancelled`).
+//!   `progressToken`, what the tool itself reports while it runs (progress and
+//!   log messages through the call's `Reporter`, `report`), and
+//!   `notifications/cancelled` dropping the governed call (its End is
+//!   `cancelled`).
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the
@@ -35,6 +42,7 @@
 //! ([`sessions::McpSessions`]).
 
 pub mod prompts;
+mod report;
 pub mod resources;
 pub mod sessions;
 pub mod skills;
@@ -48,8 +56,7 @@ use rmcp::model::{
     ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
-    PaginatedRequestParams, ProgressNotification, ProgressNotificationParam, ProgressToken,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     ResourceUpdatedNotification, ResourceUpdatedNotificationParam, ServerCapabilities,
     ServerConfig, ServerNotification, SetLevelRequestParams, SubscribeRequestParams,
     SubscriptionFilter, ToolListChangedNotification, UnsubscribeRequestParams,
@@ -363,10 +370,47 @@ impl McpServer {
     }
 
     fn result_of(result: &CallResult) -> CallToolResult {
+        Self::answer(result, false)
+    }
+
+    /// Whether `result`, a call of `tool`, answers content blocks: it succeeded
+    /// with an output holding `content` and the tool's manifest sets
+    /// `output_content` (the registry is asked only then).
+    fn answers_content(
+        &self,
+        tenant: &soulbase_types::TenantId,
+        tool: &str,
+        result: &CallResult,
+    ) -> bool {
+        let has_blocks = result.output.as_ref().is_some_and(|o| {
+            o.get(soulbase_tools::manifest::content::CONTENT_KEY)
+                .is_some()
+        });
+        result.is_ok()
+            && has_blocks
+            && soulbase_types::ToolId::new(tool).is_ok_and(|id| {
+                self.registry
+                    .get(tenant, &id)
+                    .is_ok_and(|r| r.tool.manifest.output_content)
+            })
+    }
+
+    /// The MCP answer of `result`. With `blocks` (a tool with `output_content`),
+    /// its content is the output's content blocks, followed by a text copy of the
+    /// structured part when that is not empty, and its structured content is the
+    /// structured part; otherwise a text copy of the output and the output.
+    fn answer(result: &CallResult, blocks: bool) -> CallToolResult {
         match (&result.output, result.error()) {
             (Some(out), None) => {
-                let mut r = CallToolResult::success(vec![ContentBlock::text(out.to_string())]);
-                r.structured_content = Some(out.clone());
+                let mut r = match blocks.then(|| content_answer(out)).flatten() {
+                    Some(r) => r,
+                    None => {
+                        let mut r =
+                            CallToolResult::success(vec![ContentBlock::text(out.to_string())]);
+                        r.structured_content = Some(out.clone());
+                        r
+                    }
+                };
                 if !result.warnings.is_empty() {
                     let mut meta = serde_json::Map::new();
                     meta.insert(META_WARNINGS.into(), serde_json::json!(result.warnings));
@@ -464,18 +508,38 @@ impl McpServer {
         if let Some(r) = self.protocol_call(&request, &subject, &meta).await {
             return r;
         }
+        // A plain name (no dots: never a tool id) is a manifest's `mcp_name`.
+        let named = request.name.as_ref();
+        let tool = if named.contains('.') {
+            None
+        } else {
+            self.registry.mcp_tool(&subject.tenant, named)
+        }
+        .map_or_else(|| named.to_owned(), |id| id.to_string());
+        let tenant = subject.tenant.clone();
         let result = self
             .stack
             .invoke(CallRequest {
                 surface: Surface::Mcp,
                 subject,
-                tool: request.name.to_string(),
+                tool: tool.clone(),
                 args: Value::Object(request.arguments.unwrap_or_default()),
                 origin: Origin::Llm,
                 meta,
             })
             .await;
-        (Self::result_of(&result), Some(result))
+        let blocks = self.answers_content(&tenant, &tool, &result);
+        (Self::answer(&result, blocks), Some(result))
+    }
+
+    /// The log level the session asked for (`logging/setLevel`).
+    #[allow(deprecated)]
+    fn session_level(&self) -> Option<LoggingLevel> {
+        *self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Tells the session's log (`notifications/message`, when the client set a
@@ -490,11 +554,7 @@ impl McpServer {
     ) {
         let level = call_level(result);
         // The request's own level (2026 protocol), else the session's (setLevel).
-        let wanted = asked.or(*self
-            .session
-            .log_level
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner));
+        let wanted = asked.or(self.session_level());
         if wanted.is_none_or(|w| severity(level) < severity(w)) {
             return;
         }
@@ -515,22 +575,21 @@ impl McpServer {
     }
 }
 
-/// Sends `notifications/progress` for `token`, ignoring a client that is gone.
-async fn progress(peer: &rmcp::Peer<RoleServer>, token: &ProgressToken, done: bool) {
-    let param = if done {
-        ProgressNotificationParam::new(token.clone(), 1.0)
-            .with_total(1.0)
-            .with_message("finished")
-    } else {
-        ProgressNotificationParam::new(token.clone(), 0.0)
-            .with_total(1.0)
-            .with_message("started")
+/// The answer of an `output_content` tool's output: its blocks, then a text copy
+/// of the structured part when not empty; `None` when a block is not one rmcp
+/// reads (the pipeline checked them, so only a newer block kind).
+fn content_answer(out: &Value) -> Option<CallToolResult> {
+    let (blocks, structured) = soulbase_tools::manifest::content::split(out);
+    let mut content: Vec<ContentBlock> = match blocks {
+        Some(b) => serde_json::from_value(b.clone()).ok()?,
+        None => Vec::new(),
     };
-    let _ = peer
-        .send_notification(ServerNotification::ProgressNotification(
-            ProgressNotification::new(param),
-        ))
-        .await;
+    if structured.as_object().is_some_and(|o| !o.is_empty()) {
+        content.push(ContentBlock::text(structured.to_string()));
+    }
+    let mut r = CallToolResult::success(content);
+    r.structured_content = Some(structured);
+    Some(r)
 }
 
 /// The MCP error for a resource that does not exist or is not the caller's
@@ -623,25 +682,44 @@ impl ServerHandler for McpServer {
             }
         };
         meta.binding = self.binding(&context.extensions);
-        let token = context.meta.get_progress_token();
-        if let Some(t) = &token {
-            progress(&context.peer, t, false).await;
-        }
         let tool = request.name.to_string();
+        let asked = context.meta.log_level();
+        // Progress for a request with a token; the tool's own log messages at the
+        // request's level (2026 protocol), else the session's (setLevel).
+        let mut notifier = report::Notifier::new(
+            context.peer.clone(),
+            context.meta.get_progress_token(),
+            asked.or(self.session_level()),
+            tool.clone(),
+        );
+        let (reporter, mut reports) = report::channel(notifier.wants_reports());
+        meta.reporter = reporter;
+        notifier.started().await;
         // `notifications/cancelled` cancels the request's token: the governed call
         // is dropped, which ends a started execution as `cancelled` (and refunds
         // its quota hold); the client expects no answer.
-        let (answer, result) = tokio::select! {
-            done = self.call(request, subject, meta) => done,
-            () = context.ct.cancelled() => {
-                return Err(ErrorData::internal_error("cancelled by the client", None));
+        let call = self.call(request, subject, meta);
+        tokio::pin!(call);
+        let (answer, result) = loop {
+            tokio::select! {
+                done = &mut call => break done,
+                Some(r) = async {
+                    match reports.as_mut() {
+                        Some(q) => q.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => notifier.send(r).await,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("cancelled by the client", None));
+                }
             }
         };
-        if let Some(t) = &token {
-            progress(&context.peer, t, true).await;
+        // What the tool reported last goes out before its answer.
+        while let Some(r) = reports.as_mut().and_then(report::Reports::queued) {
+            notifier.send(r).await;
         }
+        notifier.finished().await;
         if let Some(r) = &result {
-            let asked = context.meta.log_level();
             self.log_call(&context.peer, asked, &tool, r).await;
         }
         Ok(answer.into())
@@ -1002,5 +1080,24 @@ mod tests {
         stop.cancel();
         task.await.unwrap();
         assert_eq!(*sent.lock().unwrap(), 2);
+    }
+    /// An `output_content` tool's output answers its blocks as MCP content, then a
+    /// text copy of a non-empty structured part, which is the structured content.
+    #[test]
+    fn content_outputs_answer_their_blocks() {
+        let image = serde_json::json!({"type": "image", "data": "AAEC", "mimeType": "image/png"});
+        let only = content_answer(&serde_json::json!({"content": [image]})).unwrap();
+        let v = serde_json::to_value(&only).unwrap();
+        assert_eq!(v["content"], serde_json::json!([image]));
+        assert_eq!(v["structuredContent"], serde_json::json!({}));
+        let both = content_answer(&serde_json::json!({"content": [image], "n": 1})).unwrap();
+        let v = serde_json::to_value(&both).unwrap();
+        assert_eq!(
+            v["content"][1],
+            serde_json::json!({"type": "text", "text": "{\"n\":1}"})
+        );
+        assert_eq!(v["structuredContent"], serde_json::json!({"n": 1}));
+        // A block rmcp cannot read falls back to the JSON answer.
+        assert!(content_answer(&serde_json::json!({"content": [{"type": "video"}]})).is_none());
     }
 }

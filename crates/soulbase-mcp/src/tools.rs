@@ -33,7 +33,8 @@ fn object(v: &Value) -> Option<Map<String, Value>> {
     v.as_object().cloned()
 }
 
-/// The MCP tool for a compiled tool: name = tool id.
+/// The MCP tool for a compiled tool: name = its manifest's `mcp_name`, else the
+/// tool id.
 pub fn to_mcp_tool(tool: &CompiledTool) -> Tool {
     let m = &tool.manifest;
     let input = object(&m.input_schema).unwrap_or_else(|| {
@@ -43,7 +44,8 @@ pub fn to_mcp_tool(tool: &CompiledTool) -> Tool {
             .unwrap_or_default()
     });
     // The spec's description: a deprecated tool's carries its notes.
-    let mut t = Tool::new(m.id.to_string(), tool.spec().description, Arc::new(input))
+    let name = m.mcp_name.clone().unwrap_or_else(|| m.id.to_string());
+    let mut t = Tool::new(name, tool.spec().description, Arc::new(input))
         .with_annotations(annotations(tool));
     if !m.deprecations.is_empty() {
         let mut meta = serde_json::Map::new();
@@ -145,6 +147,20 @@ mod tests {
         let n = get("a.b.net").annotations.unwrap();
         assert_eq!(n.open_world_hint, Some(true));
         assert_eq!(n.idempotent_hint, Some(false));
+    }
+
+    #[test]
+    fn a_tool_with_an_mcp_name_is_listed_by_it() {
+        let registry = Registry::new();
+        register(&registry, "a.b.named", json!({"mcp_name": "plain_name"}));
+        register(&registry, "a.b.unnamed", json!({}));
+        let tenant = TenantId::new("t").unwrap();
+        let names: Vec<String> = list(&registry, &tenant, None)
+            .tools
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(names, ["a.b.unnamed", "plain_name"]);
     }
 
     #[test]

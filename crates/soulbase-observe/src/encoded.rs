@@ -111,6 +111,7 @@ impl EncodedRecord {
                 ("end", None, Some(begin_id.0), Some(status))
             }
             "denied" => ("denied", p.tool.map(|t| t.0), None, None),
+            "conversation" => ("conversation", None, None, None),
             other => {
                 return Err(store_refusal(format!(
                     "unknown evidence event `{other}` in `payload.event`"
@@ -143,7 +144,7 @@ pub struct RecordHead<'a> {
     pub at_ms: i64,
     /// The tenant.
     pub tenant: Cow<'a, str>,
-    /// `begin`, `end` or `denied`.
+    /// `begin`, `end`, `denied` or `conversation`.
     pub kind: &'static str,
     /// The call the record belongs to.
     pub call_id: Cow<'a, str>,
@@ -173,7 +174,8 @@ struct RawHead<'a> {
 struct RawPayload<'a> {
     #[serde(borrow)]
     event: Text<'a>,
-    #[serde(borrow)]
+    /// A conversation event's id is its call id.
+    #[serde(borrow, alias = "conversation_id")]
     call_id: Text<'a>,
     #[serde(borrow, default)]
     tool_id: Option<Text<'a>>,

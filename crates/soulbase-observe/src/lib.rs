@@ -12,7 +12,8 @@
 //!
 //! [`EvidenceStore`] is the durable side: idempotent batch writes keyed by envelope
 //! id (typed, or as the records' JSON text, [`EncodedRecord`]), queries by call and by tenant/time/tool/status with keyset pagination.
-//! [`replay`] rebuilds a call's key behaviour and result summary from its records.
+//! [`replay`] rebuilds a call's key behaviour and result summary from its records;
+//! [`replay_conversation`] an agent-loop conversation's turns and the calls they made.
 //! [`MemoryStore`] is the in-process store. The spool, the batching writer and the
 //! SQLite/Postgres stores are edge crates (`soulbase-evidence`, `soulbase-store`).
 //!
@@ -25,6 +26,7 @@
 //! also offers sample records (module `fixtures`).
 
 mod audit;
+mod conversation_replay;
 mod digest;
 mod encoded;
 #[cfg(feature = "fixtures")]
@@ -41,12 +43,17 @@ pub use audit::{
     AuditFilter, AuditKind, AuditLog, AuditRecord, MAX_AUDIT_PAGE, MAX_DETAIL_CHARS,
     MemoryAuditLog, state_hash, system_subject,
 };
+pub use conversation_replay::{
+    CallReplay, ConversationReplay, EndReplay, TurnReplay, conversation_calls, is_conversation,
+    replay_conversation,
+};
 pub use digest::{canonical_json, digest_bytes, digest_json};
 pub use encoded::{EncodedRecord, RecordHead};
 pub use memory_store::MemoryStore;
 pub use model::{
-    BudgetUsage, ConsentUsed, ConversationRef, Denial, EndStatus, EvidenceBegin, EvidenceEnd,
-    EvidenceEvent, EvidenceRecord, SideEffectRecord,
+    BudgetUsage, ConsentUsed, ConversationEnd, ConversationEvent, ConversationRef,
+    ConversationStep, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceRecord,
+    SideEffectRecord, TokenUsage, TurnCall,
 };
 pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, Durable, EvidenceSink, MemorySink};

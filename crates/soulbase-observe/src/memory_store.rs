@@ -78,7 +78,9 @@ impl EvidenceStore for MemoryStore {
                     inner.end_of.insert(e.begin_id.clone(), r.id.clone());
                     e.call_id.clone()
                 }
-                EvidenceEvent::Denied(d) => d.call_id.clone(),
+                EvidenceEvent::Denied(_) | EvidenceEvent::Conversation(_) => {
+                    r.payload.call_id().clone()
+                }
             };
             inner.by_call.entry(call).or_default().push(r.id.clone());
             inner.by_id.insert(r.id.clone(), r.clone());

@@ -151,6 +151,137 @@ pub enum EvidenceEvent {
     End(EvidenceEnd),
     /// The call was refused in preflight.
     Denied(Denial),
+    /// A step of an agent-loop conversation (boxed: rare, and larger than the rest).
+    Conversation(Box<ConversationEvent>),
+}
+
+impl EvidenceEvent {
+    /// The call the event belongs to (a conversation's id for its own events).
+    pub fn call_id(&self) -> &CallId {
+        match self {
+            EvidenceEvent::Begin(b) => &b.call_id,
+            EvidenceEvent::End(e) => &e.call_id,
+            EvidenceEvent::Denied(d) => &d.call_id,
+            EvidenceEvent::Conversation(c) => &c.conversation_id,
+        }
+    }
+}
+
+/// The agent loop's own evidence (seed 003): a conversation's start, each model
+/// turn, and its end. Stored beside the calls it made, keyed by the conversation
+/// id in the call-id column, so replaying the id rebuilds the conversation; the
+/// calls themselves are evidenced as any call (their Begins name the
+/// conversation, [`ConversationRef`]). Digests only, never the messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationEvent {
+    /// The conversation (`conv_…`).
+    pub conversation_id: CallId,
+    /// Which step.
+    #[serde(flatten)]
+    pub step: ConversationStep,
+}
+
+/// A step of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum ConversationStep {
+    /// Written before the first model turn.
+    Start {
+        /// The upstream model asked.
+        model: String,
+        /// Messages the caller sent.
+        messages: u32,
+        /// Digest of the caller's messages.
+        messages_digest: String,
+        /// The iteration bound in force.
+        max_iterations: u32,
+        /// Governed tools offered to the model.
+        tools_offered: u32,
+    },
+    /// Written after a model turn and the tool calls it asked for were answered.
+    Turn {
+        /// The turn (1-based).
+        iteration: u32,
+        /// Digest of the model's response.
+        response_digest: String,
+        /// Token usage, when the upstream reported it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<TokenUsage>,
+        /// The turn's tool calls, in the model's order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<TurnCall>,
+    },
+    /// Written before the conversation's answer (or refusal) is given.
+    End {
+        /// Why it ended.
+        reason: ConversationEnd,
+        /// Model turns made.
+        iterations: u32,
+        /// Tool calls the model asked for.
+        tool_calls: u32,
+        /// Tokens the turns reported, summed.
+        tokens: u64,
+        /// The stable code, for `upstream_error` and `refused`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<ErrorCode>,
+    },
+}
+
+/// Why a conversation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationEnd {
+    /// The model answered without asking for tools.
+    Answered,
+    /// The iteration bound was reached with tool calls still pending.
+    MaxIterations,
+    /// The conversation used its token budget.
+    Budget,
+    /// The upstream model failed (unreachable, too slow, a malformed response).
+    UpstreamError,
+    /// A model turn was refused (a quota on model turns).
+    Refused,
+}
+
+impl ConversationEnd {
+    /// Its name in records and responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConversationEnd::Answered => "answered",
+            ConversationEnd::MaxIterations => "max_iterations",
+            ConversationEnd::Budget => "budget",
+            ConversationEnd::UpstreamError => "upstream_error",
+            ConversationEnd::Refused => "refused",
+        }
+    }
+}
+
+/// A model turn's token usage as the upstream reported it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Prompt tokens.
+    pub prompt: u64,
+    /// Completion tokens.
+    pub completion: u64,
+    /// Both.
+    pub total: u64,
+}
+
+/// One tool call of a model turn: the model's id for it, the tool as named, and
+/// the call id its evidence is recorded under (a Begin/End or a Denial; none for
+/// a call answered in place, such as reading a skill's instructions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnCall {
+    /// The model's id for the call (`tool_call_id`).
+    pub id: String,
+    /// The tool as the model named it (its id when it named one of the caller's tools).
+    pub tool: String,
+    /// The evidence's call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<CallId>,
+    /// The stable code when the call was refused or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
 }
 
 /// An evidence event in its envelope (tenant, actor, origin, trace, time).

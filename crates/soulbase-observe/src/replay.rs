@@ -115,11 +115,7 @@ pub fn replay(evidence: &CallEvidence) -> Result<Replay, SoulError> {
     if ends.len() > 1 {
         anomalies.push(format!("{} End records (expected one)", ends.len()));
     }
-    let call_id = match &first.payload {
-        EvidenceEvent::Begin(b) => b.call_id.clone(),
-        EvidenceEvent::End(e) => e.call_id.clone(),
-        EvidenceEvent::Denied(d) => d.call_id.clone(),
-    };
+    let call_id = first.payload.call_id().clone();
     let outcome = match (begins.first(), denial) {
         (Some(begin), denial) => {
             if denial.is_some() {

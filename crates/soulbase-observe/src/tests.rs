@@ -65,11 +65,7 @@ fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
 }
 
 fn call_of(r: &EvidenceRecord) -> CallId {
-    match &r.payload {
-        EvidenceEvent::Begin(b) => b.call_id.clone(),
-        EvidenceEvent::End(e) => e.call_id.clone(),
-        EvidenceEvent::Denied(d) => d.call_id.clone(),
-    }
+    r.payload.call_id().clone()
 }
 
 #[tokio::test]
@@ -273,4 +269,172 @@ fn replay_of_a_denial() {
             ..
         }
     ));
+}
+
+fn step(conversation: &CallId, at: i64, step: ConversationStep) -> EvidenceRecord {
+    let mut r = Envelope::new(
+        tenant("acme"),
+        ActorId::new("alice").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Conversation(Box::new(ConversationEvent {
+            conversation_id: conversation.clone(),
+            step,
+        })),
+    );
+    r.at = UnixMillis(at);
+    r
+}
+
+/// A begin made by turn `iteration` of `conversation`.
+fn begin_in(conversation: &CallId, iteration: u32, at: i64) -> EvidenceRecord {
+    let mut b = begin("acme", "a.b.c", at);
+    if let EvidenceEvent::Begin(x) = &mut b.payload {
+        x.conversation = Some(Box::new(ConversationRef {
+            id: conversation.as_str().to_owned(),
+            iteration,
+        }));
+    }
+    b
+}
+
+fn turn(iteration: u32, calls: Vec<TurnCall>) -> ConversationStep {
+    ConversationStep::Turn {
+        iteration,
+        response_digest: format!("sha256:{iteration}"),
+        tokens: Some(TokenUsage {
+            prompt: 3,
+            completion: 2,
+            total: 5,
+        }),
+        tool_calls: calls,
+    }
+}
+
+fn start() -> ConversationStep {
+    ConversationStep::Start {
+        model: "gpt-test".into(),
+        messages: 1,
+        messages_digest: "sha256:m".into(),
+        max_iterations: 8,
+        tools_offered: 2,
+    }
+}
+
+fn end(iterations: u32) -> ConversationStep {
+    ConversationStep::End {
+        reason: ConversationEnd::Answered,
+        iterations,
+        tool_calls: 1,
+        tokens: 10,
+        error_code: None,
+    }
+}
+
+#[test]
+fn a_conversation_replays_its_turns_and_their_calls_in_order() {
+    let conv = CallId::new("conv_1").unwrap();
+    let b = begin_in(&conv, 1, 1_001);
+    let e = end_of(&b, EndStatus::Ok);
+    let call_id = b.payload.call_id().clone();
+    let called = TurnCall {
+        id: "call_1".into(),
+        tool: "a.b.c".into(),
+        call_id: Some(call_id.clone()),
+        code: None,
+    };
+    let own = CallEvidence {
+        records: vec![
+            step(&conv, 1_000, start()),
+            step(&conv, 1_002, turn(1, vec![called.clone()])),
+            step(&conv, 1_003, turn(2, vec![])),
+            step(&conv, 1_004, end(2)),
+        ],
+    };
+    assert!(is_conversation(&own));
+    assert_eq!(conversation_calls(&own), vec![call_id.clone()]);
+    let calls = [(
+        call_id.clone(),
+        CallEvidence {
+            records: vec![b, e],
+        },
+    )]
+    .into_iter()
+    .collect();
+    let r = replay_conversation(&own, &calls, &Default::default()).unwrap();
+    assert_eq!(r.model.as_deref(), Some("gpt-test"));
+    assert_eq!(r.turns.len(), 2);
+    let call = &r.turns[0].calls[0];
+    assert_eq!(call.replay.as_ref().unwrap().call_id, call_id);
+    assert_eq!(r.end.as_ref().unwrap().reason, ConversationEnd::Answered);
+    assert!(r.anomalies.is_empty(), "{:?}", r.anomalies);
+
+    // Withheld: shown as such, no anomaly.
+    let hidden = [call_id.clone()].into_iter().collect();
+    let r = replay_conversation(&own, &Default::default(), &hidden).unwrap();
+    assert!(r.turns[0].calls[0].withheld && r.turns[0].calls[0].replay.is_none());
+    assert!(r.anomalies.is_empty(), "{:?}", r.anomalies);
+
+    // What does not add up is flagged: a call with no evidence, a call whose
+    // Begin names another turn, a turn out of order, no end.
+    let r = replay_conversation(&own, &Default::default(), &Default::default()).unwrap();
+    assert!(
+        r.anomalies.iter().any(|a| a.contains("has no evidence")),
+        "{:?}",
+        r.anomalies
+    );
+    let elsewhere = begin_in(&conv, 1, 1_001);
+    let mut moved = called;
+    moved.call_id = Some(elsewhere.payload.call_id().clone());
+    let broken = CallEvidence {
+        records: vec![
+            step(&conv, 1_000, start()),
+            step(&conv, 1_002, turn(2, vec![moved.clone()])),
+        ],
+    };
+    let calls = [(
+        moved.call_id.clone().unwrap(),
+        CallEvidence {
+            records: vec![elsewhere.clone(), end_of(&elsewhere, EndStatus::Ok)],
+        },
+    )]
+    .into_iter()
+    .collect();
+    let r = replay_conversation(&broken, &calls, &Default::default()).unwrap();
+    for expected in [
+        "does not name this conversation's turn",
+        "turn 2 recorded where turn 1",
+        "no end recorded",
+    ] {
+        assert!(
+            r.anomalies.iter().any(|a| a.contains(expected)),
+            "{expected}: {:?}",
+            r.anomalies
+        );
+    }
+    assert!(
+        replay_conversation(
+            &CallEvidence { records: vec![] },
+            &calls,
+            &Default::default()
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn conversation_records_round_trip_and_index_under_their_id() {
+    let conv = CallId::new("conv_2").unwrap();
+    let r = step(&conv, 5, turn(1, vec![]));
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(
+        text.contains(r#""event":"conversation""#) && text.contains(r#""step":"turn""#),
+        "{text}"
+    );
+    let enc = EncodedRecord::encode(&r).unwrap();
+    let head = enc.head().unwrap();
+    assert_eq!(
+        (head.kind, head.call_id.as_ref(), head.tool_id),
+        ("conversation", "conv_2", None)
+    );
+    assert_eq!(enc.decode().unwrap(), r);
 }

@@ -13,6 +13,9 @@
 //!   known after execution: `settle` adds them, and a budget already used up refuses
 //!   the next call.
 //!
+//! The agent loop's model turns are charged through the same seam, as calls of
+//! [`MODEL_TURN`].
+//!
 //! [`LocalQuota`] is the in-process backend (one replica); `soulbase-qos-redis` is the
 //! shared one (several replicas, atomic Lua scripts). Both charge a call to every
 //! applicable limit or to none, and every refusal carries a retry-after hint.
@@ -28,6 +31,12 @@ use soulbase_types::{ActorId, TenantId, ToolId};
 
 pub use local::LocalQuota;
 pub use plan::{Amounts, BudgetCharge, FollowedPlan, QuotaPlan, RateCharge};
+
+/// What the agent loop's model turns are charged as: each turn a conversation
+/// sends upstream is one call of this id, limited by the rate limits and budgets
+/// that name it (`soulbase.model.turn`, `soulbase.model.*`; not `*`, which means
+/// every tool), its bytes in and out the request and the response.
+pub const MODEL_TURN: &str = "soulbase.model.turn";
 
 /// Whose budget a call draws on.
 #[derive(Debug, Clone, Copy)]

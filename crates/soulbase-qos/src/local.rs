@@ -476,6 +476,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn model_turns_are_limited_only_by_limits_that_name_them() {
+        let q = LocalQuota::with_budgets(
+            &[],
+            &[
+                QuotaBudget {
+                    calls: Some(1),
+                    ..budget("*", "*", false)
+                },
+                QuotaBudget {
+                    calls: Some(2),
+                    ..budget("soulbase.model.*", "*", false)
+                },
+            ],
+        );
+        // `*` is every tool, not model turns: two turns fit the turns' budget
+        // and leave the tools' one untouched.
+        for _ in 0..2 {
+            reserve_as(&q, "t", "a", crate::MODEL_TURN).await.unwrap();
+        }
+        let err = reserve_as(&q, "t", "a", crate::MODEL_TURN)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::QuotaBudgetExceeded);
+        assert!(err.field("budget").unwrap().contains("soulbase.model.*"));
+        reserve_as(&q, "t", "a", "a.b.c").await.unwrap();
+    }
+
+    #[tokio::test]
     async fn bytes_and_cpu_are_settled_after_execution() {
         let q = LocalQuota::with_budgets(
             &[],

@@ -134,6 +134,15 @@ fn pattern(p: &str) -> ToolPattern {
     ToolPattern::parse(p).unwrap_or_else(|_| ToolPattern::Exact(String::new()))
 }
 
+/// Whether a limit on `pattern` charges `tool`: `*` means every tool, which
+/// agent-loop model turns ([`MODEL_TURN`](crate::MODEL_TURN)) are not — only a
+/// pattern naming them (`soulbase.model.turn`, `soulbase.model.*`,
+/// `soulbase.*`) limits them.
+fn charges(pattern: &ToolPattern, tool: &soulbase_types::ToolId) -> bool {
+    pattern.matches(tool)
+        && !(matches!(pattern, ToolPattern::Any) && tool.as_str() == crate::MODEL_TURN)
+}
+
 fn opt_star(s: &str) -> Option<String> {
     (s != "*").then(|| s.to_owned())
 }
@@ -203,7 +212,7 @@ impl QuotaPlan {
         let mut out: Vec<RateCharge> = Vec::new();
         for r in &self.rates {
             if r.tenant.as_deref().is_none_or(|t| t == req.tenant.as_str())
-                && r.tool.matches(req.tool)
+                && charges(&r.tool, req.tool)
             {
                 let key = format!("rate:{}:{}", r.tag, req.tenant);
                 if !out.iter().any(|c| c.key == key) {
@@ -233,7 +242,7 @@ impl QuotaPlan {
         for b in &self.budgets {
             if b.tenant.as_deref().is_none_or(|t| t == req.tenant.as_str())
                 && b.actor.as_deref().is_none_or(|a| a == req.actor.as_str())
-                && b.tool.matches(req.tool)
+                && charges(&b.tool, req.tool)
             {
                 let key = if b.per_actor {
                     format!("budget:{}:{}:{}", b.tag, req.tenant, req.actor)

@@ -60,6 +60,7 @@ async fn call(
         max_memory_bytes: None,
         max_processes: None,
         max_files: None,
+        reporter: soulbase_sandbox::Reporter::none(),
     };
     sb.guard(&req)?;
     sb.execute(req).await

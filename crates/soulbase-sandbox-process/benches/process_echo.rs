@@ -77,6 +77,7 @@ fn main() {
                         max_memory_bytes: None,
                         max_processes: None,
                         max_files: None,
+                        reporter: soulbase_sandbox::Reporter::none(),
                     };
                     let t = Instant::now();
                     sb.guard(&req).unwrap();

@@ -304,6 +304,7 @@ async fn failures_and_refusals_have_the_right_codes() {
         max_memory_bytes: None,
         max_processes: None,
         max_files: None,
+        reporter: soulbase_sandbox::Reporter::none(),
     };
     assert_eq!(
         sb.guard(&req).unwrap_err().code(),

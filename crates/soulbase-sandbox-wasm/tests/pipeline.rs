@@ -158,11 +158,7 @@ async fn a_tenant_over_its_wasm_share_is_denied_before_any_begin() {
     let evidence: Vec<_> = sink
         .records()
         .into_iter()
-        .filter(|r| match &r.payload {
-            EvidenceEvent::Begin(b) => b.call_id == refused_id,
-            EvidenceEvent::End(e) => e.call_id == refused_id,
-            EvidenceEvent::Denied(d) => d.call_id == refused_id,
-        })
+        .filter(|r| r.payload.call_id() == &refused_id)
         .map(|r| r.payload)
         .collect();
     assert!(

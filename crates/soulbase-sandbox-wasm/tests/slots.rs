@@ -84,6 +84,7 @@ fn call(
             max_memory_bytes: None,
             max_processes: None,
             max_files: None,
+            reporter: soulbase_sandbox::Reporter::none(),
         };
         sb.guard(&req)?;
         sb.execute(req).await
@@ -252,6 +253,7 @@ async fn the_configured_share_refuses_a_tenant_at_its_cap_and_no_one_else() {
         max_memory_bytes: None,
         max_processes: None,
         max_files: None,
+        reporter: soulbase_sandbox::Reporter::none(),
     };
     let e = Executor::execute(&wasm, req).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::QuotaRateLimited, "{e:?}");

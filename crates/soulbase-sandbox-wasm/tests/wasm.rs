@@ -67,6 +67,7 @@ async fn call_with_max_files(
         max_memory_bytes: None,
         max_processes: None,
         max_files,
+        reporter: soulbase_sandbox::Reporter::none(),
     };
     sb.guard(&req)?;
     sb.execute(req).await

@@ -13,12 +13,25 @@ use soulbase_errors::{ErrorCode, SoulError};
 
 use crate::cpu::{Metered, cpu_ms};
 use crate::exec::{ExecOutput, ExecRequest};
+use crate::report::Reporter;
 
 /// A builtin tool's code.
 #[async_trait]
 pub trait BuiltinHandler: Send + Sync + 'static {
     /// Runs the tool on validated arguments.
     async fn call(&self, args: Value) -> Result<ExecOutput, SoulError>;
+
+    /// Runs the tool on validated arguments, with the call's [`Reporter`] for
+    /// progress and log messages while it runs. The default ignores the reporter
+    /// and calls [`BuiltinHandler::call`]; a handler that reports overrides it.
+    async fn call_reporting(
+        &self,
+        args: Value,
+        reporter: Reporter,
+    ) -> Result<ExecOutput, SoulError> {
+        let _ = reporter;
+        self.call(args).await
+    }
 }
 
 struct FnHandler<F>(F);
@@ -87,7 +100,7 @@ impl BuiltinExecutor {
     /// handler hands to other threads or processes is not counted.
     pub async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
         let handler = self.handler(&req)?;
-        let (out, used) = Metered::new(handler.call(req.args)).await;
+        let (out, used) = Metered::new(handler.call_reporting(req.args, req.reporter)).await;
         out.map(|mut out| {
             out.cpu_ms = out.cpu_ms.or(Some(cpu_ms(used)));
             out
@@ -126,6 +139,7 @@ mod tests {
             max_memory_bytes: None,
             max_processes: None,
             max_files: None,
+            reporter: Reporter::none(),
         };
         exec.execute(req).await.unwrap()
     }

@@ -12,6 +12,7 @@ use soulbase_types::{CallId, TenantId, ToolId};
 
 use crate::builtin::BuiltinExecutor;
 use crate::guard::Operation;
+use crate::report::Reporter;
 use crate::{Profile, ProviderBinding, ProviderKind, is_valid_host};
 
 /// One call, planned and ready for the sandbox.
@@ -45,6 +46,9 @@ pub struct ExecRequest<'a> {
     /// (`RLIMIT_NOFILE`, never above the executor's own cap): the manifest's
     /// `limits.max_files`. `None`: the executor's defaults.
     pub max_files: Option<u32>,
+    /// Where the tool's progress and log messages go while it runs
+    /// ([`Reporter::none`] when the caller's surface cannot deliver them).
+    pub reporter: Reporter,
 }
 
 /// What an execution produced.

@@ -24,6 +24,8 @@
 //! - [`Scratch`] — the per-call temp directory of a `tmp` grant.
 //! - [`cpu`] — the thread CPU clock the in-process executors measure a call's
 //!   `cpu_ms` with (builtins: [`cpu::Metered`] around the handler).
+//! - [`Reporter`] — what a running tool tells its caller before it answers
+//!   (progress, log messages), delivered by surfaces that can ([`report`]).
 //!
 //! The crate does no network IO and knows no wire format. Its only file-system IO is
 //! resolving paths for checks ([`resolve`], [`Profile::fs_grants`]) and creating and
@@ -49,6 +51,7 @@ mod guard;
 mod intersect;
 mod path;
 mod profile;
+pub mod report;
 mod scratch;
 
 pub use builtin::{BuiltinExecutor, BuiltinHandler, handler_fn};
@@ -62,4 +65,5 @@ pub use path::{normalize, path_covers, resolve};
 pub use profile::{
     DeclaredProfiles, IntersectingProfiles, Profile, ProfileBuilder, parse_capabilities,
 };
+pub use report::{LogLevel, Report, ReportSink, Reporter};
 pub use scratch::Scratch;

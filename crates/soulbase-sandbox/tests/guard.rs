@@ -134,6 +134,7 @@ async fn local_sandbox_dispatches_by_kind_and_guards_first() {
         max_memory_bytes: None,
         max_processes: None,
         max_files: None,
+        reporter: soulbase_sandbox::Reporter::none(),
     };
     let empty: &'static Profile = Box::leak(Box::new(empty));
     let builtin_b: &'static ProviderBinding = Box::leak(Box::new(ProviderBinding::Builtin {

@@ -122,6 +122,8 @@ pub fn manifest(decl: ToolDecl) -> ToolManifest {
         deprecations: Vec::new(),
         provider: decl.provider,
         obligations: Vec::new(),
+        mcp_name: None,
+        output_content: false,
     }
 }
 

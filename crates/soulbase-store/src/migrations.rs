@@ -65,6 +65,11 @@ pub fn postgres() -> Migrator {
             "audit",
             include_str!("../../../migrations/postgres/0009_audit.sql"),
         ),
+        migration(
+            10,
+            "evidence conversations",
+            include_str!("../../../migrations/postgres/0010_evidence_conversations.sql"),
+        ),
     ])
 }
 
@@ -105,6 +110,11 @@ pub fn sqlite() -> Migrator {
             9,
             "audit",
             include_str!("../../../migrations/sqlite/0009_audit.sql"),
+        ),
+        migration(
+            10,
+            "evidence conversations",
+            include_str!("../../../migrations/sqlite/0010_evidence_conversations.sql"),
         ),
     ])
 }

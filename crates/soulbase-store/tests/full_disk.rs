@@ -214,7 +214,7 @@ fn reconcile(db: &Database, answers: &HashMap<CallId, CallResult>) -> (usize, us
                     .ends
                     .push(e.status)
             }
-            EvidenceEvent::Denied(_) => {}
+            EvidenceEvent::Denied(_) | EvidenceEvent::Conversation(_) => {}
         }
     }
     for (id, s) in &stored {

@@ -86,11 +86,7 @@ fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
 }
 
 fn call_of(r: &EvidenceRecord) -> CallId {
-    match &r.payload {
-        EvidenceEvent::Begin(b) => b.call_id.clone(),
-        EvidenceEvent::End(e) => e.call_id.clone(),
-        EvidenceEvent::Denied(d) => d.call_id.clone(),
-    }
+    r.payload.call_id().clone()
 }
 
 const DAY: i64 = 86_400_000;
@@ -127,10 +123,36 @@ async fn evidence_semantics(db: Db) {
         }),
     );
     batch.push(denial.clone());
+    // An agent-loop conversation's own record, stored under its id (kind
+    // `conversation`, migration 0010) and read back through it.
+    let conversation = Envelope::new(
+        tenant("acme"),
+        ActorId::new("bob").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Conversation(Box::new(soulbase_observe::ConversationEvent {
+            conversation_id: CallId::new("conv_store_test").unwrap(),
+            step: soulbase_observe::ConversationStep::End {
+                reason: soulbase_observe::ConversationEnd::Answered,
+                iterations: 1,
+                tool_calls: 0,
+                tokens: 0,
+                error_code: None,
+            },
+        })),
+    );
+    batch.push(conversation.clone());
     store.write_batch(&batch).await.unwrap();
     // Re-sending is harmless.
     store.write_batch(&batch).await.unwrap();
     store.write_batch(&batch[..10]).await.unwrap();
+
+    let own = store
+        .call(None, &CallId::new("conv_store_test").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(own.records, vec![conversation]);
+    let encoded = [soulbase_observe::EncodedRecord::encode(&own.records[0]).unwrap()];
+    store.write_encoded(&encoded).await.unwrap();
 
     // By call id, with tenant isolation.
     let b0 = &begins[0];

@@ -7,13 +7,15 @@
 //!
 //! - [`manifest`] — [`ToolManifest`] (R1), loaded from YAML or JSON, validated by
 //!   [`compile`] with every problem reported at once, schemas compiled exactly once
-//!   into a [`CompiledTool`]; [`check_upgrade`] enforces the SemVer rules.
+//!   into a [`CompiledTool`]; [`check_upgrade`] enforces the SemVer rules;
+//!   [`manifest::content`], the content blocks of an `output_content` tool.
 //! - [`registry`] — the multi-tenant [`Registry`] (R2): lifecycle states, tenant
 //!   scoping with shadowing, overrides and allow-lists (stored, and configured on
 //!   top: [`Registry::set_configured`]), indexed queries, the AvailableSpec view,
 //!   lock-free reads from immutable snapshots, change events; changes made for
 //!   someone go through [`registry::admin`] (persisted, audited), a tenant's own
-//!   view through [`registry::access`].
+//!   view through [`registry::access`]; [`Registry::mcp_tool`] resolves a plain
+//!   `mcp_name`, unique in every tenant's view.
 //! - [`discovery`] — what a model may see ([`ToolSpec`], R3), the OpenAI and
 //!   Anthropic exports with provider-safe names ([`NameMap`]), and which providers
 //!   and models a tool fits ([`discovery::compat`]).

@@ -262,6 +262,8 @@ const ROWS: &[&str] = &[
     "deprecations",
     "provider",
     "obligations",
+    "mcp_name",
+    "output_content",
 ];
 
 /// Every field a manifest can hold, from a manifest that sets them all.
@@ -280,7 +282,9 @@ fn every_manifest_field_has_a_row() {
             "idempotency": "keyed",
             "provider_compat": {"openai": "*"},
             "deprecations": [{"since": "1.0.0", "message": "m"}],
-            "obligations": [{"kind": "mask", "pointer": ""}]
+            "obligations": [{"kind": "mask", "pointer": ""}],
+            "mcp_name": "all_fields",
+            "output_content": true
         }),
     )
     .unwrap();
@@ -573,4 +577,87 @@ async fn each_field_acts() {
     );
     let r = h.call("f.obligations.tool", json!({"ssn": "123"})).await;
     assert_eq!(r.output, Some(json!({"out": {"ssn": "[REDACTED]"}})));
+    // mcp_name: the plain name MCP calls the tool by (the registry resolves it in
+    // the tenant's view; soulbased's `mcp_content.rs` lists and calls it); a
+    // second tool taking it in the same view is refused; a dotted or reserved
+    // name is refused at load.
+    h.tool("f.mcpname.tool", json!({"mcp_name": "plain_name"}));
+    assert_eq!(
+        h.registry
+            .mcp_tool(&acme().tenant, "plain_name")
+            .map(|id| id.to_string()),
+        Some("f.mcpname.tool".to_owned())
+    );
+    let taken = load("f.mcpname.other", &json!({"mcp_name": "plain_name"})).unwrap();
+    let err = h.registry.register(taken.clone()).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    assert_eq!(err.field("holder"), Some("f.mcpname.tool"));
+    let err = h.registry.register_for(&acme().tenant, taken).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    refused_at_load("f.mcpname.dot", json!({"mcp_name": "a.b.c"}), "mcp_name");
+    refused_at_load(
+        "f.mcpname.res",
+        json!({"mcp_name": "run_skill"}),
+        "mcp_name",
+    );
+
+    // output_content: the output's `content` blocks are checked (a malformed one
+    // fails the call), the rest against the output schema; the output is answered
+    // as is, and its End holds only its digest and size.
+    h.tool(
+        "f.content.tool",
+        json!({"output_content": true,
+               "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                                 "additionalProperties": false}}),
+    );
+    let image = json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"});
+    let out = json!({"content": [image], "n": 1});
+    let r = h.call("f.content.tool", json!({"emit": out})).await;
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert_eq!(r.output, Some(out));
+    let end = h
+        .sink
+        .records()
+        .into_iter()
+        .find_map(|rec| match rec.payload {
+            EvidenceEvent::End(e) if e.call_id == r.call_id => Some(e),
+            _ => None,
+        })
+        .unwrap();
+    assert!(end.output_digest.is_some());
+    assert!(end.usage.bytes_out > 0);
+    let recorded = serde_json::to_string(&h.sink.records()).unwrap();
+    assert!(
+        !recorded.contains("iVBORw0KGgo="),
+        "raw content in evidence"
+    );
+    let bad =
+        json!({"content": [{"type": "image", "data": "not base64!", "mimeType": "image/png"}]});
+    let r = h.call("f.content.tool", json!({"emit": bad})).await;
+    assert_eq!(code(&r), Some(ErrorCode::ToolExecutionFailed));
+    assert_eq!(
+        r.error
+            .as_ref()
+            .and_then(|e| e.fields.get("pointer"))
+            .map(String::as_str),
+        Some("/content/0")
+    );
+    let r = h
+        .call(
+            "f.content.tool",
+            json!({"emit": {"content": [], "extra": 1}}),
+        )
+        .await;
+    assert_eq!(code(&r), Some(ErrorCode::ToolExecutionFailed));
+    refused_at_load(
+        "f.content.claims",
+        json!({"output_content": true,
+               "output_schema": {"type": "object", "properties": {"content": {}}}}),
+        "output_schema.properties.content",
+    );
+    refused_at_load(
+        "f.content.array",
+        json!({"output_content": true, "output_schema": {"type": "array"}}),
+        "output_schema",
+    );
 }

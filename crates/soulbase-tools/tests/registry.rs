@@ -1077,3 +1077,50 @@ async fn tenant_event_streams_carry_only_what_the_tenant_can_see() {
         0
     );
 }
+
+/// `mcp_name` is unique in every tenant's view: a batch's second holder, a
+/// tenant tool taking a global tool's name and a global tool taking a tenant's
+/// are refused; a tool's own new version keeps its name; unregistering frees it.
+#[test]
+fn mcp_names_are_unique_in_every_view() {
+    let named = |tool: &str, name: &str| with(tool, |m| m["mcp_name"] = json!(name));
+    let reg = Registry::new();
+    let report = reg.load(
+        &G,
+        vec![named("a.b.one", "plain"), named("a.b.two", "plain")],
+        LoadOptions::default(),
+    );
+    assert_eq!(ids_of(&report.registered), ["a.b.one"]);
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(report.failed[0].error.code(), ErrorCode::RegistryConflict);
+    assert_eq!(
+        reg.mcp_tool(&t("acme"), "plain").map(|i| i.to_string()),
+        Some("a.b.one".to_owned())
+    );
+    let err = reg
+        .register_for(&t("acme"), named("t.b.mine", "plain"))
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    reg.register_for(&t("acme"), named("t.b.mine", "mine"))
+        .unwrap();
+    assert_eq!(
+        reg.mcp_tool(&t("acme"), "mine").map(|i| i.to_string()),
+        Some("t.b.mine".to_owned())
+    );
+    assert_eq!(reg.mcp_tool(&t("other"), "mine"), None);
+    let err = reg.register(named("g.b.theirs", "mine")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::RegistryConflict);
+    // A new version of the holder keeps its own name.
+    let next = with("a.b.one", |m| {
+        m["mcp_name"] = json!("plain");
+        m["version"] = json!("1.0.1");
+    });
+    reg.update(&G, next).unwrap();
+    reg.unregister(&G, &id("a.b.one")).unwrap();
+    assert_eq!(reg.mcp_tool(&t("acme"), "plain"), None);
+    reg.register(named("a.b.two", "plain")).unwrap();
+}
+
+fn ids_of(list: &[ToolId]) -> Vec<String> {
+    list.iter().map(ToString::to_string).collect()
+}

@@ -339,3 +339,16 @@ fn permissions_and_caller_obligations_change_only_with_a_major() {
     });
     assert!(paths(&same("1.0.0"), &major).is_empty());
 }
+
+#[test]
+fn the_mcp_name_and_the_output_shape_change_only_with_a_major() {
+    let renamed = v("1.1.0", |m| m["mcp_name"] = json!("get_it"));
+    assert_eq!(paths(&same("1.0.0"), &renamed), ["mcp_name"]);
+    let content = v("1.1.0", |m| m["output_content"] = json!(true));
+    assert_eq!(paths(&same("1.0.0"), &content), ["output_content"]);
+    let major = v("2.0.0", |m| {
+        m["mcp_name"] = json!("get_it");
+        m["output_content"] = json!(true);
+    });
+    assert!(paths(&same("1.0.0"), &major).is_empty());
+}

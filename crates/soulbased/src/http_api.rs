@@ -11,7 +11,7 @@
 //! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
 //! | `GET /api/audit` | the audit of changes, newest first (query: `tenant`, `kind`, `target`, `since`, `until`, `limit`; action `read_evidence` on `soulbase.server.audit`; the caller's own tenant only, every tenant for the global tenant — [`crate::audit_api`]) |
 //! | `GET /api/access`, `PUT /api/access/allow-list`, `PUT /api/access/overrides/{id}` | the caller's tenant's view of the global tools: its allow-list and states ([`crate::access_api`]) |
-//! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool) |
+//! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool); for an agent-loop conversation's id (`conv_…`), its records and the conversation replayed — turns, their calls (each replayed, or `withheld` when the caller may not read its tool's evidence), end (action `read_evidence` on `soulbase.server.conversations`) |
 //! | `GET /api/config/schema` | the JSON Schema of `config.yaml` (unauthenticated) |
 //! | `GET /api/openapi.json` | the OpenAPI 3.1 document of these routes, `docs/openapi.json` (unauthenticated) |
 //! | `GET /healthz` / `GET /readyz` | liveness / readiness (503 while starting or draining) |
@@ -868,37 +868,97 @@ async fn evidence_json(app: &App, call_id: &str, headers: &HeaderMap) -> Result<
         }
         evidence = p.evidence.call(tenant, &call_id).await?;
     }
-    // The tool the call was for: its Begin's, else its denial's (which may name an
-    // id that never parsed — then no policy can allow reading it). An End alone
-    // names no tool and is not shown.
-    let tool = evidence
-        .records
-        .iter()
-        .find_map(|r| match &r.payload {
-            EvidenceEvent::Begin(b) => Some(b.tool_id.clone()),
-            EvidenceEvent::Denied(d) => ToolId::new(d.tool.as_str()).ok(),
-            EvidenceEvent::End(_) => None,
-        })
-        .ok_or_else(no_evidence)?;
-    let owner = app
-        .registry
-        .get(&subject.tenant, &tool)
-        .ok()
-        .map(|t| t.owner);
-    app.authorizer
-        .authorize(AuthzRequest {
-            subject: &subject,
-            tool: &tool,
-            tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
-            action: Action::ReadEvidence,
-            tool_scopes: &[],
-        })
-        .await?;
+    if soulbase_observe::is_conversation(&evidence) {
+        return conversation_json(app, &subject, &call_id, evidence).await;
+    }
+    let tool = call_tool(&evidence).ok_or_else(no_evidence)?;
+    may_read_evidence(app, &subject, &tool).await?;
     let replay = soulbase_observe::replay(&evidence)?;
     Ok(json!({
         "call_id": call_id.as_str(),
         "records": evidence.records,
         "replay": replay,
+    }))
+}
+
+/// The tool a call was for: its Begin's, else its denial's (which may name an id
+/// that never parsed — then no policy can allow reading it). An End alone names
+/// no tool and is not shown.
+fn call_tool(evidence: &soulbase_observe::CallEvidence) -> Option<ToolId> {
+    evidence.records.iter().find_map(|r| match &r.payload {
+        EvidenceEvent::Begin(b) => Some(b.tool_id.clone()),
+        EvidenceEvent::Denied(d) => ToolId::new(d.tool.as_str()).ok(),
+        EvidenceEvent::End(_) | EvidenceEvent::Conversation(_) => None,
+    })
+}
+
+/// Whether `subject` may read the evidence of calls of `tool` (action
+/// `read_evidence` on it).
+async fn may_read_evidence(app: &App, subject: &Subject, tool: &ToolId) -> Result<(), SoulError> {
+    let owner = app
+        .registry
+        .get(&subject.tenant, tool)
+        .ok()
+        .map(|t| t.owner);
+    app.authorizer
+        .authorize(AuthzRequest {
+            subject,
+            tool,
+            tool_tenant: owner.as_ref().and_then(ToolOwner::tenant_id),
+            action: Action::ReadEvidence,
+            tool_scopes: &[],
+        })
+        .await
+        .map(drop)
+}
+
+/// An agent-loop conversation's evidence (action `read_evidence` on
+/// `soulbase.server.conversations`): its records and its replay, each call it
+/// made replayed when the caller may read that call's evidence (else marked
+/// `withheld`).
+async fn conversation_json(
+    app: &App,
+    subject: &Subject,
+    id: &CallId,
+    mut evidence: soulbase_observe::CallEvidence,
+) -> Result<Value, SoulError> {
+    let resource = ToolId::new(Action::CONVERSATION_RESOURCE).map_err(SoulError::internal)?;
+    may_read_evidence(app, subject, &resource).await?;
+    let Some(p) = &app.persistence else {
+        return Err(no_evidence());
+    };
+    let tenant = Some(&subject.tenant);
+    let ended = |e: &soulbase_observe::CallEvidence| {
+        e.records.iter().any(|r| {
+            matches!(&r.payload, EvidenceEvent::Conversation(c)
+                if matches!(c.step, soulbase_observe::ConversationStep::End { .. }))
+        })
+    };
+    if !ended(&evidence) {
+        if let Err(e) = p.sink.wait_drained(EVIDENCE_READ_WAIT).await {
+            tracing::debug!(error = %e, "evidence read before the spool drained");
+        }
+        evidence = p.evidence.call(tenant, id).await?;
+    }
+    let mut calls = std::collections::BTreeMap::new();
+    let mut withheld = std::collections::BTreeSet::new();
+    for call in soulbase_observe::conversation_calls(&evidence) {
+        let ev = p.evidence.call(tenant, &call).await?;
+        let readable = match call_tool(&ev) {
+            Some(tool) => may_read_evidence(app, subject, &tool).await.is_ok(),
+            None => true,
+        };
+        if readable {
+            calls.insert(call, ev);
+        } else {
+            withheld.insert(call);
+        }
+    }
+    let replay = soulbase_observe::replay_conversation(&evidence, &calls, &withheld)?;
+    Ok(json!({
+        "call_id": id.as_str(),
+        "records": evidence.records,
+        "conversation": replay,
     }))
 }
 

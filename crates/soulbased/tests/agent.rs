@@ -17,6 +17,36 @@ fn config(base_url: &str, timeout_ms: u64) -> String {
     format!(
         "{DEV_CONFIG}model:\n  upstream: {{ base_url: \"{base_url}\", timeout_ms: {timeout_ms} }}\n  allow:\n    - {{ tenant: acme, models: [\"gpt-*\"] }}\n"
     )
+    // acme may read evidence (conversations included), but not the sleep tool's.
+    .replacen(
+        "  rules:\n",
+        "  rules:\n    - { effect: allow, tenant: acme, tools: [\"*\"], actions: [read_evidence] }\n    \
+         - { effect: deny, tenant: acme, tools: [soulbase.builtin.sleep], actions: [read_evidence] }\n",
+        1,
+    )
+}
+
+/// `GET /api/evidence/{conversation}` as acme: the conversation replayed.
+async fn conversation_evidence(server: &Server, conversation: &str) -> Value {
+    let (status, text) = http(
+        &server.http,
+        "GET",
+        &format!("/api/evidence/{conversation}"),
+        &ACME,
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        body["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["payload"]["event"] == "conversation"),
+        "{body}"
+    );
+    body["conversation"].clone()
 }
 
 fn tool_calls() -> Value {
@@ -165,6 +195,13 @@ async fn an_unreachable_or_slow_upstream_ends_the_conversation_with_its_code() {
         (502, Some("PROVIDER.UNAVAILABLE")),
         "{body}"
     );
+    // The failed conversation is evidenced, its end naming the code.
+    let conversation = body["error"]["fields"]["conversation_id"].as_str().unwrap();
+    let c = conversation_evidence(&server, conversation).await;
+    assert_eq!(c["end"]["reason"], "upstream_error", "{c}");
+    assert_eq!(c["end"]["error_code"], "PROVIDER.UNAVAILABLE", "{c}");
+    assert_eq!(c["end"]["iterations"], 0, "{c}");
+    assert!(c.get("anomalies").is_none(), "{c}");
 
     // A listener that accepts and never answers.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -459,7 +496,12 @@ async fn the_model_reads_a_skills_instructions_before_using_it() {
     // The governed call's Begin names the conversation and the model turn.
     let conversation = body["soulbase"]["conversation_id"].as_str().unwrap();
     assert!(conversation.starts_with("conv_"), "{body}");
-    let (status, text) = http(&server.http, "GET", "/api/evidence/call_2", &ACME, "").await;
+    let c = conversation_evidence(&server, conversation).await;
+    let calls = &c["turns"][0]["calls"];
+    assert!(calls[0].get("replay").is_none(), "answered in place: {c}");
+    let call = calls[1]["replay"]["call_id"].as_str().unwrap();
+    let path = format!("/api/evidence/{call}");
+    let (status, text) = http(&server.http, "GET", &path, &ACME, "").await;
     assert_eq!(status, 200, "{text}");
     let evidence: Value = serde_json::from_str(&text).unwrap();
     let begin = evidence["records"]
@@ -539,5 +581,222 @@ async fn a_conversation_keeps_within_its_tool_call_and_token_budgets() {
     assert_eq!(
         body["choices"][0]["message"]["content"],
         "Stopped: the conversation used its token budget."
+    );
+    let c = conversation_evidence(
+        &server,
+        body["soulbase"]["conversation_id"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (&c["end"]["reason"], &c["end"]["tokens"]),
+        (&json!("budget"), &json!(120))
+    );
+}
+
+/// Model turns are charged through the quota seam as calls of
+/// `soulbase.model.turn`: a tenant's budget on them refuses the turn past it
+/// (`QUOTA.BUDGET_EXCEEDED`), the conversation ending with reason `refused`; a
+/// budget on every tool (`*`) does not count them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_turns_are_charged_through_the_quota_seam() {
+    let (base, script) = upstream(vec![tool_calls()]).await;
+    let config = config(&base, 10_000).replacen(
+        "quota:\n",
+        "quota:\n  budgets:\n    - { tenant: acme, tool: soulbase.model.turn, window: day, calls: 2 }\n    \
+         - { tenant: acme, tool: \"*\", window: day, calls: 2 }\n",
+        1,
+    );
+    let server = Server::start(&config);
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Echo."}]});
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "QUOTA.BUDGET_EXCEEDED", "{body}");
+    assert!(
+        body["error"]["fields"]["budget"]
+            .as_str()
+            .unwrap()
+            .contains("soulbase.model.turn"),
+        "{body}"
+    );
+    assert_eq!(
+        script.seen.lock().unwrap().len(),
+        2,
+        "the third turn never left"
+    );
+    let c = conversation_evidence(
+        &server,
+        body["error"]["fields"]["conversation_id"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(c["end"]["reason"], "refused", "{c}");
+    assert_eq!(c["end"]["error_code"], "QUOTA.BUDGET_EXCEEDED", "{c}");
+    assert_eq!(c["end"]["iterations"], 2, "{c}");
+    // The tools' budget (2 calls on `*`) counted the two echo calls, not the turns.
+    let echoes: Vec<&Value> = c["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["calls"][0])
+        .collect();
+    assert!(
+        echoes
+            .iter()
+            .all(|e| e["replay"]["outcome"]["status"] == "ok"),
+        "{c}"
+    );
+}
+
+/// The loop's own evidence: start, each model turn (response digest, reported
+/// tokens, its tool calls with the call ids their evidence is under), end with
+/// its reason; `GET /api/evidence/{conversation}` and `soulbase evidence replay`
+/// rebuild it in order, every call replayed from its own evidence (a call whose
+/// tool's evidence the caller may not read is shown `withheld`; the operator's
+/// CLI reads it all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_is_evidenced_and_replays_every_turn_and_call_in_order() {
+    let with_usage = |mut t: Value, prompt: u64, completion: u64| {
+        t["usage"] = json!({"prompt_tokens": prompt, "completion_tokens": completion,
+                            "total_tokens": prompt + completion});
+        t
+    };
+    let final_answer = turn(json!({"role": "assistant", "content": "The echo said hello."}));
+    let (base, _script) = upstream(vec![
+        with_usage(tool_calls(), 20, 10),
+        with_usage(final_answer, 30, 5),
+    ])
+    .await;
+    let server = Server::start(&config(&base, 10_000));
+    let (status, body) = chat(
+        &server,
+        json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Echo hello."}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let id = body["soulbase"]["conversation_id"].as_str().unwrap();
+    assert!(id.starts_with("conv_"), "{id}");
+
+    let c = conversation_evidence(&server, id).await;
+    assert_eq!(c["conversation_id"], id);
+    assert_eq!(c["model"], "gpt-test");
+    let turns = c["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{c}");
+    assert_eq!(turns[0]["iteration"], 1);
+    assert_eq!(
+        turns[0]["tokens"],
+        json!({"prompt": 20, "completion": 10, "total": 30})
+    );
+    let calls = turns[0]["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "{c}");
+    assert_eq!(
+        (calls[0]["id"].as_str(), calls[0]["tool"].as_str()),
+        (Some("call_1"), Some("soulbase.builtin.echo"))
+    );
+    let echo = &calls[0]["replay"];
+    assert_eq!(echo["outcome"]["kind"], "executed", "{c}");
+    assert_eq!(echo["outcome"]["tool_id"], "soulbase.builtin.echo");
+    assert_eq!(echo["outcome"]["status"], "ok");
+    assert_ne!(
+        echo["call_id"], "call_1",
+        "a conversation's calls get call ids of their own"
+    );
+    // The sleep call was refused in preflight; its evidence is withheld from acme.
+    assert_eq!(calls[1]["code"], "SCHEMA.VALIDATION_FAILED");
+    assert_eq!(calls[1]["withheld"], true, "{c}");
+    assert!(calls[1].get("replay").is_none(), "{c}");
+    assert_eq!(turns[1]["iteration"], 2);
+    assert!(turns[1].get("calls").is_none(), "{c}");
+    assert_eq!(c["end"]["reason"], "answered");
+    assert_eq!(
+        (
+            &c["end"]["iterations"],
+            &c["end"]["tool_calls"],
+            &c["end"]["tokens"]
+        ),
+        (&json!(2), &json!(2), &json!(65))
+    );
+    assert!(c.get("anomalies").is_none(), "{c}");
+
+    // The operator's replay reads the database: the same conversation, the
+    // refused call replayed too.
+    let out = common::cli(server.dir(), &["evidence", "replay", id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(replayed["turns"][0]["calls"][0], calls[0]);
+    assert_eq!(
+        replayed["turns"][0]["calls"][1]["replay"]["outcome"]["kind"],
+        "denied"
+    );
+    assert_eq!(replayed["end"], c["end"]);
+    // As text: every turn and call in order.
+    let out = common::cli_text(server.dir(), &["evidence", "replay", id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let order = [
+        "started",
+        "turn 1",
+        "tool call call_1 soulbase.builtin.echo",
+        "tool call call_2 soulbase.builtin.sleep SCHEMA.VALIDATION_FAILED",
+        "turn 2",
+        "answered after 2 turn(s), 2 tool call(s), 65 token(s)",
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|s| {
+            text.find(s)
+                .unwrap_or_else(|| panic!("{s:?} missing from:\n{text}"))
+        })
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "out of order:\n{text}");
+}
+
+/// A model that fills an optional argument with `null` — as OpenAI strict mode
+/// makes it, optional ⇒ nullable — has the null taken back against the tool's
+/// own schema before the call is checked: the call runs, the model's next turn
+/// sees its answer, and the conversation answers after two iterations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_mode_null_is_restored_before_the_call_is_checked() {
+    let greets = turn(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "skills__greet__greet",
+         "arguments": "{\"name\": \"Ada\", \"loud\": null}"}}
+    ]}));
+    let final_answer = turn(json!({"role": "assistant", "content": "Greeted Ada."}));
+    let (base, script) = upstream(vec![greets, final_answer]).await;
+    let config = config(&base, 10_000).replacen(
+        "server:\n",
+        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
+        1,
+    );
+    let server = Server::start_in(&config, |dir| {
+        std::fs::create_dir_all(dir.join("skills")).unwrap();
+        std::fs::write(
+            dir.join("skills/greet.yaml"),
+            "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
+             handler: soulbase.builtin.echo\nparameters:\n  type: object\n  \
+             properties:\n    name: {type: string}\n    loud: {type: boolean}\n  \
+             required: [name]\n  additionalProperties: false\n",
+        )
+        .unwrap();
+    });
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Greet Ada."}]});
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["soulbase"]["iterations"], 2, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "Greeted Ada.");
+    let seen = script.seen.lock().unwrap().clone();
+    let answer = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content: Value = serde_json::from_str(answer["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        content["echo"],
+        json!({"name": "Ada"}),
+        "the null is gone, the call ran: {content}"
     );
 }

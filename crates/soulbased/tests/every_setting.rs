@@ -428,6 +428,11 @@ const ROWS: &[(&str, &str, &str)] = &[
         "server_mcp_allowed_origins_admit_a_browser_origin",
     ),
     (
+        "server.mcp_conformance_tools",
+        "crates/soulbased/tests/mcp_content.rs",
+        "the_conformance_pack_answers_content_progress_and_logs_by_plain_names",
+    ),
+    (
         "server.mcp_max_sessions",
         "crates/soulbased/tests/mcp_sessions.rs",
         "sessions_are_capped_per_tenant_and_in_total",

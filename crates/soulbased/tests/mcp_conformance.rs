@@ -1,8 +1,8 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned in
 //! `.ci/node-tools.json`, run on the Node 22 that `.ci/node-tools` installs from the
 //! npm registry) against `soulbased`'s `/mcp`, configured as the development preset
-//! (`--dev`) with the repository's example skills: stock clients, no custom headers,
-//! no proxy. Every scenario of the server suite runs, the pending ones included; the
+//! (`--dev`) with the repository's example skills and the suite's fixture tools
+//! (`server.mcp_conformance_tools`): stock clients, no custom headers, no proxy. Every scenario of the server suite runs, the pending ones included; the
 //! ones not passed yet are listed in `mcp_conformance-baseline.yml`, and the suite
 //! fails the test on any other failure and on any listed scenario that now passes.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -26,7 +26,15 @@ fn node_tools() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_conformance_suite_passes_beyond_its_baseline() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let server = Server::start_in(soulbase_config::DEV_PRESET, |dir| {
+    // The development preset with the suite's fixture tools (`test_simple_text`,
+    // …: `server.mcp_conformance_tools`).
+    let config = soulbase_config::DEV_PRESET.replacen(
+        "server:\n",
+        "server:\n  mcp_conformance_tools: true\n",
+        1,
+    );
+    assert!(config.contains("mcp_conformance_tools"));
+    let server = Server::start_in(&config, |dir| {
         let copied = Command::new("cp")
             .arg("-R")
             .arg(root.join("skills"))

@@ -116,7 +116,43 @@ impl CompiledTool {
     /// On failure: `TOOL.EXECUTION_FAILED` (the tool broke its contract, the caller
     /// did nothing wrong) with fields `pointer` and `keyword`; the detail goes to the
     /// audit notes, masked.
+    ///
+    /// A tool with `output_content` answers an object: its `content` blocks are
+    /// checked against [`CONTENT_SCHEMA`](super::content::CONTENT_SCHEMA) (field
+    /// `pointer` then starts with `/content`), the rest against the output schema.
     pub fn validate_output(&self, output: &Value) -> Result<(), SoulError> {
+        if !self.manifest.output_content {
+            return self.validate_structured(output);
+        }
+        if !output.is_object() {
+            return Err(SoulError::new(
+                ErrorCode::ToolExecutionFailed,
+                "the tool's output must be an object holding its content blocks",
+            )
+            .with_field("pointer", "")
+            .with_field("keyword", "type")
+            .with_field("tool_id", self.manifest.id.as_str()));
+        }
+        let (blocks, structured) = super::content::split(output);
+        if let Some(blocks) = blocks
+            && let Err((at, keyword)) = super::content::check_blocks(blocks)
+        {
+            let pointer = format!("/{}{at}", super::content::CONTENT_KEY);
+            return Err(SoulError::new(
+                ErrorCode::ToolExecutionFailed,
+                format!(
+                    "the tool's content blocks are not valid at {}",
+                    describe(&pointer)
+                ),
+            )
+            .with_field("pointer", pointer)
+            .with_field("keyword", keyword)
+            .with_field("tool_id", self.manifest.id.as_str()));
+        }
+        self.validate_structured(&structured)
+    }
+
+    fn validate_structured(&self, output: &Value) -> Result<(), SoulError> {
         match self.output.validate(output) {
             Ok(()) => Ok(()),
             Err(e) => {

@@ -7,6 +7,7 @@
 //! [`check_upgrade`] decides whether a new version may replace an old one.
 
 mod compiled;
+pub mod content;
 pub(crate) mod problem;
 mod schema;
 mod upgrade;
@@ -95,7 +96,29 @@ pub struct ToolManifest {
     /// Obligations applied to the output before it is returned.
     #[serde(default)]
     pub obligations: Vec<Obligation>,
+    /// A plain name MCP clients list and call the tool by instead of its id
+    /// (`test_simple_text`): letters, digits, `_` and `-`, at most 64 characters,
+    /// no dots (so it is never a tool id), not a name the MCP surface reserves
+    /// ([`RESERVED_MCP_NAMES`]). Unique in every tenant's view: the registry
+    /// refuses a tool whose name another tool in the same view holds
+    /// (`REGISTRY.CONFLICT`). Other surfaces keep calling the tool by its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_name: Option<String>,
+    /// The output carries content blocks beyond JSON: it is an object whose
+    /// reserved key `content` (optional) holds an array of MCP-shaped blocks —
+    /// `text`, `image` and `audio` (base64 `data` with a `mimeType`) and `resource`
+    /// (an embedded resource, `text` or base64 `blob`) — checked against
+    /// [`content::CONTENT_SCHEMA`]; `output_schema` (an object schema that does
+    /// not declare `content`) describes the rest, the structured part. MCP
+    /// answers the blocks as its content; HTTP and gRPC return the object as is;
+    /// evidence keeps only the output's digest and size. Defaults to `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_content: bool,
 }
+
+/// The names a manifest's `mcp_name` may not take: the MCP surface's own skill
+/// protocol tools.
+pub const RESERVED_MCP_NAMES: &[&str] = &["list_skills", "get_skill_info", "run_skill"];
 
 impl ToolManifest {
     /// Parses a manifest from YAML. Errors carry the parser's line and column, and

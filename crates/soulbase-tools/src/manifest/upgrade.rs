@@ -41,7 +41,9 @@ fn bump(prev: &Version, next: &Version) -> Bump {
 /// - below MAJOR the contract holds: what the tool may do and what callers must
 ///   bring (`side_effect`, `safety_class`, `capabilities`, `scopes`, `consent.required`,
 ///   `idempotency`) is unchanged, so an upgrade can never widen a live tool's
-///   permissions without a MAJOR (which operators review);
+///   permissions without a MAJOR (which operators review); nor do the name MCP
+///   callers call it by (`mcp_name`) and the shape of its output
+///   (`output_content`) change;
 /// - a MINOR bump may only *widen* the input schema: add optional properties, widen
 ///   a type, drop a `required` name, open `additionalProperties`, widen an `enum`,
 ///   relax a bound (`minimum`, `maxLength`, …) or remove a constraint. The
@@ -122,7 +124,7 @@ pub fn check_upgrade(prev: &ToolManifest, next: &ToolManifest) -> Vec<Problem> {
 /// The parts of a manifest that say what the tool may do and what callers must
 /// bring: any change needs a MAJOR version.
 fn check_contract(prev: &ToolManifest, next: &ToolManifest, out: &mut Vec<Problem>) {
-    let fields: [(&str, bool); 6] = [
+    let fields: [(&str, bool); 8] = [
         ("side_effect", prev.side_effect == next.side_effect),
         ("safety_class", prev.safety_class == next.safety_class),
         (
@@ -135,6 +137,9 @@ fn check_contract(prev: &ToolManifest, next: &ToolManifest, out: &mut Vec<Proble
             prev.consent.required == next.consent.required,
         ),
         ("idempotency", prev.idempotency == next.idempotency),
+        // What MCP callers call it by, and the shape of what it answers.
+        ("mcp_name", prev.mcp_name == next.mcp_name),
+        ("output_content", prev.output_content == next.output_content),
     ];
     for (field, unchanged) in fields {
         if !unchanged {

@@ -38,13 +38,18 @@ use crate::discovery::ToolSpec;
 /// - deprecations have a `since` and a `message` and do not name the tool itself
 ///   as replacement; obligations have a valid JSON pointer;
 /// - `provider_compat` names known providers and valid model patterns
-///   ([`crate::discovery::compat::problem`]).
+///   ([`crate::discovery::compat::problem`]);
+/// - `mcp_name` is a plain name (letters, digits, `_`, `-`; at most 64; not
+///   reserved); `output_content` needs an object `output_schema` that does not
+///   declare `content`.
 pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError> {
     manifest.fill_defaults();
     let m = &manifest;
     let mut out = Vec::new();
 
     check_identity(m, &mut out);
+    check_mcp_name(m, &mut out);
+    check_output_content(m, &mut out);
 
     for (i, s) in m.scopes.iter().enumerate() {
         if s.resource.trim().is_empty() {
@@ -226,6 +231,51 @@ fn check_identity(m: &ToolManifest, out: &mut Vec<Problem>) {
                 format!("duplicate tag {t:?}"),
             ));
         }
+    }
+}
+
+/// `mcp_name`: a plain name (never a tool id), not reserved.
+fn check_mcp_name(m: &ToolManifest, out: &mut Vec<Problem>) {
+    let Some(name) = &m.mcp_name else { return };
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !plain {
+        out.push(Problem::new(
+            "mcp_name",
+            "must be 1 to 64 letters, digits, `_` or `-` (no dots: a tool id is not a plain name)",
+        ));
+    } else if super::RESERVED_MCP_NAMES.contains(&name.as_str()) {
+        out.push(Problem::new(
+            "mcp_name",
+            format!("{name:?} is reserved by the MCP surface"),
+        ));
+    }
+}
+
+/// `output_content`: the structured part is an object that does not claim the
+/// reserved `content` key.
+fn check_output_content(m: &ToolManifest, out: &mut Vec<Problem>) {
+    if !m.output_content {
+        return;
+    }
+    if m.output_schema.get("type").and_then(Value::as_str) != Some("object") {
+        out.push(Problem::new(
+            "output_schema",
+            "must be an object schema (`type: object`) when output_content is set: the output is an object holding `content`",
+        ));
+    }
+    if m.output_schema
+        .get("properties")
+        .and_then(|p| p.get(super::content::CONTENT_KEY))
+        .is_some()
+    {
+        out.push(Problem::new(
+            "output_schema.properties.content",
+            "must not be declared when output_content is set: `content` is reserved for the content blocks",
+        ));
     }
 }
 

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use soulbase_errors::{ErrorCode, PublicError, SoulError};
 use soulbase_qos::BudgetSnapshot;
+use soulbase_sandbox::Reporter;
 use soulbase_types::{CallId, EnvelopeId, Origin, Subject, ToolId, TraceContext};
 
 use crate::manifest::Obligation;
@@ -32,6 +33,9 @@ pub struct ToolCall {
     /// The agent-loop conversation making the call, and its model turn
     /// (recorded in the Begin).
     pub conversation: Option<soulbase_observe::ConversationRef>,
+    /// Where the tool's progress and log messages go while it runs (given to the
+    /// executor; [`Reporter::none`] unless the caller's surface delivers them).
+    pub reporter: Reporter,
 }
 
 impl ToolCall {
@@ -48,6 +52,7 @@ impl ToolCall {
             trace: None,
             calling_skill: None,
             conversation: None,
+            reporter: Reporter::none(),
         }
     }
 
@@ -72,6 +77,12 @@ impl ToolCall {
     /// Sets the consent token.
     pub fn with_consent(mut self, token: impl Into<String>) -> Self {
         self.consent = Some(token.into());
+        self
+    }
+
+    /// Sets where the tool's progress and log messages go.
+    pub fn with_reporter(mut self, reporter: Reporter) -> Self {
+        self.reporter = reporter;
         self
     }
 

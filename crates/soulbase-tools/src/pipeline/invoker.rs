@@ -12,10 +12,10 @@ use soulbase_auth::{
 };
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
-    BudgetUsage, ConsentUsed, Denial, Durable, EndStatus, EvidenceBegin, EvidenceEnd,
-    EvidenceEvent, EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
+    BudgetUsage, ConsentUsed, ConversationEvent, Denial, Durable, EndStatus, EvidenceBegin,
+    EvidenceEnd, EvidenceEvent, EvidenceRecord, EvidenceSink, canonical_json, digest_bytes,
 };
-use soulbase_qos::{QuotaGate, QuotaRequest};
+use soulbase_qos::{QuotaGate, QuotaRequest, Reservation};
 use soulbase_sandbox::{ExecOutput, ExecRequest, Profile, ProfileBuilder, ProviderKind, Sandbox};
 use soulbase_types::{
     ActorId, CallId, Envelope, EnvelopeId, Origin, Subject, TenantId, ToolId, TraceContext,
@@ -571,6 +571,63 @@ impl Invoker {
         CallResult::failed(call_id.clone(), &err, None)
     }
 
+    /// Records a step of an agent-loop conversation made by `subject`: the
+    /// loop's own evidence, beside the calls it made. With `wait`, durable when
+    /// this returns `Ok` (as durable as the sink makes any record); without, only
+    /// accepted — the sink writes records in order, so it is durable once any
+    /// later record waited for is (the conversation's End, a call's Begin).
+    pub async fn record_conversation(
+        &self,
+        subject: &Subject,
+        event: ConversationEvent,
+        wait: bool,
+    ) -> Result<(), SoulError> {
+        let header = Header {
+            tenant: subject.tenant.clone(),
+            actor: subject.actor.clone(),
+            origin: Origin::Llm,
+            trace: None,
+        };
+        let record = stamp(&header, EvidenceEvent::Conversation(Box::new(event)));
+        let evidence = &self.seams.evidence;
+        let span = stage_span!("evidence.conversation");
+        if wait {
+            evidence.record(record).instrument(span).await
+        } else {
+            evidence.submit(record).instrument(span).await.map(drop)
+        }
+    }
+
+    /// Reserves one agent-loop model turn for `subject` through the quota seam
+    /// (a call of [`soulbase_qos::MODEL_TURN`]): `QUOTA.RATE_LIMITED` or
+    /// `QUOTA.BUDGET_EXCEEDED` when a limit naming model turns is used up.
+    pub async fn reserve_model_turn(&self, subject: &Subject) -> Result<Reservation, SoulError> {
+        let tool = ToolId::new(soulbase_qos::MODEL_TURN).map_err(SoulError::internal)?;
+        self.seams
+            .quota
+            .reserve(QuotaRequest {
+                tenant: &subject.tenant,
+                actor: &subject.actor,
+                tool: &tool,
+            })
+            .instrument(stage_span!("quota"))
+            .await
+    }
+
+    /// Settles a model turn reserved with
+    /// [`reserve_model_turn`](Self::reserve_model_turn): `usage` is charged (its
+    /// bytes in and out); a turn that never reached the model is refunded
+    /// (`None`). A backend failure here is logged: the turn happened either way.
+    pub async fn settle_model_turn(&self, reservation: Reservation, usage: Option<BudgetUsage>) {
+        let done = match usage {
+            Some(usage) => self.seams.quota.settle(reservation, usage).await,
+            None => self.seams.quota.refund(reservation).await,
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = ?e, "could not settle a model turn's quota");
+        }
+    }
+
     /// Cuts off every call still running (a server whose shutdown grace expired):
     /// each stops executing and records a `cancelled` End (error code
     /// `PROVIDER.UNAVAILABLE`, its answer to the caller), and from now on no call
@@ -737,6 +794,7 @@ impl Invoker {
             max_memory_bytes: Some(tool.manifest.limits.max_memory_bytes),
             max_processes: Some(tool.manifest.limits.max_processes),
             max_files: Some(tool.manifest.limits.max_files),
+            reporter: call.reporter.clone(),
         }
     }
 

@@ -239,6 +239,9 @@ fn place(
     p: &Pending,
 ) -> SoulResult<()> {
     let id = &p.id;
+    if let Some(tool) = &p.compiled {
+        super::check_mcp_name(snap, tenant, tool)?;
+    }
     let prev = snap.table(tenant).and_then(|t| t.get(id)).cloned();
     let Some(prev) = prev else {
         let Some(tool) = p.compiled.clone() else {

@@ -87,6 +87,30 @@ fn conflict(message: String, id: &ToolId) -> SoulError {
     SoulError::new(ErrorCode::RegistryConflict, message).with_field("tool_id", id.as_str())
 }
 
+/// `REGISTRY.CONFLICT` when `tool`'s `mcp_name` is held by another tool in a
+/// view it would join.
+fn check_mcp_name(
+    snap: &Snapshot,
+    tenant: Option<&TenantId>,
+    tool: &CompiledTool,
+) -> SoulResult<()> {
+    let Some(name) = &tool.manifest.mcp_name else {
+        return Ok(());
+    };
+    match snap.mcp_name_holder(tenant, name, &tool.manifest.id) {
+        None => Ok(()),
+        Some(holder) => Err(conflict(
+            format!(
+                "tool {} cannot take the MCP name {name:?}: tool {holder} holds it",
+                tool.manifest.id
+            ),
+            &tool.manifest.id,
+        )
+        .with_field("mcp_name", name.clone())
+        .with_field("holder", holder.as_str())),
+    }
+}
+
 fn illegal(id: &ToolId, from: ToolState, to: ToolState) -> SoulError {
     conflict(format!("tool {id} cannot move from {from} to {to}"), id)
         .with_field("from", from.as_str())
@@ -205,6 +229,7 @@ impl Registry {
                     &id,
                 ));
             }
+            check_mcp_name(snap, tenant, &tool)?;
             events.push(RegistryEvent::Registered {
                 tenant: tenant.cloned(),
                 id: id.clone(),
@@ -235,6 +260,7 @@ impl Registry {
             let Some(prev) = snap.table(tenant).and_then(|t| t.get(&id)).cloned() else {
                 return Err(not_found(&id));
             };
+            check_mcp_name(snap, tenant, &tool)?;
             let problems = check_upgrade(&prev.tool.manifest, &tool.manifest);
             if !problems.is_empty() {
                 let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
@@ -358,6 +384,14 @@ impl Registry {
             for (index, tool, enable_new) in ordered {
                 let id = tool.manifest.id.clone();
                 let prev = snap.table(tenant).and_then(|t| t.get(&id)).cloned();
+                if let Err(error) = check_mcp_name(snap, tenant, &tool) {
+                    done.failed.push(LoadFailure {
+                        index,
+                        id: Some(id.clone()),
+                        error,
+                    });
+                    continue;
+                }
                 match prev {
                     Some(prev) if prev.tool.digest == tool.digest => done.unchanged.push(id),
                     Some(prev) => {
@@ -645,6 +679,11 @@ impl Registry {
         self.view().get(tenant, id)
     }
 
+    /// See [`RegistryView::mcp_tool`].
+    pub fn mcp_tool(&self, tenant: &TenantId, name: &str) -> Option<ToolId> {
+        self.view().mcp_tool(tenant, name)
+    }
+
     /// See [`RegistryView::resolve`].
     pub fn resolve(&self, tenant: &TenantId, id: &ToolId) -> SoulResult<ResolvedTool> {
         self.view().resolve(tenant, id)
@@ -740,6 +779,19 @@ impl RegistryView {
     /// The snapshot counter of this view.
     pub fn version(&self) -> u64 {
         self.snap.version
+    }
+
+    /// The id of the tool `tenant` would call by the plain MCP name `name` (its
+    /// manifest's `mcp_name`): its own tool's, else a global one's. `None` when no
+    /// tool in the tenant's tables holds it; whether the tenant may see or call
+    /// that tool is the pipeline's question, asked of the id.
+    pub fn mcp_tool(&self, tenant: &TenantId, name: &str) -> Option<ToolId> {
+        self.snap
+            .tenants
+            .get(tenant)
+            .and_then(|d| d.table.by_mcp_name(name))
+            .or_else(|| self.snap.global.by_mcp_name(name))
+            .map(|k| ToolId::clone(k))
     }
 
     /// The tool `id` as `tenant` sees it, in whatever state.

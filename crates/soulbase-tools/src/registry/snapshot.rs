@@ -146,6 +146,8 @@ pub(crate) struct Table {
     by_capability: [SlotSet; 5],
     by_group: HashMap<Arc<str>, SlotSet>,
     by_tag: HashMap<Arc<str>, SlotSet>,
+    /// Tools by their manifest's `mcp_name`.
+    by_mcp_name: HashMap<Arc<str>, Key>,
 }
 
 impl Table {
@@ -159,6 +161,11 @@ impl Table {
 
     pub fn len(&self) -> usize {
         self.by_id.len()
+    }
+
+    /// The tool whose manifest's `mcp_name` is `name`.
+    pub fn by_mcp_name(&self, name: &str) -> Option<&Key> {
+        self.by_mcp_name.get(name)
     }
 
     /// Inserts or replaces the entry for `entry.key`, keeping every index in
@@ -211,6 +218,10 @@ impl Table {
         for t in terms.tags.iter() {
             self.by_tag.entry(t.clone()).or_default().insert(slot);
         }
+        if let Some(name) = &m.mcp_name {
+            self.by_mcp_name
+                .insert(Arc::from(name.as_str()), e.key.clone());
+        }
     }
 
     fn unindex(&mut self, e: &Entry) {
@@ -224,6 +235,11 @@ impl Table {
         remove_from(&mut self.by_group, &terms.group, slot);
         for t in terms.tags.iter() {
             remove_from(&mut self.by_tag, t, slot);
+        }
+        if let Some(name) = &m.mcp_name
+            && self.by_mcp_name.get(name.as_str()) == Some(&e.key)
+        {
+            self.by_mcp_name.remove(name.as_str());
         }
     }
 
@@ -373,6 +389,27 @@ impl Snapshot {
     /// The mutable data of tenant `t`, created if needed.
     pub fn tenant_mut(&mut self, t: &TenantId) -> &mut TenantData {
         self.tenants.entry(t.clone()).or_default()
+    }
+
+    /// The tool other than `id` that holds `name` as its `mcp_name` in a view a
+    /// tool of `tenant` (`None`: global, so every tenant's view) is part of.
+    pub fn mcp_name_holder(
+        &self,
+        tenant: Option<&TenantId>,
+        name: &str,
+        id: &ToolId,
+    ) -> Option<Key> {
+        let other = |t: &Table| t.by_mcp_name(name).filter(|k| ***k != *id).cloned();
+        match tenant {
+            Some(t) => self
+                .tenants
+                .get(t)
+                .and_then(|d| other(&d.table))
+                .or_else(|| other(&self.global)),
+            None => {
+                other(&self.global).or_else(|| self.tenants.values().find_map(|d| other(&d.table)))
+            }
+        }
     }
 
     /// Drops tenant data that holds nothing any more.

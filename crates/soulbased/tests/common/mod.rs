@@ -352,6 +352,13 @@ pub fn cli_bin() -> std::path::PathBuf {
 /// `soulbase` in local mode in `dir` (a server's configuration and data, the
 /// server stopped), acting for `acme/bob`, printing JSON.
 pub fn cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut json = vec!["--json"];
+    json.extend_from_slice(args);
+    cli_text(dir, &json)
+}
+
+/// [`cli`] with text output (no `--json`).
+pub fn cli_text(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(cli_bin());
     for (k, _) in std::env::vars() {
         if k.starts_with("SOULBASE_") {
@@ -361,7 +368,7 @@ pub fn cli(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     cmd.current_dir(dir)
         .arg("--config")
         .arg(dir.join("config.yaml"))
-        .args(["--tenant", "acme", "--actor", "bob", "--json"])
+        .args(["--tenant", "acme", "--actor", "bob"])
         .args(args)
         .env("RUST_LOG", "error")
         .output()
