@@ -32,7 +32,8 @@ pub async fn serve_mcp(
         app.stack.clone(),
         Subject::new(tenant, actor),
     )
-    .with_bound_skill(skill);
+    .with_bound_skill(skill)
+    .with_consent(app.consent_desk.clone());
     if let Some(s) = &app.skills {
         server = server.with_skills(s.terms.clone());
     }

@@ -299,6 +299,19 @@ impl Stack {
         }
     }
 
+    /// Whether the dry run of a call is refused for want of consent alone (every
+    /// check before it passed): what a surface that can ask the user for consent
+    /// asks about. Nothing is consumed, recorded or counted.
+    pub async fn wants_consent_only(&self, req: CallRequest) -> bool {
+        let Ok(call) = self.call(req) else {
+            return false;
+        };
+        matches!(
+            self.inner.invoker.preflight(&call).await,
+            Err(e) if e.code() == soulbase_errors::ErrorCode::ConsentRequired
+        )
+    }
+
     /// The tools `subject` acting through `binding` may be offered: its governed
     /// AvailableSpec ([`Invoker::available`]), in id order.
     pub async fn available(

@@ -33,7 +33,10 @@
 //!   `progressToken`, what the tool itself reports while it runs (progress and
 //!   log messages through the call's `Reporter`, `report`), and
 //!   `notifications/cancelled` dropping the governed call (its End is
-//!   `cancelled`).
+//!   `cancelled`);
+//! - consent through elicitation ([`McpServer::with_consent`]): a call that
+//!   needs consent, from a client that declared `elicitation`, asks the user
+//!   first and runs with the token minted on approval (module `consent`).
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the
@@ -41,6 +44,7 @@
 //! live sessions are bounded in total and per tenant, and idle ones closed
 //! ([`sessions::McpSessions`]).
 
+mod consent;
 pub mod prompts;
 mod report;
 pub mod resources;
@@ -65,7 +69,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use soulbase_edge::{
-    Binding, CallMeta, CallRequest, SKILL_HEADER, Stack, SubjectResolver, Surface,
+    Binding, CallMeta, CallRequest, ConsentDesk, SKILL_HEADER, Stack, SubjectResolver, Surface,
 };
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_skills::SkillTerms;
@@ -109,6 +113,8 @@ pub struct McpServer {
     bound_skill: Option<String>,
     /// What one MCP session holds (fresh per session: [`McpServer::for_session`]).
     session: Arc<SessionState>,
+    /// Mints consent a user approves through elicitation (module `consent`).
+    consent: Option<ConsentDesk>,
 }
 
 /// One session's resource subscriptions (URI → what it last read as).
@@ -188,6 +194,7 @@ impl McpServer {
             skills: None,
             bound_skill: None,
             session: Arc::default(),
+            consent: None,
         }
     }
 
@@ -212,12 +219,21 @@ impl McpServer {
             skills: None,
             bound_skill: None,
             session: Arc::default(),
+            consent: None,
         }
     }
 
     /// Ends every change subscription when `stop` is cancelled (shutdown).
     pub fn with_shutdown(mut self, stop: CancellationToken) -> Self {
         self.stop = stop;
+        self
+    }
+
+    /// Asks the user for consent through elicitation when a call needs it and the
+    /// client can be asked, minting approved consent through `desk` (module
+    /// `consent`).
+    pub fn with_consent(mut self, desk: ConsentDesk) -> Self {
+        self.consent = Some(desk);
         self
     }
 
@@ -501,9 +517,10 @@ impl McpServer {
     /// was made.
     async fn call(
         &self,
+        peer: &rmcp::Peer<RoleServer>,
         request: CallToolRequestParams,
         subject: Subject,
-        meta: CallMeta,
+        mut meta: CallMeta,
     ) -> (CallToolResult, Option<CallResult>) {
         if let Some(r) = self.protocol_call(&request, &subject, &meta).await {
             return r;
@@ -517,13 +534,20 @@ impl McpServer {
         }
         .map_or_else(|| named.to_owned(), |id| id.to_string());
         let tenant = subject.tenant.clone();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        if let Some(desk) = &self.consent
+            && let Some(token) =
+                consent::ask(peer, &self.stack, desk, &subject, &tool, &args, &meta).await
+        {
+            meta.consent = Some(token);
+        }
         let result = self
             .stack
             .invoke(CallRequest {
                 surface: Surface::Mcp,
                 subject,
                 tool: tool.clone(),
-                args: Value::Object(request.arguments.unwrap_or_default()),
+                args,
                 origin: Origin::Llm,
                 meta,
             })
@@ -698,7 +722,7 @@ impl ServerHandler for McpServer {
         // `notifications/cancelled` cancels the request's token: the governed call
         // is dropped, which ends a started execution as `cancelled` (and refunds
         // its quota hold); the client expects no answer.
-        let call = self.call(request, subject, meta);
+        let call = self.call(&context.peer, request, subject, meta);
         tokio::pin!(call);
         let (answer, result) = loop {
             tokio::select! {

@@ -118,7 +118,8 @@ async fn grpc_deadline(request: axum::extract::Request, next: Next) -> axum::res
 /// `server.mcp_session_idle_ms` (idle ones closed by a sweeper until `stop`).
 pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> http_api::Mcp {
     let mut server = McpServer::for_http(app.registry.clone(), app.stack.clone(), app.auth.clone())
-        .with_shutdown(stop.clone());
+        .with_shutdown(stop.clone())
+        .with_consent(app.consent_desk.clone());
     if let Some(s) = &app.skills {
         server = server.with_skills(s.terms.clone());
     }

@@ -153,6 +153,107 @@ async fn the_python_sdk_passes_call_options_in_meta() {
     assert_eq!(traced.len(), 1, "{page}");
 }
 
+/// Elicitation for consent: a client that declares elicitation is asked before a
+/// tool needing consent runs — what the tool is, its scope and how long — and on
+/// approval the server mints a consent token bound to the caller, the tool and
+/// the arguments (issued as the caller, who must hold `consent_issue`), with
+/// which the call runs once; its Begin records the token. Declined, the call is
+/// refused `CONSENT.REQUIRED`; a client that cannot be asked is refused as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_is_asked_of_the_user_through_elicitation() {
+    let config = CONFIG.replace(
+        "actions: [invoke, read_evidence] }",
+        "actions: [invoke, read_evidence, consent_issue] }",
+    );
+    let server = Server::start_env(&config, prepare, &[("SOULBASED_CONSENT_HMAC_KEY", KEY_HEX)]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_elicit.py");
+    let url = format!("http://{}/mcp", server.http);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .arg(script)
+            .arg(url.as_str())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the Python client failed: {stderr}");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let labels: Vec<&str> = lines.iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "asked-accept",
+            "approved",
+            "asked-decline",
+            "declined",
+            "not-asked"
+        ],
+        "{lines:?}"
+    );
+    let asked = &lines[0];
+    let message = asked["message"].as_str().unwrap();
+    assert!(message.contains("skills.memo.memo"), "{message}");
+    assert!(message.contains("Keep a memo."), "{message}");
+    assert_eq!(
+        asked["schema"]["properties"]["approve"]["type"], "boolean",
+        "{asked}"
+    );
+    assert_eq!(lines[1]["is_error"], false, "{:?}", lines[1]);
+    for refused in [&lines[3], &lines[4]] {
+        assert_eq!(
+            refused["structured"]["code"], "CONSENT.REQUIRED",
+            "{refused}"
+        );
+    }
+    // The approved call ran once, under the minted token: its Begin names it,
+    // bound to the arguments (read once the server has stopped and drained).
+    let mut server = server;
+    server.stop();
+    let out = common::cli(
+        server.dir(),
+        &[
+            "evidence",
+            "list",
+            "--tool",
+            "skills.memo.memo",
+            "--format",
+            "json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ran: Vec<&str> = page["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "ok")
+        .map(|c| c["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran.len(), 1, "{page}");
+    let begin: Value = common::evidence_lines(server.dir(), ran[0])
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["payload"]["event"] == "begin")
+        .unwrap();
+    let consent = &begin["payload"]["consent"];
+    assert!(
+        consent["token_id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "{begin}"
+    );
+    assert_eq!(consent["args_bound"], true, "{begin}");
+}
+
 const RESOURCES_CONFIG: &str = r#"
 server:
   dev_insecure: true
