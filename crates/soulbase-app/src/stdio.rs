@@ -33,7 +33,8 @@ pub async fn serve_mcp(
         Subject::new(tenant, actor),
     )
     .with_bound_skill(skill)
-    .with_consent(app.consent_desk.clone());
+    .with_consent(app.consent_desk.clone())
+    .with_fixtures(app.config.current().config().server.mcp_conformance_tools);
     if let Some(s) = &app.skills {
         server = server.with_skills(s.terms.clone());
     }

@@ -260,7 +260,9 @@ pub struct ServerConfig {
     pub mcp_session_idle_ms: u64,
     /// Registers the MCP conformance suite's fixture tools (`test_simple_text`,
     /// `test_image_content`, … as global builtin tools `soulbase.conformance.*`,
-    /// enabled; calls still need policy). For conformance testing only.
+    /// enabled; calls still need policy) and serves its fixture resources
+    /// (`test://…`) and prompts (`test_*_prompt`) over MCP. For conformance
+    /// testing only.
     pub mcp_conformance_tools: bool,
 }
 

@@ -45,6 +45,7 @@
 //! ([`sessions::McpSessions`]).
 
 mod consent;
+mod fixtures;
 pub mod prompts;
 mod report;
 pub mod resources;
@@ -115,6 +116,9 @@ pub struct McpServer {
     session: Arc<SessionState>,
     /// Mints consent a user approves through elicitation (module `consent`).
     consent: Option<ConsentDesk>,
+    /// Serves the conformance suite's fixture resources and prompts (module
+    /// `fixtures`).
+    fixtures: bool,
 }
 
 /// One session's resource subscriptions (URI → what it last read as).
@@ -195,6 +199,7 @@ impl McpServer {
             bound_skill: None,
             session: Arc::default(),
             consent: None,
+            fixtures: false,
         }
     }
 
@@ -220,6 +225,7 @@ impl McpServer {
             bound_skill: None,
             session: Arc::default(),
             consent: None,
+            fixtures: false,
         }
     }
 
@@ -234,6 +240,13 @@ impl McpServer {
     /// `consent`).
     pub fn with_consent(mut self, desk: ConsentDesk) -> Self {
         self.consent = Some(desk);
+        self
+    }
+
+    /// Serves the conformance suite's fixture resources and prompts beside the
+    /// skills' when `on` (`server.mcp_conformance_tools`; module `fixtures`).
+    pub fn with_fixtures(mut self, on: bool) -> Self {
+        self.fixtures = on;
         self
     }
 
@@ -768,10 +781,13 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let items = match self.skill_view(&context.extensions).await? {
+        let mut items = match self.skill_view(&context.extensions).await? {
             Some((set, available)) => resources::list(&set, &available),
             None => Vec::new(),
         };
+        if self.fixtures {
+            items.extend(fixtures::resources());
+        }
         Ok(ListResourcesResult::with_all_items(items))
     }
 
@@ -780,11 +796,14 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let items = if self.skills.is_some() {
+        let mut items = if self.skills.is_some() {
             resources::templates()
         } else {
             Vec::new()
         };
+        if self.fixtures {
+            items.extend(fixtures::templates());
+        }
         Ok(ListResourceTemplatesResult::with_all_items(items))
     }
 
@@ -793,6 +812,13 @@ impl ServerHandler for McpServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if let Some(contents) = self
+            .fixtures
+            .then(|| fixtures::read(&request.uri))
+            .flatten()
+        {
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
         let Some((set, available)) = self.skill_view(&context.extensions).await? else {
             return Err(resource_not_found(&request.uri));
         };
@@ -809,6 +835,10 @@ impl ServerHandler for McpServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        // A fixture never changes: followed, never reported.
+        if self.fixtures && fixtures::is_resource(&request.uri) {
+            return Ok(());
+        }
         let Some((set, available)) = self.skill_view(&context.extensions).await? else {
             return Err(resource_not_found(&request.uri));
         };
@@ -868,10 +898,13 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let items = match self.skill_view(&context.extensions).await? {
+        let mut items = match self.skill_view(&context.extensions).await? {
             Some((set, available)) => prompts::list(&set, &available),
             None => Vec::new(),
         };
+        if self.fixtures {
+            items.extend(fixtures::prompts());
+        }
         Ok(ListPromptsResult::with_all_items(items))
     }
 
@@ -880,6 +913,19 @@ impl ServerHandler for McpServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let fixture = self
+            .fixtures
+            .then(|| fixtures::prompt(&request.name, request.arguments.as_ref()));
+        match fixture.flatten() {
+            Some(Ok(prompt)) => return Ok(prompt.into()),
+            Some(Err(missing)) => {
+                return Err(ErrorData::invalid_params(
+                    format!("prompt {} needs argument {missing:?}", request.name),
+                    None,
+                ));
+            }
+            None => {}
+        }
         let Some((set, available)) = self.skill_view(&context.extensions).await? else {
             return Err(ErrorData::invalid_params("no such prompt", None));
         };

@@ -119,7 +119,8 @@ async fn grpc_deadline(request: axum::extract::Request, next: Next) -> axum::res
 pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> http_api::Mcp {
     let mut server = McpServer::for_http(app.registry.clone(), app.stack.clone(), app.auth.clone())
         .with_shutdown(stop.clone())
-        .with_consent(app.consent_desk.clone());
+        .with_consent(app.consent_desk.clone())
+        .with_fixtures(app.config.current().config().server.mcp_conformance_tools);
     if let Some(s) = &app.skills {
         server = server.with_skills(s.terms.clone());
     }
