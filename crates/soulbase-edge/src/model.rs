@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::ConversationRef;
 use soulbase_tools::discovery::{ExportWarning, NameMap, ToolSpec, anthropic, compat, openai};
+use soulbase_tools::manifest::content;
 use soulbase_tools::pipeline::router::{
     ModelCall, anthropic_answer, openai_answer, read_anthropic, read_openai, result_content,
 };
@@ -220,7 +221,7 @@ impl Stack {
                 .is_none_or(|t| t == "tool_use"),
         });
         let runs = calls.map(|entry| {
-            let names = &names;
+            let (names, available) = (&names, &available);
             async move {
                 let read = match style {
                     CallStyle::OpenAi => read_openai(entry),
@@ -229,6 +230,10 @@ impl Stack {
                 let (id, result) = match read {
                     Ok(ModelCall { id, name, args }) => {
                         let tool = names.to_id(&name).map_or(name, |t| t.to_string());
+                        // Content blocks reach a model described, not as base64.
+                        let blocks = available
+                            .iter()
+                            .any(|a| a.id().as_str() == tool && a.tool.manifest.output_content);
                         let mut req = CallRequest::new(surface, subject.clone(), tool, args);
                         req.origin = Origin::Llm;
                         req.meta.binding = binding.clone();
@@ -236,7 +241,11 @@ impl Stack {
                         if conversation.is_none() {
                             req.meta.call_id = CallId::new(id.as_str()).ok().map(|_| id.clone());
                         }
-                        (id, self.invoke(req).await)
+                        let mut result = self.invoke(req).await;
+                        if let Some(output) = result.output.as_mut().filter(|_| blocks) {
+                            *output = content::for_model(output);
+                        }
+                        (id, result)
                     }
                     Err((id, err)) => {
                         let tool = entry

@@ -800,3 +800,51 @@ async fn a_strict_mode_null_is_restored_before_the_call_is_checked() {
         "the null is gone, the call ran: {content}"
     );
 }
+
+/// A tool answering content blocks (`output_content`; here the conformance
+/// pack's image tool) reaches the model described — media type and size —
+/// not as base64 it cannot see but would pay for; the evidence and other
+/// surfaces are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_blocks_reach_the_model_described_not_as_base64() {
+    let shows = turn(json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {
+         "name": "soulbase__conformance__image_content", "arguments": "{}"}}
+    ]}));
+    let final_answer = turn(json!({"role": "assistant", "content": "A red pixel."}));
+    let (base, script) = upstream(vec![shows, final_answer]).await;
+    let config =
+        config(&base, 10_000).replacen("server:\n", "server:\n  mcp_conformance_tools: true\n", 1);
+    let server = Server::start(&config);
+    let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Show me."}]});
+    let (status, body) = chat(&server, ask).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = script.seen.lock().unwrap().clone();
+    let answer = seen[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content: Value = serde_json::from_str(answer["content"].as_str().unwrap()).unwrap();
+    let image = content["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "image")
+        .cloned()
+        .unwrap_or_else(|| panic!("{content}"));
+    let data = image["data"].as_str().unwrap();
+    assert!(
+        data.starts_with("[image/png, ") && data.ends_with(" bytes, not shown to the model]"),
+        "{data}"
+    );
+    assert!(
+        !answer["content"]
+            .as_str()
+            .unwrap()
+            .contains(soulbase_app::conformance::PNG),
+        "no base64 reaches the model"
+    );
+}

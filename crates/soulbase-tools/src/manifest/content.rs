@@ -122,6 +122,49 @@ pub fn split(output: &Value) -> (Option<&Value>, Value) {
     }
 }
 
+/// The bytes base64 text `b64` decodes to.
+fn decoded_len(b64: &str) -> usize {
+    let padding = b64.bytes().rev().take_while(|b| *b == b'=').count();
+    (b64.len() / 4 * 3).saturating_sub(padding)
+}
+
+/// What a model is told of base64 it cannot see: the media type and size.
+fn described(mime: Option<&Value>, b64: &Value) -> Value {
+    let mime = mime
+        .and_then(Value::as_str)
+        .unwrap_or("application/octet-stream");
+    let bytes = b64.as_str().map_or(0, decoded_len);
+    Value::String(format!("[{mime}, {bytes} bytes, not shown to the model]"))
+}
+
+/// An `output_content` tool's output as a model reads it (the agent loop, tool
+/// call routing): each image and audio block's `data` and each embedded
+/// resource's `blob` replaced by its media type and size, everything else kept.
+/// A model's tool message is text: base64 there is tokens it pays for and
+/// cannot see. MCP clients, HTTP and gRPC get the blocks whole.
+pub fn for_model(output: &Value) -> Value {
+    let mut out = output.clone();
+    let Some(Value::Array(blocks)) = out.get_mut(CONTENT_KEY) else {
+        return out;
+    };
+    for block in blocks {
+        let Some(b) = block.as_object_mut() else {
+            continue;
+        };
+        if let Some(data) = b.get("data") {
+            let text = described(b.get("mimeType"), data);
+            b.insert("data".into(), text);
+        }
+        if let Some(Value::Object(r)) = b.get_mut("resource")
+            && let Some(blob) = r.get("blob")
+        {
+            let text = described(r.get("mimeType"), blob);
+            r.insert("blob".into(), text);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -149,6 +192,27 @@ mod tests {
         }
         let err = check_blocks(&json!([{"type": "text", "text": 1}])).unwrap_err();
         assert!(err.0.starts_with("/0"), "{err:?}");
+    }
+
+    #[test]
+    fn a_model_is_told_the_media_type_and_size_not_the_bytes() {
+        let out = json!({"content": [
+            {"type": "text", "text": "chart"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "test://b", "blob": "AAEC"}}
+        ], "n": 1});
+        let seen = for_model(&out);
+        assert_eq!(seen["content"][0], out["content"][0]);
+        assert_eq!(
+            seen["content"][1]["data"],
+            "[image/png, 8 bytes, not shown to the model]"
+        );
+        assert_eq!(
+            seen["content"][2]["resource"]["blob"],
+            "[application/octet-stream, 3 bytes, not shown to the model]"
+        );
+        assert_eq!(seen["n"], 1);
+        assert_eq!(for_model(&json!({"n": 2})), json!({"n": 2}));
     }
 
     #[test]
