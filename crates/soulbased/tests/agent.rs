@@ -26,6 +26,23 @@ fn config(base_url: &str, timeout_ms: u64) -> String {
     )
 }
 
+/// `config` with the skills directory `./skills` (not watched).
+fn with_skills(config: &str) -> String {
+    config.replacen(
+        "server:\n",
+        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
+        1,
+    )
+}
+
+/// A server over `config` with the skills directory holding `greet.yaml`.
+fn with_greet_skill(config: &str, greet_yaml: &str) -> Server {
+    Server::start_in(&with_skills(config), |dir| {
+        std::fs::create_dir_all(dir.join("skills")).unwrap();
+        std::fs::write(dir.join("skills/greet.yaml"), greet_yaml).unwrap();
+    })
+}
+
 /// `GET /api/evidence/{conversation}` as acme: the conversation replayed.
 async fn conversation_evidence(server: &Server, conversation: &str) -> Value {
     let (status, text) = http(
@@ -251,24 +268,8 @@ async fn the_openai_python_client_talks_to_the_loop_plain_and_streamed() {
         key.config.sha256
     );
     let server = Server::start(&config);
-    let script_path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/openai_chat.py");
     let url = format!("http://{}/v1", server.http);
-    let secret = key.key.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(common::python())
-            .arg(script_path)
-            .args([url.as_str(), secret.as_str()])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the OpenAI client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_python("openai_chat.py", &[&url, &key.key]).await;
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["plain"], "The echo said hello.", "{seen}");
     assert_eq!(seen["plain_summary"]["iterations"], 2, "{seen}");
@@ -288,20 +289,11 @@ async fn the_openai_python_client_talks_to_the_loop_plain_and_streamed() {
 async fn a_skill_disabled_between_two_requests_is_gone_from_the_second() {
     let final_answer = turn(json!({"role": "assistant", "content": "Done."}));
     let (base, script) = upstream(vec![final_answer]).await;
-    let config = config(&base, 10_000).replacen(
-        "server:\n",
-        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
-        1,
+    let server = with_greet_skill(
+        &config(&base, 10_000),
+        "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
+         handler: soulbase.builtin.echo\nparameters:\n  type: object\n",
     );
-    let server = Server::start_in(&config, |dir| {
-        std::fs::create_dir_all(dir.join("skills")).unwrap();
-        std::fs::write(
-            dir.join("skills/greet.yaml"),
-            "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
-             handler: soulbase.builtin.echo\nparameters:\n  type: object\n",
-        )
-        .unwrap();
-    });
     let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Hi."}]});
     let (status, body) = chat(&server, ask.clone()).await;
     assert_eq!(status, 200, "{body}");
@@ -450,15 +442,8 @@ async fn the_model_reads_a_skills_instructions_before_using_it() {
     ]}));
     let done = turn(json!({"role": "assistant", "content": "Read it."}));
     let (base, script) = upstream(vec![reads, done]).await;
-    let with_skills = config(&base, 10_000)
-        .replacen(
-            "server:\n",
-            "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
-            1,
-        )
-        .replace("reload]", "reload, read_evidence]");
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills/zodiac");
-    let server = Server::start_in(&with_skills, |dir| {
+    let server = Server::start_in(&with_skills(&config(&base, 10_000)), |dir| {
         let skill = dir.join("skills/zodiac");
         std::fs::create_dir_all(&skill).unwrap();
         std::fs::copy(repo.join("SKILL.md"), skill.join("SKILL.md")).unwrap();
@@ -764,22 +749,13 @@ async fn a_strict_mode_null_is_restored_before_the_call_is_checked() {
     ]}));
     let final_answer = turn(json!({"role": "assistant", "content": "Greeted Ada."}));
     let (base, script) = upstream(vec![greets, final_answer]).await;
-    let config = config(&base, 10_000).replacen(
-        "server:\n",
-        "skills:\n  dir: ./skills\n  watch: false\nserver:\n",
-        1,
+    let server = with_greet_skill(
+        &config(&base, 10_000),
+        "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
+         handler: soulbase.builtin.echo\nparameters:\n  type: object\n  \
+         properties:\n    name: {type: string}\n    loud: {type: boolean}\n  \
+         required: [name]\n  additionalProperties: false\n",
     );
-    let server = Server::start_in(&config, |dir| {
-        std::fs::create_dir_all(dir.join("skills")).unwrap();
-        std::fs::write(
-            dir.join("skills/greet.yaml"),
-            "name: greet\ndescription: Greets someone by name.\nprovider: builtin\n\
-             handler: soulbase.builtin.echo\nparameters:\n  type: object\n  \
-             properties:\n    name: {type: string}\n    loud: {type: boolean}\n  \
-             required: [name]\n  additionalProperties: false\n",
-        )
-        .unwrap();
-    });
     let ask = json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Greet Ada."}]});
     let (status, body) = chat(&server, ask).await;
     assert_eq!(status, 200, "{body}");

@@ -9,10 +9,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
-use common::{Server, python};
+use common::Server;
 use serde_json::{Value, json};
 use soulbase_app::conformance::{PNG, WAV};
 
@@ -23,23 +20,9 @@ async fn the_conformance_pack_answers_content_progress_and_logs_by_plain_names()
     )
     .replacen("reload]", "reload, read_evidence]", 1);
     let server = Server::start(&config);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_content.py");
     let url = format!("http://{}/mcp", server.http);
     let image_call = "call_image_content";
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python())
-            .arg(script)
-            .args([url.as_str(), image_call])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_python("mcp_content.py", &[&url, image_call]).await;
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // Listed by their plain names, never by id; the 2020-12 schema as declared.

@@ -57,19 +57,9 @@ async fn the_python_sdk_passes_call_options_in_meta() {
         args_digest: None,
         expires_at: UnixMillis(UnixMillis::now().0 + 600_000),
     });
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_meta.py");
     let url = format!("http://{}/mcp", server.http);
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python())
-            .arg(script)
-            .args([url.as_str(), token.as_str(), TRACEPARENT])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = common::run_python("mcp_meta.py", &[&url, &token, TRACEPARENT]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the Python client failed: {stderr}");
     // Closing the session (HTTP DELETE) is answered as the SDK expects.
     assert!(
         !stderr.contains("Session termination failed"),
@@ -166,19 +156,8 @@ async fn consent_is_asked_of_the_user_through_elicitation() {
         "actions: [invoke, read_evidence, consent_issue] }",
     );
     let server = Server::start_env(&config, prepare, &[("SOULBASED_CONSENT_HMAC_KEY", KEY_HEX)]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_elicit.py");
     let url = format!("http://{}/mcp", server.http);
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python())
-            .arg(script)
-            .arg(url.as_str())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the Python client failed: {stderr}");
+    let out = common::run_python("mcp_elicit.py", &[&url]).await;
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -381,23 +360,9 @@ async fn the_python_sdk_gets_logs_progress_and_cancels_calls() {
         1,
     );
     let server = Server::start(&config);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/mcp_session.py");
     let url = format!("http://{}/mcp", server.http);
     let cancelled = "call_cancelled_by_the_client";
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(python())
-            .arg(script)
-            .args([url.as_str(), cancelled])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "the Python client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_python("mcp_session.py", &[&url, cancelled]).await;
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["ok"], serde_json::json!({"echo": {"a": 1}}), "{seen}");
     assert_eq!(seen["refused"]["code"], "SCHEMA.VALIDATION_FAILED");

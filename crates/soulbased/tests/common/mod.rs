@@ -776,6 +776,31 @@ pub fn python() -> std::path::PathBuf {
     std::path::Path::new(&dir).join("python")
 }
 
+/// Runs `tests/python/{script}` with `args` on the Python of [`python`] (off
+/// the async runtime) and returns its output, failing the test with its stderr
+/// when it fails.
+pub async fn run_python(script: &str, args: &[&str]) -> std::process::Output {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python())
+            .arg(path)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Starts `soulbased` in a fresh directory with `config` as its config file,
 /// expecting it to refuse to start (without `env_remove`d variables); its stderr.
 pub fn refused_start(config: &str, env_remove: &[&str]) -> String {
