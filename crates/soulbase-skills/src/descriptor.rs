@@ -14,7 +14,9 @@
 //!
 //! Optional: `version`, `output_schema`, `tags`, `path` (HTTP path, or given in the
 //! endpoint URL), `handler` (builtin), `module`/`sha256` (wasm, relative to the
-//! skills root; the digest is computed when omitted), `command`/`args` (process).
+//! skills root; the digest is computed when omitted), `command`/`args` (process),
+//! `mcp_name` and `output_content` (as in a manifest: the plain name MCP lists the
+//! tool under, unique in every tenant's view; content blocks in the output).
 //! The tool id is `skills.<name>.<name>`.
 
 use std::collections::BTreeMap;
@@ -68,6 +70,10 @@ struct RawDescriptor {
     command: Option<String>,
     #[serde(default)]
     args: Vec<String>,
+    #[serde(default)]
+    mcp_name: Option<String>,
+    #[serde(default)]
+    output_content: bool,
 }
 
 /// The result of parsing one file: the skill (absent when there is any error) and
@@ -295,6 +301,8 @@ pub fn parse_descriptor(file: &Path, text: &str, confine: &Confinement) -> Parse
         risk: raw.risk_level,
         timeout_ms,
         tags: raw.tags,
+        mcp_name: raw.mcp_name,
+        output_content: raw.output_content,
     };
     let Some(compiled) = compile_tool(decl, file, "", None, &mut problems) else {
         // Manifest problems name manifest fields; map the schema ones back.

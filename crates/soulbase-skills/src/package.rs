@@ -89,6 +89,10 @@ struct RawTool {
     timeout: Option<f64>,
     #[serde(default)]
     tags: Vec<String>,
+    #[serde(default)]
+    mcp_name: Option<String>,
+    #[serde(default)]
+    output_content: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -492,6 +496,8 @@ pub fn parse_package(file: &Path, dir: &Path, text: &str, confine: &Confinement)
             risk: t.risk_level,
             timeout_ms,
             tags: t.tags,
+            mcp_name: t.mcp_name,
+            output_content: t.output_content,
         };
         let tline = if exported {
             line("exports")

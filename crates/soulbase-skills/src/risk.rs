@@ -44,6 +44,11 @@ pub struct ToolDecl {
     pub timeout_ms: Option<u64>,
     /// Discovery tags.
     pub tags: Vec<String>,
+    /// The plain name MCP lists the tool under (the manifest's `mcp_name`).
+    pub mcp_name: Option<String>,
+    /// Whether its output carries MCP content blocks (the manifest's
+    /// `output_content`).
+    pub output_content: bool,
 }
 
 /// The host of an `http(s)://host[:port]` endpoint.
@@ -122,8 +127,8 @@ pub fn manifest(decl: ToolDecl) -> ToolManifest {
         deprecations: Vec::new(),
         provider: decl.provider,
         obligations: Vec::new(),
-        mcp_name: None,
-        output_content: false,
+        mcp_name: decl.mcp_name,
+        output_content: decl.output_content,
     }
 }
 

@@ -84,6 +84,43 @@ fn risk_levels_map_to_safety_and_consent() {
 }
 
 #[test]
+fn a_descriptor_or_package_tool_may_name_itself_for_mcp_and_answer_content() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "chart.yaml",
+        "name: chart\ndescription: Draws a chart.\nprovider: builtin\n\
+         mcp_name: draw_chart\noutput_content: true\noutput_schema: {type: object}\n",
+    );
+    write(
+        dir.path(),
+        "dotted.yaml",
+        "name: dotted\ndescription: x\nprovider: builtin\nmcp_name: a.b\n",
+    );
+    write(
+        dir.path(),
+        "pack/SKILL.md",
+        "---\nname: pack\ndescription: A package.\nprovider: {type: builtin, handler: soulbase.builtin.echo}\n\
+         tools:\n  - name: plot\n    description: Plots.\n    mcp_name: plot_it\n    \
+         output_content: true\n    output_schema: {type: object}\n---\n# Pack\n",
+    );
+    let set = check_dir(dir.path()).unwrap();
+    let m = |n: &str| set.get(n).unwrap().tools[0].compiled.manifest.clone();
+    assert_eq!(m("chart").mcp_name.as_deref(), Some("draw_chart"));
+    assert!(m("chart").output_content);
+    assert_eq!(m("pack").mcp_name.as_deref(), Some("plot_it"));
+    assert!(m("pack").output_content);
+    // A name with a dot could be taken for a tool id: refused, naming the field.
+    assert!(set.get("dotted").is_none());
+    let refused = set
+        .problems()
+        .iter()
+        .find(|p| p.path.ends_with("dotted.yaml"))
+        .unwrap_or_else(|| panic!("{:?}", set.problems()));
+    assert_eq!(refused.field.as_deref(), Some("mcp_name"), "{refused:?}");
+}
+
+#[test]
 fn bad_files_are_reported_with_path_line_and_field_and_skipped() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "good.yaml", &descriptor("good", "fine"));
