@@ -11,7 +11,6 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::{Server, as_dev, cli, cli_bin, code_of, http};
 use serde_json::{Value, json};
@@ -77,18 +76,16 @@ async fn audit(server: &Server, who: &[(&str, &str)], query: &str) -> Vec<Value>
 
 /// Polls the operator's view of `kind` records until `cond` holds, failing after 20 s.
 async fn eventually(server: &Server, kind: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let records = audit(server, &OPS, &format!("kind={kind}")).await;
-        if cond(&records) {
-            return records;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never happened: {kind} {records:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let query = format!("kind={kind}");
+    let seen = std::sync::Mutex::new(Vec::new());
+    common::eventually(&format!("{kind} records"), || async {
+        let records = audit(server, &OPS, &query).await;
+        let held = cond(&records);
+        *seen.lock().unwrap() = records;
+        held
+    })
+    .await;
+    seen.into_inner().unwrap()
 }
 
 fn manifest(id: &str) -> String {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
-use common::{Cuttable, DEV_CONFIG, Server, as_dev, config_with, http};
+use common::{Cuttable, DEV_CONFIG, Server, as_dev, config_with, eventually, http};
 use serde_json::{Value, json};
 use soulbase_grpc::proto::{self, OwnerScope};
 
@@ -56,22 +56,6 @@ fn code(v: &Value) -> &str {
         .as_str()
         .or_else(|| v["error"]["code"].as_str())
         .unwrap_or("")
-}
-
-/// Polls `check` until it holds, at most 20 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `soulbased` started by hand in a fresh directory, without `RUST_LOG` (so

@@ -9,9 +9,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-use common::{Server, http};
+use common::{Server, eventually, http};
 use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -102,19 +101,6 @@ async fn tool_ids(server: &Server) -> Vec<String> {
         .iter()
         .map(|t| t["id"].as_str().unwrap().to_owned())
         .collect()
-}
-
-/// Polls `cond` (async) until it holds, failing after 20 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond().await {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -776,6 +776,23 @@ pub fn python() -> std::path::PathBuf {
     std::path::Path::new(&dir).join("python")
 }
 
+/// Polls `cond` (async) until it holds, failing the test after 20 s with `what`:
+/// for what the server does in the background (reloads, drains, watchers).
+pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cond().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Runs `tests/python/{script}` with `args` on the Python of [`python`] (off
 /// the async runtime) and returns its output, failing the test with its stderr
 /// when it fails.
