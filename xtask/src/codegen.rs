@@ -1,13 +1,14 @@
-//! `cargo xtask codegen`: proto/ → crates/soulbase-proto/src/gen, and the
+//! `cargo xtask codegen`: proto/ → crates/soulbase-proto/src/gen, the
 //! configuration reference generated from the config model (`docs/configuration.md`,
-//! `docs/config.schema.json`).
+//! `docs/config.schema.json`), and the HTTP API's OpenAPI document generated from
+//! the server's code (`docs/openapi.json`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::{Result, root};
+use crate::{Result, cargo, root, run_cmd};
 
 /// Every `.proto` file under `dir`, sorted, relative to `dir`.
 fn proto_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -75,7 +76,48 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
 /// to date.
 pub fn run(check: bool) -> Result<()> {
     grpc(check)?;
-    config_reference(check)
+    config_reference(check)?;
+    openapi(check)
+}
+
+/// The check `cargo xtask test` makes before the test suite: all of `run(true)`
+/// but the OpenAPI document's, which the suite itself checks (its test is one of
+/// `soulbased`'s unit tests), so the document costs no build of its own there —
+/// `cargo test -p soulbased` alone would build the server's dependencies with
+/// other features than the workspace build that follows.
+pub fn check_before_tests() -> Result<()> {
+    grpc(true)?;
+    config_reference(true)
+}
+
+/// The test that holds `docs/openapi.json` to what `soulbased::openapi::document`
+/// generates; with `SOULBASE_BLESS` set it writes the file instead.
+const OPENAPI_TEST: &str = "openapi::tests::the_committed_document_is_generated";
+
+/// The OpenAPI document of the HTTP API, `docs/openapi.json`. It is generated
+/// from the server's code (route table, body types, the stable codes), so xtask
+/// asks the server's own test to write or check it rather than linking the
+/// server (which would build it with xtask's features).
+fn openapi(check: bool) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "-p",
+        "soulbased",
+        "--lib",
+        "--",
+        "--exact",
+        OPENAPI_TEST,
+    ]);
+    if check {
+        cmd.env_remove("SOULBASE_BLESS");
+        run_cmd("the OpenAPI document is up to date", &mut cmd).map_err(|e| {
+            format!("{e}: docs/openapi.json is stale; run `cargo xtask codegen` and commit")
+        })
+    } else {
+        cmd.env("SOULBASE_BLESS", "1");
+        run_cmd("generate docs/openapi.json", &mut cmd)
+    }
 }
 
 /// The configuration reference: its Markdown and its JSON Schema.

@@ -16,6 +16,15 @@
 //! | `tool_with_progress` | `test_tool_with_progress` | progress 0, 50 and 100 of 100 ~50 ms apart, then text |
 //! | `error_handling` | `test_error_handling` | always fails (`TOOL.EXECUTION_FAILED`) |
 //! | `json_schema_2020_12` | `json_schema_2020_12_tool` | its arguments as text; a JSON Schema 2020-12 input schema (`$schema`, `$defs`, `$ref`) |
+//! | `sampling` | `test_sampling` | asks the client's model to complete its `prompt` (`sampling/createMessage`), answers `LLM response: …` |
+//! | `elicitation` | `test_elicitation` | asks the user its `message` for a username and an email (`elicitation/create`), answers what they said |
+//! | `elicitation_sep1034_defaults` | `test_elicitation_sep1034_defaults` | asks the user a form whose every primitive field has a default (SEP-1034) |
+//! | `elicitation_sep1330_enums` | `test_elicitation_sep1330_enums` | asks the user a form of the five enum shapes (SEP-1330) |
+//! | `reconnection` | `test_reconnection` | lets the client poll (its response stream is closed mid-call, SEP-1699), then answers text |
+//!
+//! The last four declare a `client` capability for what they ask, so the
+//! pipeline lets the request through and records it in their End; a client that
+//! cannot answer makes them fail (`SANDBOX.CAPABILITY_BLOCKED`).
 //!
 //! Off by default: they exist for conformance testing, not for users.
 
@@ -25,7 +34,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_sandbox::{BuiltinExecutor, BuiltinHandler, ExecOutput, LogLevel, Reporter};
+use soulbase_sandbox::{
+    BuiltinExecutor, BuiltinHandler, ClientRequest, ClientResponse, ExecOutput, LogLevel, Reporter,
+    SamplingMessage, SamplingRole,
+};
 use soulbase_tools::{Registry, ToolManifest, ToolOwner};
 
 /// The id prefix of the pack's tools.
@@ -52,9 +64,14 @@ enum Fixture {
     Progress,
     Error,
     JsonSchema,
+    Sampling,
+    Elicitation,
+    ElicitationDefaults,
+    ElicitationEnums,
+    Reconnection,
 }
 
-const ALL: [Fixture; 9] = [
+const ALL: [Fixture; 14] = [
     Fixture::SimpleText,
     Fixture::Image,
     Fixture::Audio,
@@ -64,6 +81,11 @@ const ALL: [Fixture; 9] = [
     Fixture::Progress,
     Fixture::Error,
     Fixture::JsonSchema,
+    Fixture::Sampling,
+    Fixture::Elicitation,
+    Fixture::ElicitationDefaults,
+    Fixture::ElicitationEnums,
+    Fixture::Reconnection,
 ];
 
 impl Fixture {
@@ -114,6 +136,31 @@ impl Fixture {
                 "json_schema_2020_12_tool",
                 "Tool with JSON Schema 2020-12 features",
             ),
+            Self::Sampling => (
+                "sampling",
+                "test_sampling",
+                "Asks the client's model to complete a prompt (MCP conformance fixture).",
+            ),
+            Self::Elicitation => (
+                "elicitation",
+                "test_elicitation",
+                "Asks the user for a username and an email (MCP conformance fixture).",
+            ),
+            Self::ElicitationDefaults => (
+                "elicitation_sep1034_defaults",
+                "test_elicitation_sep1034_defaults",
+                "Asks the user a form with a default for every field (MCP conformance fixture, SEP-1034).",
+            ),
+            Self::ElicitationEnums => (
+                "elicitation_sep1330_enums",
+                "test_elicitation_sep1330_enums",
+                "Asks the user a form of every enum shape (MCP conformance fixture, SEP-1330).",
+            ),
+            Self::Reconnection => (
+                "reconnection",
+                "test_reconnection",
+                "Lets the client poll: its response stream is closed mid-call (MCP conformance fixture, SEP-1699).",
+            ),
         }
     }
 
@@ -142,7 +189,26 @@ impl Fixture {
                 },
                 "additionalProperties": false
             }),
+            Self::Sampling => json!({
+                "type": "object",
+                "properties": {"prompt": {"type": "string", "description": "The prompt to send to the LLM"}},
+                "required": ["prompt"],
+                "additionalProperties": false
+            }),
+            Self::Elicitation => json!({
+                "type": "object",
+                "properties": {"message": {"type": "string", "description": "The message to show the user"}},
+                "required": ["message"],
+                "additionalProperties": false
+            }),
             _ => json!({"type": "object", "additionalProperties": false}),
+        };
+        let asks = match self {
+            Self::Sampling => json!([{"kind": "client", "requests": ["sampling"]}]),
+            Self::Elicitation | Self::ElicitationDefaults | Self::ElicitationEnums => {
+                json!([{"kind": "client", "requests": ["elicitation"]}])
+            }
+            _ => json!([]),
         };
         json!({
             "id": self.id(),
@@ -153,8 +219,66 @@ impl Fixture {
             "output_content": true,
             "input_schema": input,
             "output_schema": {"type": "object", "additionalProperties": false},
-            "side_effect": "none"
+            "side_effect": "none",
+            "capabilities": asks
         })
+    }
+
+    /// The form an elicitation fixture asks the user to fill in.
+    fn form(self) -> Value {
+        match self {
+            Self::ElicitationDefaults => json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User age", "default": 30},
+                    "score": {"type": "number", "description": "User score", "default": 95.5},
+                    "status": {
+                        "type": "string",
+                        "description": "User status",
+                        "enum": ["active", "inactive", "pending"],
+                        "default": "active"
+                    },
+                    "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                }
+            }),
+            Self::ElicitationEnums => json!({
+                "type": "object",
+                "properties": {
+                    "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "oneOf": [
+                        {"const": "value1", "title": "First Option"},
+                        {"const": "value2", "title": "Second Option"},
+                        {"const": "value3", "title": "Third Option"}
+                    ]},
+                    "legacyEnum": {
+                        "type": "string",
+                        "enum": ["opt1", "opt2", "opt3"],
+                        "enumNames": ["Option One", "Option Two", "Option Three"]
+                    },
+                    "untitledMulti": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": ["option1", "option2", "option3"]}
+                    },
+                    "titledMulti": {
+                        "type": "array",
+                        "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"},
+                            {"const": "value2", "title": "Second Choice"},
+                            {"const": "value3", "title": "Third Choice"}
+                        ]}
+                    }
+                }
+            }),
+            _ => json!({
+                "type": "object",
+                "properties": {
+                    "username": {"type": "string", "description": "User's response"},
+                    "email": {"type": "string", "description": "User's email address"}
+                },
+                "required": ["username", "email"]
+            }),
+        }
     }
 
     async fn run(self, args: Value, reporter: Reporter) -> Result<Value, SoulError> {
@@ -201,6 +325,63 @@ impl Fixture {
                 ));
             }
             Self::JsonSchema => vec![text(&format!("Received: {args}"))],
+            Self::Reconnection => {
+                reporter.let_client_poll();
+                vec![text("Reconnection test completed successfully")]
+            }
+            Self::Sampling => {
+                let prompt = args
+                    .get("prompt")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let asked = ClientRequest::Sampling {
+                    messages: vec![SamplingMessage {
+                        role: SamplingRole::User,
+                        text: prompt.to_owned(),
+                    }],
+                    system_prompt: None,
+                    max_tokens: 100,
+                };
+                match reporter.ask(asked).await? {
+                    ClientResponse::Sampling { text: answer, .. } => {
+                        vec![text(&format!("LLM response: {answer}"))]
+                    }
+                    other => return Err(unexpected(&other)),
+                }
+            }
+            Self::Elicitation | Self::ElicitationDefaults | Self::ElicitationEnums => {
+                let (message, lead) = match self {
+                    Self::Elicitation => (
+                        args.get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        "User response",
+                    ),
+                    Self::ElicitationDefaults => (
+                        "Test client default value handling - please accept with defaults".into(),
+                        "Elicitation completed",
+                    ),
+                    _ => (
+                        "Test enum schema variants - please choose".into(),
+                        "Elicitation completed",
+                    ),
+                };
+                let asked = ClientRequest::Elicitation {
+                    message,
+                    schema: self.form(),
+                };
+                match reporter.ask(asked).await? {
+                    ClientResponse::Elicitation { action, content } => {
+                        let content = content.unwrap_or_else(|| json!({}));
+                        vec![text(&format!(
+                            "{lead}: action={}, content={content}",
+                            action.as_str()
+                        ))]
+                    }
+                    other => return Err(unexpected(&other)),
+                }
+            }
         };
         Ok(json!({ "content": blocks }))
     }
@@ -219,6 +400,15 @@ impl BuiltinHandler for Fixture {
     ) -> Result<ExecOutput, SoulError> {
         self.run(args, reporter).await.map(ExecOutput::value)
     }
+}
+
+/// A client answer of the wrong kind (a broken surface).
+fn unexpected(answer: &ClientResponse) -> SoulError {
+    SoulError::new(
+        ErrorCode::ToolExecutionFailed,
+        "the client answered a different request",
+    )
+    .with_note(format!("{answer:?}"))
 }
 
 /// The pack's manifests.
@@ -276,6 +466,30 @@ mod tests {
         }
     }
 
+    /// A client that accepts every elicitation and answers every sampling.
+    struct Agreeable;
+
+    #[async_trait]
+    impl soulbase_sandbox::ClientSink for Agreeable {
+        fn offers(&self, _kind: soulbase_sandbox::ClientRequestKind) -> bool {
+            true
+        }
+
+        async fn request(&self, request: ClientRequest) -> Result<ClientResponse, SoulError> {
+            Ok(match request {
+                ClientRequest::Elicitation { .. } => ClientResponse::Elicitation {
+                    action: soulbase_sandbox::ElicitationAction::Accept,
+                    content: Some(json!({"username": "ada"})),
+                },
+                ClientRequest::Sampling { .. } => ClientResponse::Sampling {
+                    text: "42".into(),
+                    model: "m".into(),
+                    stop_reason: None,
+                },
+            })
+        }
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn outputs_fit_their_manifests_and_reports_reach_the_reporter() {
         for f in ALL {
@@ -284,20 +498,38 @@ mod tests {
             )
             .unwrap();
             let sink = Arc::new(Collect::default());
-            match f.run(json!({}), Reporter::new(sink.clone())).await {
+            let reporter = Reporter::new(sink.clone()).with_client(Arc::new(Agreeable));
+            let args = json!({"prompt": "p", "message": "m"});
+            match f.run(args, reporter).await {
                 Ok(out) => tool.validate_output(&out).unwrap(),
                 Err(e) => {
                     assert_eq!(f, Fixture::Error);
                     assert_eq!(e.code(), ErrorCode::ToolExecutionFailed);
                 }
             }
-            let reports = sink.0.lock().unwrap().len();
-            let expected = if matches!(f, Fixture::Logging | Fixture::Progress) {
-                3
-            } else {
-                0
+            let reports = sink.0.lock().unwrap().clone();
+            let expected = match f {
+                Fixture::Logging | Fixture::Progress => 3,
+                Fixture::Reconnection => 1,
+                _ => 0,
             };
-            assert_eq!(reports, expected, "{f:?}");
+            assert_eq!(reports.len(), expected, "{f:?}");
+            if f == Fixture::Reconnection {
+                assert_eq!(reports[0], Report::Poll);
+            }
+        }
+    }
+
+    /// Without a client to ask, the asking fixtures fail with the code the
+    /// governed channel gives.
+    #[tokio::test(flavor = "current_thread")]
+    async fn asking_fixtures_fail_without_a_client() {
+        for f in [Fixture::Sampling, Fixture::Elicitation] {
+            let e = f
+                .run(json!({"prompt": "p", "message": "m"}), Reporter::none())
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), ErrorCode::SandboxCapabilityBlocked, "{f:?}");
         }
     }
 }

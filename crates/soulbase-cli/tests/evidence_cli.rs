@@ -71,6 +71,7 @@ fn show_list_and_replay() {
                     side_effects: vec![],
                     usage: BudgetUsage::default(),
                     duration_us: 7,
+                    client_requests: Vec::new(),
                 }),
             );
             records.push(begin);
@@ -339,6 +340,7 @@ fn text_shows_utc_rfc3339_and_json_keeps_milliseconds() {
                 side_effects: vec![],
                 usage: BudgetUsage::default(),
                 duration_us: 7,
+                client_requests: Vec::new(),
             }),
         );
         end.at = soulbase_types::UnixMillis(AT + 1_000);

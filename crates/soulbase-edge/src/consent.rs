@@ -7,12 +7,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 use soulbase_auth::{Authorizer, ConsentService, IssueConsent, IssuedConsent};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{canonical_json, digest_bytes};
 use soulbase_tools::Registry;
-use soulbase_types::{ActorId, Subject, ToolId, UnixMillis};
+use soulbase_types::{ActorId, Subject, TenantId, ToolId, UnixMillis};
 
 use crate::CallObserver;
 
@@ -121,17 +123,47 @@ impl ConsentDesk {
     }
 }
 
-/// The JSON answer of an issue (HTTP and the CLI's `--json` print the same shape).
+/// The answer to an issue, as HTTP (`201` of `POST /api/consent`) and the CLI's
+/// `--json` print it: the token and what it grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(rename = "IssuedConsent", deny_unknown_fields)]
+pub struct IssuedView {
+    /// The token to send as the `x-soulbase-consent` header.
+    pub token: String,
+    /// The token id, for revocation (`null` only for tokens minted before ids
+    /// existed).
+    pub id: Option<String>,
+    /// The tool consented to (`null` for a grant by scope).
+    pub tool: Option<ToolId>,
+    /// The consenting tenant.
+    pub tenant: TenantId,
+    /// The actor allowed to make the call.
+    pub actor: ActorId,
+    /// The digest of the arguments it is bound to, if any.
+    pub args_digest: Option<String>,
+    /// When it was issued (Unix milliseconds).
+    pub issued_at: Option<UnixMillis>,
+    /// When it expires (Unix milliseconds).
+    pub expires_at: UnixMillis,
+}
+
+impl From<&IssuedConsent> for IssuedView {
+    fn from(issued: &IssuedConsent) -> Self {
+        let g = &issued.grant;
+        IssuedView {
+            token: issued.token.clone(),
+            id: g.id.clone(),
+            tool: g.tool.clone(),
+            tenant: g.tenant.clone(),
+            actor: g.actor.clone(),
+            args_digest: g.args_digest.clone(),
+            issued_at: g.issued_at,
+            expires_at: g.expires_at,
+        }
+    }
+}
+
+/// The JSON answer of an issue ([`IssuedView`]).
 pub fn issued_json(issued: &IssuedConsent) -> Value {
-    let g = &issued.grant;
-    json!({
-        "token": issued.token,
-        "id": g.id,
-        "tool": g.tool.as_ref().map(ToolId::as_str),
-        "tenant": g.tenant.as_str(),
-        "actor": g.actor.as_str(),
-        "args_digest": g.args_digest,
-        "issued_at": g.issued_at.map(|t| t.0),
-        "expires_at": g.expires_at.0,
-    })
+    serde_json::to_value(IssuedView::from(issued)).unwrap_or(Value::Null)
 }

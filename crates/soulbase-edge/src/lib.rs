@@ -37,7 +37,7 @@ pub use agent::{
     Conversation, ConversationRequest, ModelUpstream, SKILL_INFO_TOOL, SkillInfoHook, StopReason,
 };
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
-pub use consent::{ConsentAsk, ConsentDesk, issued_json};
+pub use consent::{ConsentAsk, ConsentDesk, IssuedView, issued_json};
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};
 pub use observe::{CallObserver, NoopObserver, Surface};

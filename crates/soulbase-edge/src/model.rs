@@ -50,6 +50,14 @@ pub enum ExportFormat {
 }
 
 impl ExportFormat {
+    /// Every format, in the order they are documented.
+    pub const ALL: [ExportFormat; 4] = [
+        ExportFormat::OpenAi,
+        ExportFormat::OpenAiStrict,
+        ExportFormat::Anthropic,
+        ExportFormat::Mcp,
+    ];
+
     /// The model provider the format is for (the key of a manifest's
     /// `provider_compat`); `None` for MCP, which is not a model API.
     pub fn provider(self) -> Option<&'static str> {

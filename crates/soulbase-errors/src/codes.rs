@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// gRPC status codes, mirrored here so the table needs no gRPC dependency.
@@ -33,7 +34,7 @@ pub enum GrpcCode {
 }
 
 /// Whether and how a caller may retry after this error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RetryClass {
     /// Retrying the same request gives the same answer: fix the request.
@@ -193,6 +194,23 @@ impl<'de> Deserialize<'de> for ErrorCode {
         let s = String::deserialize(d)?;
         ErrorCode::parse(&s)
             .ok_or_else(|| serde::de::Error::custom(format!("unknown error code {s:?}")))
+    }
+}
+
+/// The stable string of every code, in table order: the schema of what
+/// [`Serialize`] writes.
+impl JsonSchema for ErrorCode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorCode".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let ids: Vec<&str> = CODES.iter().map(|c| c.id).collect();
+        schemars::json_schema!({
+            "description": "A stable error code (`DOMAIN.REASON`); its meaning never changes, and each has one HTTP status.",
+            "type": "string",
+            "enum": ids,
+        })
     }
 }
 

@@ -34,7 +34,8 @@ struct Repr {
 }
 
 /// What a caller may see: code, safe message, public fields, retry hint, correlation id.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct PublicError {
     /// The stable code, e.g. `TOOL.NOT_FOUND`.
     pub code: ErrorCode,

@@ -67,6 +67,7 @@ fn pair() -> (EvidenceRecord, EvidenceRecord) {
                 cpu_ms: 0,
             },
             duration_us: 12,
+            client_requests: Vec::new(),
         }),
     );
     (begin, end)

@@ -66,6 +66,7 @@ pub fn aborted_end(begin: &EvidenceRecord) -> Option<EvidenceRecord> {
                 ..BudgetUsage::default()
             },
             duration_us: elapsed_ms.saturating_mul(1_000),
+            client_requests: Vec::new(),
         }),
     })
 }

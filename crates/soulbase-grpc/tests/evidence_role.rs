@@ -83,6 +83,7 @@ fn end(begin: &EvidenceRecord, call_id: &CallId, status: EndStatus) -> EvidenceR
                 ..Default::default()
             },
             duration_us: 1_000,
+            client_requests: Vec::new(),
         }),
     )
 }

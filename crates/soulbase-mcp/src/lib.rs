@@ -36,7 +36,10 @@
 //!   `cancelled`);
 //! - consent through elicitation ([`McpServer::with_consent`]): a call that
 //!   needs consent, from a client that declared `elicitation`, asks the user
-//!   first and runs with the token minted on approval (module `consent`).
+//!   first and runs with the token minted on approval (module `consent`);
+//! - a running tool's own requests to the client (module `client`): elicitation
+//!   and sampling, for a client that declared them, governed by the call's
+//!   profile (a `client` capability) and recorded in its End.
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the
@@ -44,8 +47,10 @@
 //! live sessions are bounded in total and per tenant, and idle ones closed
 //! ([`sessions::McpSessions`]).
 
+mod client;
 mod consent;
 mod fixtures;
+pub mod polling;
 pub mod prompts;
 mod report;
 pub mod resources;
@@ -116,6 +121,8 @@ pub struct McpServer {
     session: Arc<SessionState>,
     /// Mints consent a user approves through elicitation (module `consent`).
     consent: Option<ConsentDesk>,
+    /// The HTTP sessions whose call streams can be closed for polling.
+    polling: Option<Arc<polling::PollingSessions>>,
     /// Serves the conformance suite's fixture resources and prompts (module
     /// `fixtures`).
     fixtures: bool,
@@ -200,6 +207,7 @@ impl McpServer {
             session: Arc::default(),
             consent: None,
             fixtures: false,
+            polling: None,
         }
     }
 
@@ -226,6 +234,7 @@ impl McpServer {
             session: Arc::default(),
             consent: None,
             fixtures: false,
+            polling: None,
         }
     }
 
@@ -240,6 +249,13 @@ impl McpServer {
     /// `consent`).
     pub fn with_consent(mut self, desk: ConsentDesk) -> Self {
         self.consent = Some(desk);
+        self
+    }
+
+    /// Closes a call's response stream when its tool lets the client poll
+    /// (streamable HTTP over `sessions`; module [`polling`]).
+    pub fn with_polling(mut self, sessions: Arc<polling::PollingSessions>) -> Self {
+        self.polling = Some(sessions);
         self
     }
 
@@ -569,6 +585,25 @@ impl McpServer {
         (Self::answer(&result, blocks), Some(result))
     }
 
+    /// The `tools/call`'s response stream, when it is one this server can close
+    /// for polling (streamable HTTP with a session).
+    fn call_stream(&self, context: &RequestContext<RoleServer>) -> Option<report::CallStream> {
+        let sessions = self.polling.clone()?;
+        let session = context
+            .extensions
+            .get::<http::request::Parts>()?
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?
+            .to_owned();
+        Some(report::CallStream {
+            sessions,
+            session,
+            request: context.id.clone(),
+        })
+    }
+
     /// The log level the session asked for (`logging/setLevel`).
     #[allow(deprecated)]
     fn session_level(&self) -> Option<LoggingLevel> {
@@ -728,9 +763,15 @@ impl ServerHandler for McpServer {
             context.meta.get_progress_token(),
             asked.or(self.session_level()),
             tool.clone(),
-        );
+        )
+        .with_stream(self.call_stream(&context));
         let (reporter, mut reports) = report::channel(notifier.wants_reports());
-        meta.reporter = reporter;
+        // What the tool may ask the client, if it declared anything (the
+        // pipeline decides what the tool may use).
+        meta.reporter = match client::for_peer(&context.peer) {
+            Some(sink) => reporter.with_client(sink),
+            None => reporter,
+        };
         notifier.started().await;
         // `notifications/cancelled` cancels the request's token: the governed call
         // is dropped, which ends a started execution as `cancelled` (and refunds

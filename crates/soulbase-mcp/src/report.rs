@@ -10,11 +10,15 @@
 //!   "finished" unless the tool already reached it;
 //! - log messages, `notifications/message` with logger `soulbase.tool` and data
 //!   `{tool, message}`, when the request's or the session's log level admits
-//!   their severity.
+//!   their severity;
+//! - a request to poll ([`Report::Poll`]), for a call over streamable HTTP: its
+//!   response stream is closed and the client reconnects for the rest
+//!   ([`crate::polling`]).
 
 // MCP logging is deprecated by SEP-2577 (rmcp 3.9) but still what clients speak.
 #![allow(deprecated)]
 
+use rmcp::model::RequestId;
 use rmcp::model::{
     LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
     ProgressNotification, ProgressNotificationParam, ProgressToken, ServerNotification,
@@ -91,6 +95,18 @@ pub(crate) struct Notifier {
     tool: String,
     /// The last progress fraction sent.
     last: Option<f64>,
+    /// The call's response stream, when it can be closed for polling.
+    stream: Option<CallStream>,
+    /// The call's stream, once closed for polling.
+    polled: Option<crate::polling::Polled>,
+}
+
+/// Where a call's response stream is: its session's streams, the session and
+/// the request.
+pub(crate) struct CallStream {
+    pub(crate) sessions: std::sync::Arc<crate::polling::PollingSessions>,
+    pub(crate) session: String,
+    pub(crate) request: RequestId,
 }
 
 impl Notifier {
@@ -109,12 +125,21 @@ impl Notifier {
             log_level,
             tool,
             last: None,
+            stream: None,
+            polled: None,
         }
     }
 
-    /// Whether the request wants any report.
+    /// This notifier, able to close the call's response stream when the tool
+    /// lets the client poll.
+    pub(crate) fn with_stream(mut self, stream: Option<CallStream>) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Whether the request wants any report (or can act on a poll).
     pub(crate) fn wants_reports(&self) -> bool {
-        self.token.is_some() || self.log_level.is_some()
+        self.token.is_some() || self.log_level.is_some() || self.stream.is_some()
     }
 
     /// Progress `0/1`, "started".
@@ -122,14 +147,27 @@ impl Notifier {
         self.progress(0.0, Some("started")).await;
     }
 
-    /// Progress `1/1`, "finished", unless the tool reported it already.
+    /// Progress `1/1`, "finished", unless the tool reported it already; for a
+    /// call whose stream was closed for polling, then waits for the client to
+    /// reconnect (its answer would be lost otherwise: [`crate::polling`]).
     pub(crate) async fn finished(&mut self) {
         self.progress(1.0, Some("finished")).await;
+        if let Some(polled) = self.polled.take()
+            && !polled.resumed().await
+        {
+            tracing::info!(tool = %self.tool, "a polled call's client did not reconnect for its answer");
+        }
     }
 
     /// Sends what the tool reported.
     pub(crate) async fn send(&mut self, report: Report) {
         match report {
+            Report::Poll => {
+                // Once: the stream is gone after the first.
+                if let Some(s) = self.stream.take() {
+                    self.polled = s.sessions.close_stream(&s.session, &s.request).await;
+                }
+            }
             Report::Progress { fraction, message } => {
                 self.progress(fraction, message.as_deref()).await;
             }

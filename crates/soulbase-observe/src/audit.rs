@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use soulbase_errors::{ErrorCode, SoulError};
@@ -30,7 +31,9 @@ pub const MAX_DETAIL_CHARS: usize = 500;
 macro_rules! kinds {
     ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
         /// What changed: a closed set of stable names (`registry.register`, …).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+        )]
         pub enum AuditKind {
             $($(#[$doc])* #[serde(rename = $name)] $variant,)*
         }
@@ -98,7 +101,8 @@ impl FromStr for AuditKind {
 }
 
 /// One change, as the audit keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct AuditRecord {
     /// Unique, time-ordered id (a UUIDv7): the record's key.
     pub id: EnvelopeId,

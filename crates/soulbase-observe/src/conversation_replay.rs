@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, CallId, TenantId, UnixMillis};
@@ -16,7 +17,8 @@ use crate::{
 };
 
 /// What the evidence of one conversation proves.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ConversationReplay {
     /// The conversation.
     pub conversation_id: CallId,
@@ -41,7 +43,8 @@ pub struct ConversationReplay {
 }
 
 /// One model turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct TurnReplay {
     /// The turn (1-based).
     pub iteration: u32,
@@ -58,7 +61,8 @@ pub struct TurnReplay {
 }
 
 /// One tool call of a turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct CallReplay {
     /// The model's id for it.
     pub id: String,
@@ -78,7 +82,8 @@ pub struct CallReplay {
 }
 
 /// How a conversation ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct EndReplay {
     /// Why.
     pub reason: ConversationEnd,

@@ -264,6 +264,7 @@ mod tests {
             side_effects: Vec::new(),
             usage: BudgetUsage::default(),
             duration_us: 7,
+            client_requests: Vec::new(),
         }));
         let d = envelope(EvidenceEvent::Denied(Denial {
             call_id: CallId::new("call-2").unwrap(),

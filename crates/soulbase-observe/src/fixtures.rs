@@ -49,6 +49,7 @@ pub fn sample_end(begin: &EvidenceRecord) -> EvidenceRecord {
             side_effects: vec![],
             usage: BudgetUsage::default(),
             duration_us: 5,
+            client_requests: Vec::new(),
         }),
     )
 }

@@ -51,9 +51,9 @@ pub use digest::{canonical_json, digest_bytes, digest_json};
 pub use encoded::{EncodedRecord, RecordHead};
 pub use memory_store::MemoryStore;
 pub use model::{
-    BudgetUsage, ConsentUsed, ConversationEnd, ConversationEvent, ConversationRef,
-    ConversationStep, Denial, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceRecord,
-    SideEffectRecord, TokenUsage, TurnCall,
+    BudgetUsage, ClientRequestKind, ClientRequestRecord, ConsentUsed, ConversationEnd,
+    ConversationEvent, ConversationRef, ConversationStep, Denial, EndStatus, EvidenceBegin,
+    EvidenceEnd, EvidenceEvent, EvidenceRecord, SideEffectRecord, TokenUsage, TurnCall,
 };
 pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, Durable, EvidenceSink, MemorySink};

@@ -5,7 +5,8 @@ use soulbase_errors::ErrorCode;
 use soulbase_types::{CallId, Envelope, EnvelopeId, ToolId};
 
 /// Written before a call executes. Its envelope id is the call's evidence reference.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct EvidenceBegin {
     /// The call.
     pub call_id: CallId,
@@ -41,7 +42,8 @@ pub struct EvidenceBegin {
 /// Which agent-loop conversation made a call, at which model turn (1-based):
 /// every call of one conversation names the same id, so its evidence can be read
 /// back in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ConversationRef {
     /// The conversation's id (`conv_…`, answered to the caller in `soulbase.conversation_id`).
     pub id: String,
@@ -52,7 +54,8 @@ pub struct ConversationRef {
 /// The consent a call ran under: which token (never the token itself), whose
 /// and until when — enough to answer "who approved this?" and to find calls made
 /// with a token that was later revoked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ConsentUsed {
     /// The token's id (`None` for tokens minted without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,7 +72,7 @@ pub struct ConsentUsed {
 }
 
 /// How a call that began has ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndStatus {
     /// Completed and its output passed the output schema.
@@ -85,7 +88,8 @@ pub enum EndStatus {
 }
 
 /// A side effect the executor reports (e.g. a file written, a host contacted).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct SideEffectRecord {
     /// The kind: `fs.write`, `net.request`, `proc.spawn`, …
     pub kind: String,
@@ -93,8 +97,76 @@ pub struct SideEffectRecord {
     pub target: String,
 }
 
+/// The kind of a request a running tool makes to its caller's client (MCP's
+/// server-to-client requests).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientRequestKind {
+    /// Asking the user for input (MCP `elicitation/create`).
+    Elicitation,
+    /// Asking the client's model for a completion (MCP `sampling/createMessage`).
+    Sampling,
+}
+
+impl ClientRequestKind {
+    /// Every kind, in order.
+    pub const ALL: [ClientRequestKind; 2] =
+        [ClientRequestKind::Elicitation, ClientRequestKind::Sampling];
+
+    /// The name used in manifests and evidence (`elicitation`, `sampling`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientRequestKind::Elicitation => "elicitation",
+            ClientRequestKind::Sampling => "sampling",
+        }
+    }
+}
+
+/// A request a tool made to its caller's client while it ran, as its End records
+/// it: digests and sizes of what was asked and answered, never the text — what
+/// the user typed or the client's model answered is an input of the call's
+/// result that the evidence must account for without keeping it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ClientRequestRecord {
+    /// Elicitation or sampling.
+    pub kind: ClientRequestKind,
+    /// Digest of the request as the tool made it (canonical JSON).
+    pub request_digest: String,
+    /// How it ended: `accept`, `decline` or `cancel` (elicitation), `answered`
+    /// (sampling), or `refused` / `failed` with [`error_code`](Self::error_code).
+    pub outcome: String,
+    /// Digest of the answer (canonical JSON), when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_digest: Option<String>,
+    /// Bytes of the answer's canonical JSON.
+    #[serde(default)]
+    pub response_bytes: u64,
+    /// The model the client says answered (sampling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Why a refused or failed request did not get an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<ErrorCode>,
+}
+
 /// Resources a call consumed, settled against quotas.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[schemars(deny_unknown_fields)]
 pub struct BudgetUsage {
     /// Calls (1 for an executed call).
     pub calls: u64,
@@ -107,7 +179,8 @@ pub struct BudgetUsage {
 }
 
 /// Written after a call that began, whatever happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct EvidenceEnd {
     /// The call.
     pub call_id: CallId,
@@ -128,10 +201,14 @@ pub struct EvidenceEnd {
     pub usage: BudgetUsage,
     /// Wall-clock duration of execution in microseconds.
     pub duration_us: u64,
+    /// What the tool asked its caller's client while it ran, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_requests: Vec<ClientRequestRecord>,
 }
 
 /// A call refused before execution (no Begin/End exists for it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Denial {
     /// The call.
     pub call_id: CallId,
@@ -142,7 +219,7 @@ pub struct Denial {
 }
 
 /// Either half of a call's evidence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum EvidenceEvent {
     /// The call began.
@@ -172,7 +249,7 @@ impl EvidenceEvent {
 /// id in the call-id column, so replaying the id rebuilds the conversation; the
 /// calls themselves are evidenced as any call (their Begins name the
 /// conversation, [`ConversationRef`]). Digests only, never the messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConversationEvent {
     /// The conversation (`conv_…`).
     pub conversation_id: CallId,
@@ -182,7 +259,7 @@ pub struct ConversationEvent {
 }
 
 /// A step of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum ConversationStep {
     /// Written before the first model turn.
@@ -228,7 +305,7 @@ pub enum ConversationStep {
 }
 
 /// Why a conversation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConversationEnd {
     /// The model answered without asking for tools.
@@ -257,7 +334,10 @@ impl ConversationEnd {
 }
 
 /// A model turn's token usage as the upstream reported it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[schemars(deny_unknown_fields)]
 pub struct TokenUsage {
     /// Prompt tokens.
     pub prompt: u64,
@@ -270,7 +350,8 @@ pub struct TokenUsage {
 /// One tool call of a model turn: the model's id for it, the tool as named, and
 /// the call id its evidence is recorded under (a Begin/End or a Denial; none for
 /// a call answered in place, such as reading a skill's instructions).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct TurnCall {
     /// The model's id for the call (`tool_call_id`).
     pub id: String,

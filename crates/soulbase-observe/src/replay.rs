@@ -5,6 +5,7 @@
 //! arguments (by digest), and how it ended — and flags anything inconsistent (a
 //! missing or duplicated half, an End that closes another Begin).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
@@ -12,7 +13,8 @@ use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, Unix
 use crate::{BudgetUsage, CallEvidence, EndStatus, EvidenceEvent, SideEffectRecord};
 
 /// What the evidence of one call proves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Replay {
     /// The call.
     pub call_id: CallId,
@@ -30,8 +32,9 @@ pub struct Replay {
 }
 
 /// How a call went, as far as its evidence shows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[schemars(deny_unknown_fields)]
 pub enum ReplayOutcome {
     /// Refused before execution.
     Denied {
@@ -47,7 +50,8 @@ pub enum ReplayOutcome {
 }
 
 /// A call that reached execution.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Execution {
     /// The Begin envelope (the call's evidence reference).
     pub begin_id: EnvelopeId,

@@ -58,6 +58,7 @@ fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
                 cpu_ms: 0,
             },
             duration_us: 42,
+            client_requests: Vec::new(),
         }),
     );
     r.at = UnixMillis(b.at.0 + 1);

@@ -24,6 +24,7 @@ mod local;
 mod plan;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::SoulError;
 use soulbase_observe::BudgetUsage;
@@ -50,7 +51,8 @@ pub struct QuotaRequest<'a> {
 }
 
 /// The tightest limit that applies to a call, as seen at decision time.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct BudgetSnapshot {
     /// The limit, e.g. `100/min`; `None` when no limit applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,7 +66,8 @@ pub struct BudgetSnapshot {
 }
 
 /// What is left of one budget in its current window (`None`: that amount is not limited).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct BudgetRemaining {
     /// The budget, e.g. `calls 100 per 86400000 ms on fs.*`.
     pub budget: String,

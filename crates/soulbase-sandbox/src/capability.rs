@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+pub use soulbase_observe::ClientRequestKind;
 
 use crate::FieldProblem;
 use crate::syntax::{has_parent_component, is_valid_host_pattern};
@@ -40,16 +41,19 @@ pub enum CapabilityDomain {
     Tmp,
     /// A headless browser (reserved).
     Browser,
+    /// Requests to the caller's client while the tool runs (elicitation, sampling).
+    Client,
 }
 
 impl CapabilityDomain {
     /// Every domain, in order.
-    pub const ALL: [CapabilityDomain; 5] = [
+    pub const ALL: [CapabilityDomain; 6] = [
         CapabilityDomain::Fs,
         CapabilityDomain::Net,
         CapabilityDomain::Proc,
         CapabilityDomain::Tmp,
         CapabilityDomain::Browser,
+        CapabilityDomain::Client,
     ];
 
     /// The lowercase name used in manifests (`fs`, `net`, …).
@@ -60,6 +64,7 @@ impl CapabilityDomain {
             CapabilityDomain::Proc => "proc",
             CapabilityDomain::Tmp => "tmp",
             CapabilityDomain::Browser => "browser",
+            CapabilityDomain::Client => "client",
         }
     }
 }
@@ -117,6 +122,14 @@ pub enum Capability {
     },
     /// A headless browser. Reserved: no executor exists yet.
     Browser {},
+    /// Requests the running tool may make to its caller's client: asking the user
+    /// (`elicitation`) or the client's model (`sampling`). Each request passes the
+    /// call's profile and is recorded, by digest, in the call's End; only builtin
+    /// tools can make them today.
+    Client {
+        /// The kinds of request allowed. Required, non-empty.
+        requests: BTreeSet<ClientRequestKind>,
+    },
 }
 
 impl Capability {
@@ -128,12 +141,18 @@ impl Capability {
             Capability::Proc { .. } => CapabilityDomain::Proc,
             Capability::Tmp { .. } => CapabilityDomain::Tmp,
             Capability::Browser {} => CapabilityDomain::Browser,
+            Capability::Client { .. } => CapabilityDomain::Client,
         }
     }
 
     /// Whether this is an `fs` capability granting `access`.
     pub fn grants_fs(&self, access: FsAccess) -> bool {
         matches!(self, Capability::Fs { access: a, .. } if a.contains(&access))
+    }
+
+    /// Whether this is a `client` capability allowing requests of `kind`.
+    pub fn grants_client(&self, kind: ClientRequestKind) -> bool {
+        matches!(self, Capability::Client { requests } if requests.contains(&kind))
     }
 
     /// Syntactic checks, reporting every problem as (relative field path, problem).
@@ -228,6 +247,14 @@ impl Capability {
                 }
             }
             Capability::Browser {} => {}
+            Capability::Client { requests } => {
+                if requests.is_empty() {
+                    out.push((
+                        "requests".into(),
+                        "must allow at least one of elicitation, sampling".into(),
+                    ));
+                }
+            }
         }
         out
     }
@@ -279,6 +306,22 @@ mod tests {
             serde_json::json!({"kind":"fs","paths":["/data"],"access":["read","list"]})
         );
         assert_eq!(parse(r#"{"kind":"browser"}"#), Capability::Browser {});
+        let client = parse(r#"{"kind":"client","requests":["sampling"]}"#);
+        assert_eq!(client.domain(), CapabilityDomain::Client);
+        assert!(client.grants_client(ClientRequestKind::Sampling));
+        assert!(!client.grants_client(ClientRequestKind::Elicitation));
+        assert!(
+            serde_json::from_str::<Capability>(r#"{"kind":"client","requests":["mind_reading"]}"#)
+                .is_err()
+        );
+        let none = parse(r#"{"kind":"client","requests":[]}"#);
+        assert_eq!(
+            none.validate(),
+            vec![(
+                "requests".to_string(),
+                "must allow at least one of elicitation, sampling".to_string()
+            )]
+        );
         assert_eq!(
             parse(r#"{"kind":"tmp","max_bytes":10}"#).domain(),
             CapabilityDomain::Tmp

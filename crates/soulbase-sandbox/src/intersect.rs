@@ -110,6 +110,10 @@ pub fn intersect_one(a: &Capability, b: &Capability) -> Option<Capability> {
             })
         }
         (Capability::Browser {}, Capability::Browser {}) => Some(Capability::Browser {}),
+        (Capability::Client { requests: ra }, Capability::Client { requests: rb }) => {
+            let requests: BTreeSet<_> = ra.intersection(rb).copied().collect();
+            (!requests.is_empty()).then_some(Capability::Client { requests })
+        }
         _ => None,
     }
 }
@@ -230,5 +234,25 @@ mod tests {
         for c in &ab {
             assert!(ba.contains(c));
         }
+    }
+
+    #[test]
+    fn client_requests_intersect_as_sets() {
+        use crate::ClientRequestKind::{Elicitation, Sampling};
+        let client = |kinds: &[crate::ClientRequestKind]| Capability::Client {
+            requests: kinds.iter().copied().collect(),
+        };
+        assert_eq!(
+            intersect_one(&client(&[Elicitation, Sampling]), &client(&[Sampling])),
+            Some(client(&[Sampling]))
+        );
+        assert_eq!(
+            intersect_one(&client(&[Elicitation]), &client(&[Sampling])),
+            None
+        );
+        assert_eq!(
+            intersect_one(&client(&[Sampling]), &Capability::Browser {}),
+            None
+        );
     }
 }

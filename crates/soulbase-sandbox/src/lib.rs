@@ -35,7 +35,7 @@ mod capability;
 mod provider;
 mod syntax;
 
-pub use capability::{Capability, CapabilityDomain, FsAccess};
+pub use capability::{Capability, CapabilityDomain, ClientRequestKind, FsAccess};
 pub use provider::{DEFAULT_HTTP_PATH, MAX_HTTP_TIMEOUT_MS, ProviderBinding, ProviderKind};
 pub use syntax::{TemplatePart, is_valid_host, is_valid_host_pattern, parse_env_template};
 
@@ -65,5 +65,9 @@ pub use path::{normalize, path_covers, resolve};
 pub use profile::{
     DeclaredProfiles, IntersectingProfiles, Profile, ProfileBuilder, parse_capabilities,
 };
-pub use report::{LogLevel, Report, ReportSink, Reporter};
+pub use report::{
+    ClientRequest, ClientRequests, ClientResponse, ClientSink, ElicitationAction, LogLevel,
+    MAX_CLIENT_REQUESTS, Report, ReportSink, Reporter, SamplingMessage, SamplingRole,
+    govern_client_requests,
+};
 pub use scratch::Scratch;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use soulbase_tools::CompiledTool;
@@ -12,7 +13,7 @@ use soulbase_types::ToolId;
 pub const SKILL_GROUP: &str = "skills";
 
 /// Where a skill came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SkillKind {
     /// A YAML descriptor file (seed 001 §5.4.2): one skill, one tool.

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use soulbase_types::ToolId;
 
@@ -11,7 +12,8 @@ use crate::model::{Date, Skill, SkillTool};
 use crate::problem::SkillProblem;
 
 /// What the selection phase shows of a skill: its name and short description.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct SkillSummary {
     /// The skill name.
     pub name: String,

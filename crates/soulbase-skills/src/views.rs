@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use soulbase_errors::{ErrorCode, SoulError, SoulResult};
 use soulbase_tools::registry::AvailableSpec;
@@ -36,7 +37,8 @@ pub fn list_skills(set: &SkillSet) -> Arc<[SkillSummary]> {
 }
 
 /// Phase 2 (usage): everything about one skill, with its SKILL.md verbatim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct SkillInfo {
     /// The skill name.
     pub name: String,

@@ -66,6 +66,7 @@ fn pair() -> [EvidenceRecord; 2] {
                 cpu_ms: 0,
             },
             duration_us: 12,
+            client_requests: Vec::new(),
         }),
     );
     [begin, end]

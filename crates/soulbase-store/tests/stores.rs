@@ -79,6 +79,7 @@ fn end_of(b: &EvidenceRecord, status: EndStatus) -> EvidenceRecord {
                 ..BudgetUsage::default()
             },
             duration_us: 9,
+            client_requests: Vec::new(),
         }),
     );
     r.at = UnixMillis(b.at.0 + 3);

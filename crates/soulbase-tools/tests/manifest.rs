@@ -282,6 +282,11 @@ fn capabilities_must_cover_the_side_effect() {
         ("browser", json!([]), false),
         ("none", json!([]), true),
         ("none", json!([{"kind": "tmp", "max_bytes": 10}]), true),
+        (
+            "none",
+            json!([{"kind": "client", "requests": ["elicitation", "sampling"]}]),
+            true,
+        ),
     ];
     for (side, caps, ok) in cases {
         let m = with("a.b.c", |v| {
@@ -295,6 +300,25 @@ fn capabilities_must_cover_the_side_effect() {
             assert_eq!(p, ["capabilities"], "{side} with {caps}");
         }
     }
+}
+
+/// Only builtin handlers are given the client channel: elsewhere a `client`
+/// capability would have no effect, so it is refused naming the capability; an
+/// empty one is refused too.
+#[test]
+fn client_requests_are_for_builtin_tools_only() {
+    let client = json!([{"kind": "client", "requests": ["sampling"]}]);
+    let builtin = with("a.b.c", |v| v["capabilities"] = client.clone());
+    assert!(paths(builtin).is_empty());
+    let http = with("a.b.c", |v| {
+        v["capabilities"] = client.clone();
+        v["provider"] = json!({"type": "http", "endpoint": "https://svc.example.com"});
+    });
+    assert_eq!(paths(http), ["capabilities[0]"]);
+    let empty = with("a.b.c", |v| {
+        v["capabilities"] = json!([{"kind": "client", "requests": []}]);
+    });
+    assert_eq!(paths(empty), ["capabilities[0].requests"]);
 }
 
 #[test]

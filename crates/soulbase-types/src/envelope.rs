@@ -1,11 +1,14 @@
 //! The envelope every event and evidence record travels in.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{ActorId, EnvelopeId, Origin, TenantId, TraceContext};
 
 /// Milliseconds since the Unix epoch (UTC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(transparent)]
 pub struct UnixMillis(pub i64);
 
@@ -24,7 +27,8 @@ impl UnixMillis {
 ///
 /// Registration events, state changes and invocation Begin/End all travel in one,
 /// so that a consumer can route, partition and correlate without knowing the payload.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "{T}Envelope", deny_unknown_fields)]
 pub struct Envelope<T> {
     /// Unique, time-ordered id of this envelope (the idempotency key for persistence).
     pub id: EnvelopeId,

@@ -56,8 +56,18 @@ fn check_token(kind: &'static str, s: &str, max: usize, punct: &[char]) -> Resul
     Ok(())
 }
 
+/// The JSON Schema of an identifier: a string matching `pattern` (which says
+/// what its constructor accepts), described by `description`.
+pub(crate) fn id_schema(description: &str, pattern: &str) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": description,
+        "type": "string",
+        "pattern": pattern,
+    })
+}
+
 macro_rules! string_id {
-    ($(#[$doc:meta])* $name:ident, $kind:literal, $check:expr) => {
+    ($(#[$doc:meta])* $name:ident, $kind:literal, $pattern:literal, $check:expr) => {
         $(#[$doc])*
         ///
         /// Shared and immutable: cloning is a reference-count increment, never a copy.
@@ -111,6 +121,17 @@ macro_rules! string_id {
                 &self.0
             }
         }
+
+        /// A string its constructor accepts.
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                id_schema(concat!("A ", $kind, "."), $pattern)
+            }
+        }
     };
 }
 
@@ -120,6 +141,7 @@ string_id!(
     /// 1–64 ASCII characters: letters, digits, `_`, `-`, `.`; starts with a letter or digit.
     TenantId,
     "tenant",
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
     |s| check_token("tenant", s, 64, &['_', '-', '.'])
 );
 
@@ -129,6 +151,7 @@ string_id!(
     /// 1–256 characters: letters, digits and `_ - . @ : /`; starts with a letter or digit.
     ActorId,
     "actor",
+    r"^[A-Za-z0-9][A-Za-z0-9_.@:/-]{0,255}$",
     |s| check_token("actor", s, 256, &['_', '-', '.', '@', ':', '/'])
 );
 
@@ -138,6 +161,7 @@ string_id!(
     /// 1–128 characters: letters, digits and `_ - . :`; starts with a letter or digit.
     CallId,
     "call id",
+    r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
     |s| check_token("call id", s, 128, &['_', '-', '.', ':'])
 );
 
@@ -145,6 +169,7 @@ string_id!(
     /// The id of one envelope (an event or evidence record); unique, time-ordered when minted here.
     EnvelopeId,
     "envelope id",
+    r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$",
     |s| check_token("envelope id", s, 128, &['_', '-', '.', ':'])
 );
 

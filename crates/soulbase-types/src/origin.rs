@@ -9,7 +9,7 @@ use crate::IdError;
 /// The origin of a call: proposed by a model, made by an API client, or by the system itself.
 ///
 /// Policies may treat origins differently (e.g. require consent only for `llm`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Origin {
     /// A tool call proposed by an LLM.

@@ -142,6 +142,20 @@ impl std::str::FromStr for ToolId {
     }
 }
 
+/// A string [`ToolId::new`] accepts: `<group>.<pkg>.<name>`.
+impl schemars::JsonSchema for ToolId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ToolId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::ids::id_schema(
+            "A tool id, `<group>.<pkg>.<name>` (e.g. `soulbase.builtin.echo`).",
+            r"^[a-z0-9][a-z0-9_-]{0,63}\.[a-z0-9][a-z0-9_-]{0,63}\.[a-z0-9][a-z0-9_-]{0,63}$",
+        )
+    }
+}
+
 impl From<ToolId> for String {
     fn from(id: ToolId) -> String {
         id.full.as_ref().to_owned()

@@ -131,6 +131,20 @@ impl<'de> Deserialize<'de> for TraceContext {
     }
 }
 
+/// What [`Serialize`] writes: a `traceparent` header value.
+impl schemars::JsonSchema for TraceContext {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "TraceContext".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        crate::ids::id_schema(
+            "A W3C `traceparent` (version 00).",
+            "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

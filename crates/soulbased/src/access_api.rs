@@ -18,8 +18,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::SoulError;
 use soulbase_grpc::convert;
@@ -28,39 +28,45 @@ use soulbase_tools::registry::access::{self, AccessView};
 use soulbase_types::ToolId;
 
 use crate::app::App;
-use crate::http_api::{Param, error_response, json_response, subject};
+use crate::http_api::{Param, error_response, subject, typed_response};
 
 /// `PUT /api/access/allow-list` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct AllowListBody {
-    /// The only global tools the tenant sees; `null`: all of them. Required:
-    /// `None` is a body without it.
-    #[serde(default, deserialize_with = "present")]
-    tools: Option<Option<Vec<String>>>,
+#[schemars(rename = "AllowListRequest")]
+pub(crate) struct AllowListBody {
+    /// The only global tools the tenant sees (tool ids); `null`: all of them.
+    /// Required, `null` included.
+    #[serde(deserialize_with = "present")]
+    #[schemars(schema_with = "crate::openapi::nullable::<Vec<String>>")]
+    tools: Option<Vec<String>>,
 }
 
 /// `PUT /api/access/overrides/{id}` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct OverrideBody {
+#[schemars(rename = "OverrideRequest")]
+pub(crate) struct OverrideBody {
     /// `enabled`, `paused`, or `null` to clear. Required, as `tools` above.
-    #[serde(default, deserialize_with = "present")]
-    state: Option<Option<TenantOverride>>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(schema_with = "crate::openapi::nullable::<TenantOverride>")]
+    state: Option<TenantOverride>,
 }
 
-/// A field that is present, `null` included: told apart from a missing one.
+/// A field that must be present, `null` included (`None`): with
+/// `deserialize_with`, serde refuses a body without it rather than reading
+/// `None`.
 fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    T::deserialize(d).map(Some)
+    Option::<T>::deserialize(d)
 }
 
 fn answer(result: Result<AccessView, SoulError>, app: &App) -> Response {
     match result {
-        Ok(view) => json_response(StatusCode::OK, &json!(view)),
+        Ok(view) => typed_response(StatusCode::OK, &view),
         Err(e) => {
             app.metrics.refused(Surface::Http, e.code());
             error_response(&e)
@@ -71,9 +77,9 @@ fn answer(result: Result<AccessView, SoulError>, app: &App) -> Response {
 /// `GET /api/access`.
 pub(crate) async fn get_access(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     match subject(&app, &headers).await {
-        Ok(s) => json_response(
+        Ok(s) => typed_response(
             StatusCode::OK,
-            &json!(access::access_of(&app.registry.view(), &s.tenant)),
+            &access::access_of(&app.registry.view(), &s.tenant),
         ),
         Err(e) => error_response(&e),
     }
@@ -86,13 +92,7 @@ pub(crate) async fn put_allow_list(
     body: Bytes,
 ) -> Response {
     let body = match serde_json::from_slice::<AllowListBody>(&body) {
-        Ok(AllowListBody { tools: Some(tools) }) => tools,
-        Ok(_) => {
-            return error_response(&convert::invalid(
-                "tools",
-                "expected {\"tools\": [tool ids] | null}",
-            ));
-        }
+        Ok(AllowListBody { tools }) => tools,
         Err(e) => {
             return error_response(
                 &convert::invalid("tools", "expected {\"tools\": [tool ids] | null}")
@@ -142,13 +142,7 @@ pub(crate) async fn put_override(
         }
     };
     let state = match serde_json::from_slice::<OverrideBody>(&body) {
-        Ok(OverrideBody { state: Some(state) }) => state,
-        Ok(_) => {
-            return error_response(&convert::invalid(
-                "state",
-                "expected {\"state\": \"enabled\" | \"paused\" | null}",
-            ));
-        }
+        Ok(OverrideBody { state }) => state,
         Err(e) => {
             return error_response(
                 &convert::invalid(

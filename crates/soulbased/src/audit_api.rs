@@ -12,8 +12,8 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use soulbase_auth::{Action, AuthzRequest};
 use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
@@ -22,7 +22,8 @@ use soulbase_observe::{AuditFilter, AuditKind, MAX_AUDIT_PAGE};
 use soulbase_types::{Subject, TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
-use crate::http_api::{error_response, json_response, subject};
+use crate::bodies::AuditList;
+use crate::http_api::{error_response, subject, typed_response};
 
 /// How many records a listing returns without `limit`.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -31,21 +32,29 @@ pub const DEFAULT_LIMIT: u32 = 100;
 const MAX_TARGET: usize = 1024;
 
 /// `GET /api/audit` query (every value as text, so a bad one is refused naming
-/// its field).
-#[derive(Debug, Default, Deserialize)]
+/// its field; the schema says what is accepted).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
-    /// Only this tenant's records.
+    /// Only this tenant's records (the caller's own unless it is of the
+    /// `global` tenant).
+    #[schemars(with = "Option<TenantId>")]
     pub tenant: Option<String>,
-    /// Only this kind (`registry.state`, `config.reload`, …).
+    /// Only this kind of change.
+    #[schemars(with = "Option<AuditKind>")]
     pub kind: Option<String>,
-    /// Only this target (a tool id, a skill name, …).
+    /// Only this target, exactly (a tool id, a tenant for `registry.allow_list`,
+    /// a skill name, the skills directory, the configuration file).
+    #[schemars(length(min = 1, max = MAX_TARGET))]
     pub target: Option<String>,
     /// Records at or after this instant (Unix milliseconds).
+    #[schemars(with = "Option<u64>")]
     pub since: Option<String>,
     /// Records strictly before this instant (Unix milliseconds).
+    #[schemars(with = "Option<u64>")]
     pub until: Option<String>,
-    /// At most this many (1–1000, default 100).
+    /// At most this many records (default 100).
+    #[schemars(with = "Option<u32>", range(min = 1, max = MAX_AUDIT_PAGE))]
     pub limit: Option<String>,
 }
 
@@ -124,11 +133,7 @@ fn visible(subject: &Subject, mut filter: AuditFilter) -> Result<AuditFilter, So
     }
 }
 
-async fn list(
-    app: &App,
-    headers: &HeaderMap,
-    q: &AuditQuery,
-) -> Result<serde_json::Value, SoulError> {
+async fn list(app: &App, headers: &HeaderMap, q: &AuditQuery) -> Result<AuditList, SoulError> {
     let subject = subject(app, headers).await?;
     let filter = filter_of(q)?;
     let resource = ToolId::new(Action::AUDIT_RESOURCE).map_err(SoulError::internal)?;
@@ -143,7 +148,7 @@ async fn list(
         .await?;
     let filter = visible(&subject, filter)?;
     let records = app.audit.list(&filter).await?;
-    Ok(json!({ "records": records }))
+    Ok(AuditList { records })
 }
 
 /// `GET /api/audit?tenant=&kind=&target=&since=&until=&limit=`: the audit records
@@ -160,7 +165,7 @@ pub(crate) async fn list_audit(
         ));
     };
     match list(&app, &headers, &q).await {
-        Ok(body) => json_response(StatusCode::OK, &body),
+        Ok(body) => typed_response(StatusCode::OK, &body),
         Err(e) => {
             app.metrics.refused(Surface::Http, e.code());
             error_response(&e)

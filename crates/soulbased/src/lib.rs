@@ -50,10 +50,12 @@ pub use soulbase_app::{app, builtins, evidence, metrics, stdio};
 
 pub mod access_api;
 pub mod audit_api;
+pub mod bodies;
 pub mod http_api;
 #[cfg(feature = "tls")]
 pub mod https;
 pub mod listener;
 pub mod model_api;
+pub mod openapi;
 pub mod server;
 pub mod telemetry;

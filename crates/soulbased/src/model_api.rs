@@ -17,6 +17,7 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use soulbase_edge::{Binding, CallMeta, CallStyle, ExportFormat, Surface};
@@ -26,7 +27,8 @@ use soulbase_tools::registry::AvailableSpec;
 use soulbase_types::Subject;
 
 use crate::app::App;
-use crate::http_api::{Param, error_response, json_response, subject};
+use crate::bodies::{ConversationSummary, ModelTools, Prompt, ToolCallMade};
+use crate::http_api::{Param, error_response, json_response, subject, typed_response};
 
 /// The most iterations a prompt may state.
 const MAX_ITERATIONS: u32 = 100;
@@ -59,13 +61,15 @@ fn skills_shown(app: &App, available: &[AvailableSpec]) -> Vec<soulbase_skills::
 }
 
 /// `GET /api/model/tools` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsQuery {
-    /// `openai` (default), `openai-strict`, `anthropic` or `mcp`.
+    /// The format of the definitions (default `openai`).
+    #[serde(default)]
+    #[schemars(schema_with = "crate::openapi::export_format_schema")]
     pub format: Option<String>,
     /// The model the tools are for: tools whose `provider_compat` does not admit
-    /// it are left out.
+    /// the format's provider and this model are left out.
     pub model: Option<String>,
 }
 
@@ -107,25 +111,18 @@ async fn model_tools(
         Ok(x) => x,
         Err(e) => return error_response(&e),
     };
-    let names: serde_json::Map<String, Value> = exported
-        .names
-        .iter()
-        .map(|(id, name)| (name.to_owned(), Value::String(id.to_string())))
-        .collect();
-    let skills: Vec<Value> = skills_shown(&app, &available)
-        .iter()
-        .map(|s| json!({"name": s.name, "description": s.description}))
-        .collect();
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "format": format.as_str(),
-            "tools": exported.tools,
-            "names": names,
-            "warnings": exported.warnings,
-            "skills": skills,
-        }),
-    )
+    let body = ModelTools {
+        format: format.as_str(),
+        names: exported
+            .names
+            .iter()
+            .map(|(id, name)| (name.to_owned(), id.clone()))
+            .collect(),
+        tools: exported.tools,
+        warnings: exported.warnings,
+        skills: skills_shown(&app, &available),
+    };
+    typed_response(StatusCode::OK, &body)
 }
 
 async fn model_tool_calls(
@@ -168,10 +165,12 @@ async fn model_tool_calls(
 }
 
 /// `GET /api/model/prompt` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromptQuery {
-    /// The bound on the tool-calling loop to state (1–100).
+    /// The bound on the tool-calling loop to state (1–100): with it, the Tool
+    /// Calling Guidelines section.
+    #[schemars(range(min = 1, max = MAX_ITERATIONS))]
     pub max_iterations: Option<u32>,
 }
 
@@ -201,7 +200,7 @@ async fn model_prompt(
     let tools: Vec<_> = available.iter().map(AvailableSpec::spec).collect();
     let skills = skills_shown(&app, &available);
     let prompt = soulbase_skills::system_prompt_sections(&tools, &skills, q.max_iterations);
-    json_response(StatusCode::OK, &json!({ "prompt": prompt }))
+    typed_response(StatusCode::OK, &Prompt { prompt })
 }
 
 async fn skill_info(
@@ -227,7 +226,7 @@ async fn skill_info(
         return not_found();
     }
     match soulbase_skills::get_skill_info(&set, &name) {
-        Ok(info) => json_response(StatusCode::OK, &json!(info)),
+        Ok(info) => typed_response(StatusCode::OK, &info),
         Err(e) => error_response(&e),
     }
 }
@@ -317,7 +316,7 @@ async fn chat_completions(
     };
     if !prepared.stream {
         return match run(&app, &prepared, None).await {
-            Ok(v) => json_response(StatusCode::OK, &v),
+            Ok(v) => typed_response(StatusCode::OK, &v),
             Err(e) => error_response(&e),
         };
     }
@@ -519,14 +518,19 @@ async fn run(
         .await?;
     let mut response = done.response;
     if let Some(obj) = response.as_object_mut() {
+        let summary = ConversationSummary {
+            conversation_id: done.id,
+            iterations: done.iterations,
+            tool_calls: done
+                .tool_calls
+                .into_iter()
+                .map(|(tool, content)| ToolCallMade { tool, content })
+                .collect(),
+            reason: done.reason,
+        };
         obj.insert(
             "soulbase".into(),
-            json!({
-                "conversation_id": done.id,
-                "iterations": done.iterations,
-                "tool_calls": done.tool_calls.iter().map(|(tool, content)| json!({"tool": tool, "content": content})).collect::<Vec<_>>(),
-                "reason": done.reason.as_str(),
-            }),
+            serde_json::to_value(&summary).map_err(SoulError::internal)?,
         );
     }
     Ok(response)

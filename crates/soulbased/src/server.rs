@@ -10,6 +10,7 @@ use soulbase_config::{Role, TlsConfig};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::{ConsentGrpcService, InvokerService, RegistryService, proto};
 use soulbase_mcp::McpServer;
+use soulbase_mcp::polling::PollingSessions;
 use soulbase_mcp::sessions::{McpSessions, SessionLimits};
 use soulbase_mcp::transport::{
     LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -144,8 +145,11 @@ pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> h
     let sessions = McpSessions::new(manager.clone(), limits);
     sessions.spawn_sweeper(stop);
     app.metrics.watch_mcp_sessions(sessions.clone());
+    // A call whose tool lets the client poll has its stream closed (SEP-1699).
+    let polling = PollingSessions::new(manager);
+    let server = server.with_polling(polling.clone());
     http_api::Mcp {
-        service: StreamableHttpService::new(move || Ok(server.for_session()), manager, config),
+        service: StreamableHttpService::new(move || Ok(server.for_session()), polling, config),
         sessions,
     }
 }

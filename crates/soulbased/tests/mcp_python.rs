@@ -414,3 +414,112 @@ async fn the_python_sdk_gets_logs_progress_and_cancels_calls() {
     assert_eq!(ends.len(), 1, "{body}");
     assert_eq!(ends[0]["payload"]["status"], "cancelled", "{body}");
 }
+
+/// The conformance pack, with tenant `acme` granted elicitation but not sampling.
+const ASKS_CONFIG: &str = r#"
+server:
+  dev_insecure: true
+  mcp_conformance_tools: true
+policy:
+  rules:
+    - { effect: allow, tenant: acme, tools: ["*"], actions: [invoke, read_evidence] }
+sandbox:
+  grants:
+    - tenant: acme
+      capabilities:
+        - { kind: client, requests: [elicitation] }
+"#;
+
+/// The End of the one call of `tool` that ended `status` (read once the server
+/// has stopped and drained).
+fn end_of(dir: &Path, tool: &str, status: &str) -> Value {
+    let out = common::cli(
+        dir,
+        &["evidence", "list", "--tool", tool, "--format", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let calls: Vec<&str> = page["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == status)
+        .map(|c| c["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls.len(), 1, "{tool} {status}: {page}");
+    common::evidence_lines(dir, calls[0])
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["payload"]["event"] == "end")
+        .unwrap()
+}
+
+/// A tool's own requests to the client, from the official Python SDK: the user
+/// is asked (elicitation) and the answer reaches the tool, recorded in its End by
+/// digest; sampling, which the tenant's grant does not allow, never reaches the
+/// client and the tool fails with `SANDBOX.CAPABILITY_BLOCKED`, recorded as
+/// refused; a client that declared neither cannot be asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_ask_the_client_only_what_their_profile_grants() {
+    let server = Server::start(ASKS_CONFIG);
+    let url = format!("http://{}/mcp", server.http);
+    let out = common::run_python("mcp_asks.py", &[&url]).await;
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let labels: Vec<&str> = lines.iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        ["asked-elicitation", "elicitation", "sampling", "no-client"],
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["message"], "Who are you?");
+    assert_eq!(
+        lines[0]["schema"]["required"],
+        serde_json::json!(["username", "email"])
+    );
+    assert_eq!(lines[1]["is_error"], false, "{:?}", lines[1]);
+    let text = lines[1]["text"].as_str().unwrap();
+    assert!(text.starts_with("User response: action=accept"), "{text}");
+    assert!(text.contains("ada@example.com"), "{text}");
+    for refused in [&lines[2], &lines[3]] {
+        assert_eq!(refused["is_error"], true, "{refused}");
+        assert_eq!(
+            refused["structured"]["code"], "SANDBOX.CAPABILITY_BLOCKED",
+            "{refused}"
+        );
+    }
+    let mut server = server;
+    server.stop();
+    let end = end_of(server.dir(), "soulbase.conformance.elicitation", "ok");
+    let asked = &end["payload"]["client_requests"];
+    assert_eq!(asked.as_array().unwrap().len(), 1, "{end}");
+    assert_eq!(asked[0]["kind"], "elicitation");
+    assert_eq!(asked[0]["outcome"], "accept");
+    assert!(
+        asked[0]["request_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        asked[0]["response_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    // Digests only: what the user typed is not in the evidence.
+    assert!(!end.to_string().contains("ada@example.com"), "{end}");
+    let end = end_of(server.dir(), "soulbase.conformance.sampling", "error");
+    assert_eq!(end["payload"]["error_code"], "SANDBOX.CAPABILITY_BLOCKED");
+    let asked = &end["payload"]["client_requests"][0];
+    assert_eq!(asked["kind"], "sampling");
+    assert_eq!(asked["outcome"], "refused");
+    assert_eq!(asked["error_code"], "SANDBOX.CAPABILITY_BLOCKED");
+    assert!(asked.get("response_digest").is_none(), "{asked}");
+}

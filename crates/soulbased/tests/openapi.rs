@@ -1,9 +1,10 @@
-//! The OpenAPI contract of the HTTP API, `docs/openapi.json`: it describes exactly
-//! the router's routes (`http_api::ROUTES`), the server serves it at
-//! `/api/openapi.json`, and a real `soulbased` fuzzed against it by schemathesis (a
-//! standard tool, not ours; from the venv `.ci/python-tools` installs,
-//! `SOULBASE_PYTHON_TOOLS`) keeps it: no 5xx, only documented statuses, content
-//! types and response bodies.
+//! The OpenAPI contract of the HTTP API, `docs/openapi.json` (generated from the
+//! code by `soulbased::openapi`, whose unit tests hold the committed file to it):
+//! it describes exactly the router's routes (`http_api::ROUTES`), the server
+//! serves it at `/api/openapi.json`, and a real `soulbased` fuzzed against it by
+//! schemathesis (a standard tool, not ours; from the venv `.ci/python-tools`
+//! installs, `SOULBASE_PYTHON_TOOLS`) keeps it: no 5xx, only documented statuses,
+//! content types and response bodies.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;

@@ -131,7 +131,7 @@ pub struct ListToolsRequest {
     /// As Tool.side_effect.
     #[prost(string, tag = "6")]
     pub side_effect: ::prost::alloc::string::String,
-    /// Capability domain: "fs", "net", "proc", "tmp" or "browser".
+    /// Capability domain: "fs", "net", "proc", "tmp", "browser" or "client".
     #[prost(string, tag = "7")]
     pub capability: ::prost::alloc::string::String,
     /// Case-insensitive substring of name, display name or description.

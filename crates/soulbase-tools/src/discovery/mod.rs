@@ -22,6 +22,7 @@ mod schema_util;
 
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use soulbase_types::ToolId;
@@ -40,7 +41,8 @@ pub struct ToolSpec {
 }
 
 /// Something an export had to change or could not express.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct ExportWarning {
     /// The tool concerned.
     pub tool: ToolId,

@@ -16,6 +16,7 @@ mod validate;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -224,7 +225,9 @@ impl Scope {
 }
 
 /// The strongest side effect a tool has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SideEffect {
     /// Pure computation.
@@ -266,7 +269,18 @@ impl fmt::Display for SideEffect {
 
 /// The risk class of a tool.
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum SafetyClass {
@@ -380,7 +394,7 @@ pub enum Idempotency {
 }
 
 /// A deprecation note.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Deprecation {
     /// Since when (a version or a date), as written by the author.

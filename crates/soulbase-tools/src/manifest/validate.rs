@@ -84,6 +84,7 @@ pub fn compile(mut manifest: ToolManifest) -> Result<CompiledTool, ManifestError
         }
     }
     check_coverage(m, &mut out);
+    check_client(m, &mut out);
     check_consent(m, &mut out);
     check_limits(m, &mut out);
 
@@ -285,7 +286,8 @@ fn check_coverage(m: &ToolManifest, out: &mut Vec<Problem>) {
     let missing = match m.side_effect {
         SideEffect::None => {
             for (i, c) in m.capabilities.iter().enumerate() {
-                if c.domain() != CapabilityDomain::Tmp {
+                // Scratch space and asking the caller's client change nothing.
+                if !matches!(c.domain(), CapabilityDomain::Tmp | CapabilityDomain::Client) {
                     out.push(Problem::new(
                         format!("capabilities[{i}]"),
                         format!(
@@ -314,6 +316,25 @@ fn check_coverage(m: &ToolManifest, out: &mut Vec<Problem>) {
                 m.side_effect
             ),
         ));
+    }
+}
+
+/// Only a builtin handler is given the call's client channel today: a `client`
+/// capability on another provider would have no effect, so it is refused.
+fn check_client(m: &ToolManifest, out: &mut Vec<Problem>) {
+    if matches!(m.provider, ProviderBinding::Builtin { .. }) {
+        return;
+    }
+    for (i, c) in m.capabilities.iter().enumerate() {
+        if c.domain() == CapabilityDomain::Client {
+            out.push(Problem::new(
+                format!("capabilities[{i}]"),
+                format!(
+                    "a client capability is only available to builtin tools (this tool's provider is {})",
+                    m.provider.kind()
+                ),
+            ));
+        }
     }
 }
 

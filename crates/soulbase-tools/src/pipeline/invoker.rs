@@ -263,6 +263,7 @@ impl Drop for EndGuard {
                 ..BudgetUsage::default()
             },
             duration_us: micros(started.elapsed()),
+            client_requests: Vec::new(),
         };
         let record = stamp(&header, EvidenceEvent::End(end));
         let sink = self.sink.clone();
@@ -1124,7 +1125,12 @@ impl Invoker {
             ending: None,
         };
         let timeout = Duration::from_millis(manifest.limits.timeout_ms);
-        let req = Self::exec_request(call, tool, profile, args);
+        let mut req = Self::exec_request(call, tool, profile, args);
+        // What the tool asks its caller's client passes the profile and is
+        // recorded for the End.
+        let (reporter, client_requests) =
+            soulbase_sandbox::govern_client_requests(&req.reporter, profile);
+        req.reporter = reporter;
         let execute = async {
             // A keyed call's key is marked begun first: never run if it is no
             // longer this call's, never handed to another caller once it may run.
@@ -1231,6 +1237,10 @@ impl Invoker {
                 .unwrap_or_default(),
             usage,
             duration_us,
+            client_requests: client_requests
+                .as_ref()
+                .map(soulbase_sandbox::ClientRequests::take)
+                .unwrap_or_default(),
         };
         let mut end = stamp(header, EvidenceEvent::End(end));
         // The result, before the End is recorded: a keyed call stores it with its

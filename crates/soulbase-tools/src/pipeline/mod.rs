@@ -71,6 +71,9 @@ pub use invoker::{Invoker, InvokerBuilder, ToolResolver};
 pub use obligations::apply_obligations;
 pub use router::{ToolCallRouter, ToolMessage};
 /// What a running tool reports before it answers (given to the executor with the call).
-pub use soulbase_sandbox::{LogLevel, Report, ReportSink, Reporter};
+pub use soulbase_sandbox::{
+    ClientRequest, ClientRequestKind, ClientResponse, ClientSink, ElicitationAction, LogLevel,
+    Report, ReportSink, Reporter, SamplingMessage, SamplingRole,
+};
 pub use stage::STAGE_TARGET;
 pub use terms::{Admission, CallTerms};

@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use soulbase_auth::{Action, Authorizer};
 use soulbase_errors::{SoulError, SoulResult};
@@ -30,7 +31,8 @@ use super::{RegistryView, TenantAccess, TenantOverride, ToolOwner};
 pub const ACCESS_RESOURCE: &str = "soulbase.server.access";
 
 /// A tenant's view rules as the registry API shows them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct AccessView {
     /// The tenant.
     pub tenant: TenantId,

@@ -143,7 +143,7 @@ pub(crate) struct Table {
     by_state: [SlotSet; 4],
     by_safety: [SlotSet; 3],
     by_side_effect: [SlotSet; 7],
-    by_capability: [SlotSet; 5],
+    by_capability: [SlotSet; CapabilityDomain::ALL.len()],
     by_group: HashMap<Arc<str>, SlotSet>,
     by_tag: HashMap<Arc<str>, SlotSet>,
     /// Tools by their manifest's `mcp_name`.

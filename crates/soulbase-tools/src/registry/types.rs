@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use semver::Version;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::SoulError;
@@ -25,7 +26,9 @@ use crate::manifest::{CompiledTool, SafetyClass, SideEffect};
 /// means registering a new version under a new id, or unregistering and
 /// registering again — deprecation is a promise to callers and is not undone in
 /// place. Moving to the state a tool is already in is a no-op, not an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolState {
     /// Known and validated, not yet callable.
@@ -103,7 +106,7 @@ impl ToolOwner {
 /// `deprecated` (a global kill switch always wins); otherwise the override if set
 /// (so a tenant can pause a tool just for itself, or opt in to a tool that is only
 /// `registered` globally); otherwise the global state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TenantOverride {
     /// Enabled for this tenant.
@@ -122,7 +125,8 @@ pub enum TenantOverride {
 ///   overrides (a paused or deprecated tool stays so, as with any override).
 ///
 /// [`Registry::set_configured`]: super::Registry::set_configured
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct TenantAccess {
     /// If set, the only global tools the tenant sees.
     pub allow: Option<BTreeSet<ToolId>>,

@@ -1,0 +1,254 @@
+//! SSE polling (SEP-1699): a long call's response stream closed by the server
+//! mid-call, its answer delivered when the client reconnects (`GET /mcp` with
+//! `Last-Event-ID`).
+//!
+//! rmcp's [`LocalSessionManager`] keeps every event of a request's stream (so a
+//! reconnecting client gets what it missed) and can close a stream — by its
+//! HTTP-request number, which a handler never sees. [`PollingSessions`] is that
+//! session manager, recording for each `tools/call` stream which request it
+//! carries, so that the call — when its tool reports [`Report::Poll`] — can have
+//! its own stream closed: a priming event tells the client when to come back
+//! ([`POLL_RETRY`]), the stream ends, and what the call sends meanwhile waits in
+//! the session's cache for the reconnection.
+//!
+//! rmcp forgets a request's stream once its answer is sent, so an answer sent
+//! before the client reconnects would be lost. The call's answer therefore waits
+//! until the client has reconnected to the stream ([`Polled::resumed`]) — at most
+//! [`POLL_WAIT`]; a client that never comes back loses it, like any client that
+//! goes away (its evidence is recorded all the same).
+//!
+//! [`Report::Poll`]: soulbase_tools::pipeline::Report::Poll
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use rmcp::model::{ClientJsonRpcMessage, RequestId};
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::common::server_side_http::{ServerSseMessage, SessionId};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionHandle, LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
+};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, SessionManager,
+};
+use tokio::sync::Notify;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How long a client whose stream was closed for polling waits before it
+/// reconnects (the `retry` of the closing priming event).
+pub const POLL_RETRY: Duration = Duration::from_millis(500);
+
+/// How long a polled call's answer waits for its client to reconnect.
+pub const POLL_WAIT: Duration = Duration::from_secs(30);
+
+/// A stream closed for polling, by session and HTTP-request number.
+type PolledKey = (SessionId, u64);
+
+/// A request's stream: its session and JSON-RPC request id.
+type StreamKey = (SessionId, String);
+
+/// rmcp's local session manager, knowing which HTTP request carries each
+/// client request's stream (module docs).
+pub struct PollingSessions {
+    inner: Arc<LocalSessionManager>,
+    open: Arc<Mutex<HashMap<StreamKey, u64>>>,
+    polled: Mutex<HashMap<PolledKey, Arc<Notify>>>,
+}
+
+/// A call whose stream was closed for polling.
+pub struct Polled {
+    resumed: Arc<Notify>,
+}
+
+impl Polled {
+    /// Waits until the client has reconnected to the call's stream, at most
+    /// [`POLL_WAIT`]; `false` when it did not.
+    pub async fn resumed(&self) -> bool {
+        tokio::time::timeout(POLL_WAIT, self.resumed.notified())
+            .await
+            .is_ok()
+    }
+}
+
+/// Forgets a stream's request once its stream is dropped.
+struct Registered {
+    open: Arc<Mutex<HashMap<StreamKey, u64>>>,
+    key: StreamKey,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+    }
+}
+
+fn key_of(session: &SessionId, request: &RequestId) -> StreamKey {
+    (session.clone(), request.to_string())
+}
+
+impl PollingSessions {
+    /// Polling over `inner` (which still holds the sessions; the session limits
+    /// of [`crate::sessions::McpSessions`] act on it).
+    pub fn new(inner: Arc<LocalSessionManager>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            open: Arc::default(),
+            polled: Mutex::default(),
+        })
+    }
+
+    async fn handle(&self, id: &SessionId) -> Result<LocalSessionHandle, LocalSessionManagerError> {
+        self.inner
+            .sessions
+            .read()
+            .await
+            .get(id)
+            .cloned()
+            .ok_or_else(|| LocalSessionManagerError::SessionNotFound(id.clone()))
+    }
+
+    /// Closes the response stream of `request` in `session` with a priming event
+    /// carrying [`POLL_RETRY`]; the client reconnects for the rest. `None` when
+    /// there is no such open stream (already answered, or not over HTTP).
+    pub async fn close_stream(&self, session: &str, request: &RequestId) -> Option<Polled> {
+        let session: SessionId = Arc::from(session);
+        let http_request = self
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key_of(&session, request))
+            .copied()?;
+        let handle = self.handle(&session).await.ok()?;
+        let resumed = Arc::new(Notify::new());
+        self.polled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((session.clone(), http_request), resumed.clone());
+        if handle
+            .close_sse_stream(http_request, Some(POLL_RETRY))
+            .await
+            .is_err()
+        {
+            self.polled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&(session, http_request));
+            return None;
+        }
+        Some(Polled { resumed })
+    }
+}
+
+impl SessionManager for PollingSessions {
+    type Error = LocalSessionManagerError;
+    type Transport = WorkerTransport<LocalSessionWorker>;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.inner.create_session().await
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<rmcp::model::ServerJsonRpcMessage, Self::Error> {
+        self.inner.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.inner.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.inner.close_session(id).await
+    }
+
+    /// What [`LocalSessionManager`] does, recording the stream's HTTP request.
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let handle = self.handle(id).await?;
+        let request = match &message {
+            ClientJsonRpcMessage::Request(r) => Some(key_of(id, &r.id)),
+            _ => None,
+        };
+        let receiver = handle.establish_request_wise_channel().await?;
+        let http_request = receiver.http_request_id;
+        let registered = match (request, http_request) {
+            (Some(key), Some(number)) => {
+                self.open
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.clone(), number);
+                Some(Registered {
+                    open: self.open.clone(),
+                    key,
+                })
+            }
+            _ => None,
+        };
+        handle.push_message(message, http_request).await?;
+        Ok(ReceiverStream::new(receiver.inner).map(move |event| {
+            // Held by the stream: dropped (and forgotten) with it.
+            let _ = &registered;
+            event
+        }))
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.inner.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.inner.create_standalone_stream(id).await
+    }
+
+    /// What [`LocalSessionManager`] does; a stream closed for polling is told,
+    /// once the client is back on it, that its answer may go.
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // `INDEX/HTTP_REQUEST` (rmcp's event ids for a request's stream).
+        let http_request = last_event_id
+            .split_once('/')
+            .and_then(|(_, n)| n.parse::<u64>().ok());
+        let stream = self.inner.resume(id, last_event_id).await?;
+        if let Some(n) = http_request
+            && let Some(resumed) = self
+                .polled
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&(id.clone(), n))
+        {
+            resumed.notify_one();
+        }
+        Ok(stream)
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        self.inner.restore_session(id).await
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
