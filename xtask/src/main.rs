@@ -113,11 +113,13 @@ fn test(extra: &[String]) -> Result<()> {
     codegen::check_before_tests()?;
     let python_tools = python_tools()?;
     let node_tools = node_tools()?;
+    let chromium = chromium()?;
     let services = services::Services::provision()?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked"]).args(extra);
     cmd.env("SOULBASE_PYTHON_TOOLS", python_tools);
     cmd.env("SOULBASE_NODE_TOOLS", node_tools);
+    cmd.env("SOULBASE_CHROMIUM", chromium);
     services.apply(&mut cmd);
     let outcome = run_cmd("cargo test", &mut cmd);
     drop(services);
@@ -151,6 +153,17 @@ fn node_tools() -> Result<String> {
         ".ci/node-tools",
         "Node 22 and the MCP conformance suite",
         "npm (any Node version) and the npm registry",
+    )
+}
+
+/// The Chromium the console's browser tests drive: `SOULBASE_CHROMIUM` when
+/// set, else what `.ci/browser` finds or installs (Debian's `chromium`, as root).
+fn chromium() -> Result<String> {
+    tool_dir(
+        "SOULBASE_CHROMIUM",
+        ".ci/browser",
+        "Chromium for the console's browser tests",
+        "Debian's chromium package (apt-get, as root)",
     )
 }
 

@@ -174,8 +174,9 @@ impl EvidenceQuery {
 
 /// Where a page ended: the Begin time and envelope id of its last call.
 /// Its text form (`<millis>.<envelope id>`) is what clients pass back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schemars(with = "String")]
 pub struct PageCursor {
     /// Begin time of the last call returned.
     pub at: UnixMillis,
@@ -220,7 +221,8 @@ impl From<PageCursor> for String {
 }
 
 /// One call in a listing: its Begin joined with its End (if any).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct CallSummary {
     /// The call.
     pub call_id: CallId,
@@ -253,7 +255,8 @@ pub struct CallSummary {
 }
 
 /// One page of calls.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct CallPage {
     /// Newest first.
     pub calls: Vec<CallSummary>,

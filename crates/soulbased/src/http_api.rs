@@ -819,7 +819,7 @@ async fn revoke_consent(
 /// How long a read waits for the spool to drain a call still in flight to the store.
 const EVIDENCE_READ_WAIT: Duration = Duration::from_secs(2);
 
-fn no_evidence() -> SoulError {
+pub(crate) fn no_evidence() -> SoulError {
     SoulError::of(ErrorCode::EvidenceNotFound).with_field("field", "call_id")
 }
 
@@ -888,7 +888,11 @@ fn call_tool(evidence: &soulbase_observe::CallEvidence) -> Option<ToolId> {
 
 /// Whether `subject` may read the evidence of calls of `tool` (action
 /// `read_evidence` on it).
-async fn may_read_evidence(app: &App, subject: &Subject, tool: &ToolId) -> Result<(), SoulError> {
+pub(crate) async fn may_read_evidence(
+    app: &App,
+    subject: &Subject,
+    tool: &ToolId,
+) -> Result<(), SoulError> {
     let owner = app
         .registry
         .get(&subject.tenant, tool)
@@ -1084,6 +1088,7 @@ pub const ROUTES: &[Route] = &[
     Route::always(Method::POST, "/api/reload"),
     Route::always(Method::GET, "/api/config/schema"),
     Route::always(Method::GET, "/api/openapi.json"),
+    Route::tools(Method::GET, "/api/evidence"),
     Route::tools(Method::GET, "/api/evidence/{call_id}"),
     Route::always(Method::GET, "/api/audit"),
     Route::tools(Method::POST, "/api/consent"),
@@ -1108,6 +1113,7 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("POST", "/api/reload") => post(reload),
         ("GET", "/api/config/schema") => get(config_schema),
         ("GET", "/api/openapi.json") => get(openapi),
+        ("GET", "/api/evidence") => get(crate::evidence_api::list_evidence),
         ("GET", "/api/evidence/{call_id}") => get(read_evidence),
         ("GET", "/api/audit") => get(crate::audit_api::list_audit),
         ("POST", "/api/consent") => post(issue_consent),
@@ -1333,6 +1339,7 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         .route_service("/mcp", mcp.service)
         .layer(middleware::from_fn_with_state(gate, mcp_gate));
     let all = api_routes(true)
+        .merge(crate::console::routes())
         .with_state(app)
         .merge(mcp_routes)
         .fallback(no_route)

@@ -21,6 +21,7 @@ use crate::bodies::{
     AuditList, EvidenceBody, ModelTools, Prompt, ReloadReport, RevokedConsent, SkillList,
     SkillView, Status, ToolList,
 };
+use crate::evidence_api::EvidenceListQuery;
 use crate::http_api::{ConsentBody, ListQuery, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
 
@@ -314,6 +315,11 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
         ("GET", "/api/openapi.json") => Op::public("openapi", "This document")
             .describe("The OpenAPI document of the HTTP API, as committed in `docs/openapi.json`.")
             .json(200, "The document.", described::openapi_document()),
+        ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
+            .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. Calls refused before they began (denials) have no Begin and are not listed: read one by its id at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .params(spec.query::<EvidenceListQuery>())
+            .json(200, "A page of calls, newest first; pass `next` as `after` for the next one.", spec.response::<soulbase_observe::CallPage>())
+            .fails(&[400, 503]),
         ("GET", "/api/evidence/{call_id}") => Op::authenticated("readEvidence", "evidence", "A call's evidence and replay summary")
             .describe("The records of one call of the caller's tenant (another tenant's call answers 404 exactly like an unknown one); needs action `read_evidence` on the call's tool. Given an agent-loop conversation's id (`conv_…`, answered as `soulbase.conversation_id`), the conversation's records and its replay; needs `read_evidence` on `soulbase.server.conversations`.")
             .params([json!({

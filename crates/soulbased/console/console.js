@@ -1,0 +1,578 @@
+// The Soulbase operator console: a page of the HTTP API's own calls, under the
+// caller's credentials. It holds no logic of its own: every list, detail and
+// action is an API request (`/api/...`) that the server authorizes like any
+// other, so the console can show or do nothing the API would not.
+//
+// Credentials (an API key, or the development identity headers) live in this
+// tab's sessionStorage only. Every value from the server is put in the page as
+// text (never as markup).
+
+const CREDS = "soulbase.console.credentials";
+
+/** The signed-in credentials, or null. */
+function credentials() {
+  try {
+    return JSON.parse(sessionStorage.getItem(CREDS));
+  } catch {
+    return null;
+  }
+}
+
+/** The request headers that carry the credentials. */
+function authHeaders(c) {
+  if (!c) return {};
+  if (c.kind === "key") return { authorization: `Bearer ${c.key}` };
+  return { "x-soulbase-tenant": c.tenant, "x-soulbase-actor": c.actor };
+}
+
+/** An API error: the HTTP status and the server's error envelope. */
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = e.code || `HTTP_${status}`;
+    this.fields = e.fields || {};
+  }
+}
+
+/** Calls the API as the signed-in caller; JSON in, JSON out. */
+async function api(method, path, body) {
+  const headers = { accept: "application/json", ...authHeaders(credentials()) };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers["content-type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  const text = await res.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) throw new ApiError(res.status, json);
+  return json;
+}
+
+/** Builds an element: attributes (`on*` are listeners), then children (text or nodes). */
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v === true) node.setAttribute(k, "");
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function show(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes);
+  main.focus();
+}
+
+function alertBox(e) {
+  const code = e instanceof ApiError ? `${e.code}: ` : "";
+  return el("div", { class: "alert", role: "alert" }, code, e.message || String(e));
+}
+
+function when(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "";
+}
+
+function statusCell(status) {
+  return el("span", { class: `status-${status || "open"}` }, status || "open");
+}
+
+/** The stage a refusal's code comes from. */
+function stageOf(code) {
+  const domain = String(code || "").split(".")[0];
+  return (
+    {
+      SCHEMA: "schema",
+      AUTH: "authentication / authorization",
+      POLICY: "authorization (policy)",
+      SKILL: "authorization (skill imports)",
+      SUBSCRIPTION: "terms",
+      TOOL: "registry / execution",
+      QUOTA: "quota",
+      CONSENT: "consent",
+      SANDBOX: "sandbox guard",
+      PROVIDER: "execution",
+      EVIDENCE: "evidence",
+      IDEMPOTENCY: "idempotency",
+    }[domain] || "—"
+  );
+}
+
+// ---------------------------------------------------------------- sign-in
+
+function loginView(error) {
+  const key = el("input", { id: "api-key", name: "key", type: "password", autocomplete: "off", required: true });
+  const keyForm = el(
+    "form",
+    {
+      class: "login",
+      "aria-labelledby": "login-key",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        signIn({ kind: "key", key: key.value.trim() });
+      },
+    },
+    el("h2", { id: "login-key" }, "Sign in with an API key"),
+    el("label", { for: "api-key" }, "API key (sbk_…)", key),
+    el("button", { class: "primary", type: "submit" }, "Sign in"),
+  );
+  const tenant = el("input", { id: "dev-tenant", name: "tenant", value: "dev" });
+  const actor = el("input", { id: "dev-actor", name: "actor", value: "dev" });
+  const devForm = el(
+    "form",
+    {
+      class: "login",
+      "aria-labelledby": "login-dev",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        signIn({ kind: "dev", tenant: tenant.value.trim(), actor: actor.value.trim() });
+      },
+    },
+    el("h3", { id: "login-dev" }, "Development server (identity headers)"),
+    el("label", { for: "dev-tenant" }, "Tenant", tenant),
+    el("label", { for: "dev-actor" }, "Actor", actor),
+    el("button", { type: "submit" }, "Continue"),
+  );
+  show(error ? alertBox(error) : "", keyForm, devForm);
+  key.focus();
+}
+
+async function signIn(c) {
+  sessionStorage.setItem(CREDS, JSON.stringify(c));
+  try {
+    // The tools list is the one every caller may read: it proves the credentials.
+    await api("GET", "/api/tools");
+  } catch (e) {
+    sessionStorage.removeItem(CREDS);
+    loginView(e);
+    return;
+  }
+  location.hash = "#/tools";
+  route();
+}
+
+// ---------------------------------------------------------------- tools
+
+const TOOL_FILTERS = ["state", "side_effect", "safety_class"];
+
+/** Global tools the caller's tenant paused for itself: the API's tool list
+ *  leaves them out, the tenant's access view names them. */
+async function pausedForTenant(listed) {
+  let access;
+  try {
+    access = await api("GET", "/api/access");
+  } catch {
+    return [];
+  }
+  const seen = new Set(listed.map((t) => t.id));
+  return Object.entries(access.overrides || {})
+    .filter(([id, state]) => state === "paused" && !seen.has(id))
+    .map(([id]) => ({ id, state: "paused", owner: "global", description: "Paused for your tenant.", tags: [], side_effect: "—", safety_class: "—", pausedHere: true }));
+}
+
+async function toolsView() {
+  let list;
+  try {
+    list = await api("GET", "/api/tools");
+  } catch (e) {
+    return show(el("h2", {}, "Tools"), alertBox(e));
+  }
+  const tools = list.tools.concat(await pausedForTenant(list.tools));
+  const search = el("input", { id: "tool-search", type: "search", placeholder: "id, description or tag" });
+  const selects = Object.fromEntries(
+    TOOL_FILTERS.map((f) => {
+      const values = [...new Set(tools.map((t) => t[f]))].sort();
+      return [f, el("select", { id: `tool-${f}` }, el("option", { value: "" }, "any"), values.map((v) => el("option", { value: v }, v)))];
+    }),
+  );
+  const tbody = el("tbody");
+  const count = el("p", { class: "note", "aria-live": "polite" });
+  const render = () => {
+    const q = search.value.trim().toLowerCase();
+    const rows = tools.filter(
+      (t) =>
+        (!q || t.id.toLowerCase().includes(q) || t.description.toLowerCase().includes(q) || t.tags.some((g) => g.toLowerCase().includes(q))) &&
+        TOOL_FILTERS.every((f) => !selects[f].value || t[f] === selects[f].value),
+    );
+    tbody.replaceChildren(
+      ...rows.map((t) =>
+        el(
+          "tr",
+          { "data-tool": t.id },
+          el("td", {}, el("a", { href: `#/tools/${encodeURIComponent(t.id)}` }, t.id)),
+          el("td", {}, t.state),
+          el("td", { class: "wide" }, t.side_effect),
+          el("td", { class: "wide" }, t.safety_class),
+          el("td", { class: "wide" }, t.tags.join(", ")),
+        ),
+      ),
+    );
+    count.textContent = `${rows.length} of ${tools.length} tools`;
+  };
+  search.addEventListener("input", render);
+  Object.values(selects).forEach((s) => s.addEventListener("change", render));
+  render();
+  show(
+    el("h2", {}, "Tools"),
+    el(
+      "form",
+      { class: "filters", role: "search", onsubmit: (ev) => ev.preventDefault() },
+      el("label", { for: "tool-search" }, "Search", search),
+      el("label", { for: "tool-state" }, "State", selects.state),
+      el("label", { for: "tool-side_effect" }, "Side effect", selects.side_effect),
+      el("label", { for: "tool-safety_class" }, "Safety class", selects.safety_class),
+    ),
+    count,
+    el(
+      "div",
+      { class: "table-wrap" },
+      el(
+        "table",
+        { id: "tools" },
+        el("caption", { class: "note" }, "The tools your credentials may list"),
+        el(
+          "thead",
+          {},
+          el("tr", {}, el("th", { scope: "col" }, "Tool"), el("th", { scope: "col" }, "State"), el("th", { scope: "col", class: "wide" }, "Side effect"), el("th", { scope: "col", class: "wide" }, "Safety"), el("th", { scope: "col", class: "wide" }, "Tags")),
+        ),
+        tbody,
+      ),
+    ),
+  );
+}
+
+async function toolView(id) {
+  let tool;
+  try {
+    const list = await api("GET", "/api/tools");
+    tool = list.tools.find((t) => t.id === id) || (await pausedForTenant(list.tools)).find((t) => t.id === id);
+  } catch (e) {
+    return show(el("h2", {}, id), alertBox(e));
+  }
+  if (!tool) return show(el("h2", {}, id), el("div", { class: "alert", role: "alert" }, "TOOL.NOT_FOUND: no such tool among yours"));
+  const status = el("div", { "aria-live": "polite" });
+  // A global tool's state for the caller's tenant (`PUT /api/access/overrides/{id}`:
+  // action `enable` or `disable` on the tool); the change is audited.
+  const change = async (state, label) => {
+    if (!confirm(`${label} ${id} for your tenant?`)) return;
+    try {
+      await api("PUT", `/api/access/overrides/${encodeURIComponent(id)}`, { state });
+      await toolView(id);
+    } catch (e) {
+      status.replaceChildren(alertBox(e));
+    }
+  };
+  const actions =
+    tool.owner === "global"
+      ? el(
+          "div",
+          { class: "actions" },
+          tool.state === "paused" ? el("button", { type: "button", id: "enable", onclick: () => change("enabled", "Enable") }, "Enable") : "",
+          tool.state === "enabled" ? el("button", { type: "button", id: "disable", class: "danger", onclick: () => change("paused", "Disable") }, "Disable") : "",
+        )
+      : el("p", { class: "note" }, "Your tenant's own tool: its state changes through the registry (gRPC, `soulbase tools`).");
+  if (tool.pausedHere) {
+    return show(
+      el("p", {}, el("a", { href: "#/tools" }, "← Tools")),
+      el("h2", {}, el("code", {}, tool.id)),
+      el("dl", { class: "fields" }, el("dt", {}, "State"), el("dd", {}, "paused (for your tenant)")),
+      actions,
+      status,
+    );
+  }
+  show(
+    el("p", {}, el("a", { href: "#/tools" }, "← Tools")),
+    el("h2", {}, tool.display_name, " ", el("code", {}, tool.id)),
+    el("p", {}, tool.description),
+    el(
+      "dl",
+      { class: "fields" },
+      [
+        ["State", tool.state],
+        ["Version", tool.version],
+        ["Owner", tool.owner],
+        ["Side effect", tool.side_effect],
+        ["Safety class", tool.safety_class],
+        ["Consent required", tool.consent_required ? "yes" : "no"],
+        ["Tags", tool.tags.join(", ")],
+        ["Manifest digest", el("code", {}, tool.digest)],
+      ].map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+    ),
+    actions,
+    status,
+    tool.deprecations.length ? [el("h3", {}, "Deprecations"), el("pre", {}, JSON.stringify(tool.deprecations, null, 2))] : "",
+    el("h3", {}, "Input schema"),
+    el("pre", {}, JSON.stringify(tool.input_schema, null, 2)),
+    el("h3", {}, "Output schema"),
+    el("pre", {}, JSON.stringify(tool.output_schema, null, 2)),
+    el("p", {}, el("a", { href: `#/evidence?tool=${encodeURIComponent(id)}` }, "Evidence of this tool's calls")),
+  );
+}
+
+// ---------------------------------------------------------------- evidence
+
+function evidenceQuery() {
+  const q = location.hash.split("?")[1] || "";
+  return new URLSearchParams(q);
+}
+
+async function evidenceView() {
+  const params = evidenceQuery();
+  const tool = el("input", { id: "ev-tool", name: "tool", value: params.get("tool") || "" });
+  const status = el(
+    "select",
+    { id: "ev-status", name: "status" },
+    ["", "ok", "error", "timeout", "cancelled", "aborted"].map((s) => el("option", { value: s, selected: s === (params.get("status") || "") }, s || "any")),
+  );
+  const callId = el("input", { id: "ev-call", name: "call_id", placeholder: "call_… or conv_…" });
+  const tbody = el("tbody");
+  const more = el("div", { class: "actions" });
+  const problem = el("div");
+  const load = async (after) => {
+    const q = new URLSearchParams();
+    if (tool.value.trim()) q.set("tool", tool.value.trim());
+    if (status.value) q.set("status", status.value);
+    q.set("limit", "50");
+    if (after) q.set("after", after);
+    let page;
+    try {
+      page = await api("GET", `/api/evidence?${q}`);
+    } catch (e) {
+      problem.replaceChildren(alertBox(e));
+      return;
+    }
+    problem.replaceChildren();
+    const rows = page.calls.map((c) =>
+      el(
+        "tr",
+        { "data-call": c.call_id },
+        el("td", {}, el("a", { href: `#/evidence/${encodeURIComponent(c.call_id)}` }, el("code", {}, c.call_id))),
+        el("td", {}, c.tool_id),
+        el("td", { class: "wide" }, c.actor),
+        el("td", {}, statusCell(c.status)),
+        el("td", {}, c.error_code || ""),
+        el("td", { class: "wide" }, when(c.began_at)),
+        el("td", { class: "wide" }, c.duration_us !== undefined ? `${(c.duration_us / 1000).toFixed(2)} ms` : ""),
+      ),
+    );
+    if (after) tbody.append(...rows);
+    else tbody.replaceChildren(...rows);
+    more.replaceChildren(page.next ? el("button", { type: "button", id: "more", onclick: () => load(page.next) }, "More") : el("span", { class: "note" }, "No more calls"));
+  };
+  show(
+    el("h2", {}, "Evidence"),
+    el(
+      "form",
+      {
+        class: "filters",
+        onsubmit: (ev) => {
+          ev.preventDefault();
+          if (callId.value.trim()) {
+            location.hash = `#/evidence/${encodeURIComponent(callId.value.trim())}`;
+            return;
+          }
+          load(null);
+        },
+      },
+      el("label", { for: "ev-tool" }, "Tool", tool),
+      el("label", { for: "ev-status" }, "Status", status),
+      el("label", { for: "ev-call" }, "Or open a call id", callId),
+      el("button", { type: "submit", class: "primary" }, "Show"),
+    ),
+    problem,
+    el(
+      "div",
+      { class: "table-wrap" },
+      el(
+        "table",
+        { id: "calls" },
+        el("caption", { class: "note" }, "Calls of your tenant whose evidence you may read, newest first"),
+        el(
+          "thead",
+          {},
+          el("tr", {}, ["Call", "Tool", "Actor", "Status", "Code", "Began (UTC)", "Duration"].map((h, i) => el("th", { scope: "col", class: [2, 5, 6].includes(i) ? "wide" : undefined }, h))),
+        ),
+        tbody,
+      ),
+    ),
+    more,
+  );
+  await load(null);
+}
+
+function recordItem(r) {
+  const p = r.payload;
+  const fields = [["At (UTC)", when(r.at)], ["Actor", r.actor]];
+  let title = p.event;
+  if (p.event === "begin") {
+    title = `Begin: ${p.tool_id} ${p.tool_version}`;
+    fields.push(["Profile hash", el("code", {}, p.profile_hash)], ["Policy hash", el("code", {}, p.policy_hash)], ["Config hash", el("code", {}, p.config_hash)], ["Manifest digest", el("code", {}, p.manifest_digest)], ["Arguments digest", el("code", {}, p.args_digest)]);
+    if (p.consent) fields.push(["Consent token", el("code", {}, p.consent.token_id || p.consent.token_digest)]);
+    if (p.conversation) fields.push(["Conversation", el("a", { href: `#/evidence/${encodeURIComponent(p.conversation.id)}` }, `${p.conversation.id} turn ${p.conversation.iteration}`)]);
+  } else if (p.event === "end") {
+    title = `End: ${p.status}`;
+    fields.push(["Status", statusCell(p.status)]);
+    if (p.error_code) fields.push(["Code", p.error_code], ["Stage", stageOf(p.error_code)]);
+    if (p.output_digest) fields.push(["Output digest", el("code", {}, p.output_digest)]);
+    fields.push(["Duration", `${(p.duration_us / 1000).toFixed(2)} ms`], ["Usage", JSON.stringify(p.usage)]);
+    if (p.client_requests) fields.push(["Client requests", p.client_requests.map((c) => `${c.kind}: ${c.outcome}`).join("; ")]);
+  } else if (p.event === "denied") {
+    title = `Refused: ${p.code}`;
+    fields.push(["Tool", p.tool], ["Code", p.code], ["Deciding stage", stageOf(p.code)]);
+  } else if (p.event === "conversation") {
+    title = `Conversation ${p.step && p.step.kind ? p.step.kind : ""}`;
+  }
+  return el("li", { class: `ev-${p.event}` }, el("h3", {}, title), el("dl", { class: "fields" }, fields.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
+}
+
+async function callView(id) {
+  let body;
+  try {
+    body = await api("GET", `/api/evidence/${encodeURIComponent(id)}`);
+  } catch (e) {
+    return show(el("p", {}, el("a", { href: "#/evidence" }, "← Evidence")), el("h2", {}, id), alertBox(e));
+  }
+  const summary = body.replay ? body.replay : body.conversation;
+  show(
+    el("p", {}, el("a", { href: "#/evidence" }, "← Evidence")),
+    el("h2", {}, el("code", {}, body.call_id)),
+    el("h3", {}, "Timeline"),
+    el("ol", { class: "timeline", id: "timeline" }, body.records.map(recordItem)),
+    el("h3", {}, body.replay ? "Replay" : "Conversation"),
+    el("pre", { id: "replay" }, JSON.stringify(summary, null, 2)),
+  );
+}
+
+// ---------------------------------------------------------------- simulator
+
+/** The preflight's stages, in the order the pipeline runs them, and the code
+ *  domains each refuses with. */
+const STAGES = [
+  ["resolve", ["TOOL"]],
+  ["schema", ["SCHEMA"]],
+  ["authorization", ["AUTH", "POLICY", "SKILL"]],
+  ["terms", ["SUBSCRIPTION"]],
+  ["quota", ["QUOTA"]],
+  ["consent", ["CONSENT"]],
+  ["sandbox guard", ["SANDBOX", "PROVIDER"]],
+];
+
+async function simulatorView() {
+  let list;
+  try {
+    list = await api("GET", "/api/tools");
+  } catch (e) {
+    return show(el("h2", {}, "Policy simulator"), alertBox(e));
+  }
+  // Any tool id (one you may not list is simulated too), your tools suggested.
+  const tool = el("input", { id: "sim-tool", name: "tool", list: "sim-tools", required: true, autocomplete: "off" });
+  const suggestions = el("datalist", { id: "sim-tools" }, list.tools.map((t) => el("option", { value: t.id })));
+  const args = el("textarea", { id: "sim-args", name: "args", rows: 6, cols: 60, spellcheck: "false" }, "{}");
+  const out = el("div", { id: "verdict", "aria-live": "polite" });
+  const run = async () => {
+    let body;
+    try {
+      body = JSON.parse(args.value || "{}");
+    } catch (e) {
+      out.replaceChildren(el("div", { class: "alert", role: "alert" }, `The arguments are not JSON: ${e.message}`));
+      return;
+    }
+    let report = null;
+    let refusal = null;
+    try {
+      report = await api("POST", `/api/tools/${encodeURIComponent(tool.value.trim())}/preflight`, body);
+    } catch (e) {
+      refusal = e;
+    }
+    const domain = refusal ? String(refusal.code).split(".")[0] : null;
+    const failed = refusal ? STAGES.findIndex(([, domains]) => domains.includes(domain)) : -1;
+    const rows = STAGES.map(([name], i) => {
+      let verdict;
+      if (!refusal || (failed >= 0 && i < failed)) verdict = el("span", { class: "status-ok" }, "passed");
+      else if (i === failed) verdict = el("span", { class: "status-denied" }, `refused: ${refusal.code}`);
+      else verdict = el("span", { class: "note" }, "not reached");
+      return el("tr", { "data-stage": name }, el("th", { scope: "row" }, name), el("td", {}, verdict));
+    });
+    out.replaceChildren(
+      el("h3", {}, refusal ? `Refused: ${refusal.code}` : "Allowed"),
+      refusal ? el("p", {}, refusal.message) : "",
+      el("div", { class: "table-wrap" }, el("table", { id: "stages" }, el("caption", { class: "note" }, "Each stage of the preflight, in order"), el("tbody", {}, rows))),
+      refusal && Object.keys(refusal.fields).length ? el("pre", {}, JSON.stringify(refusal.fields, null, 2)) : "",
+      report
+        ? el(
+            "dl",
+            { class: "fields" },
+            [
+              ["Version", report.version],
+              ["Policy hash", el("code", {}, report.policy_hash)],
+              ["Profile hash", el("code", {}, report.profile_hash)],
+              ["Consent required", report.consent_required ? "yes" : "no"],
+              ["Budget", JSON.stringify(report.budget)],
+              ["Obligations", JSON.stringify(report.obligations || [])],
+            ].map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+          )
+        : "",
+    );
+  };
+  show(
+    el("h2", {}, "Policy simulator"),
+    el("p", { class: "note" }, "May you call this tool with these arguments? Every preflight check runs; nothing is executed, consumed or recorded."),
+    el(
+      "form",
+      {
+        class: "filters",
+        onsubmit: (ev) => {
+          ev.preventDefault();
+          run();
+        },
+      },
+      el("label", { for: "sim-tool" }, "Tool", tool),
+      suggestions,
+      el("label", { for: "sim-args" }, "Arguments (JSON)", args),
+      el("button", { type: "submit", class: "primary" }, "Simulate"),
+    ),
+    out,
+  );
+}
+
+// ---------------------------------------------------------------- routing
+
+function route() {
+  const c = credentials();
+  document.getElementById("nav").hidden = !c;
+  if (!c) return loginView();
+  document.getElementById("who").textContent = c.kind === "key" ? `API key ${c.key.split("_")[1] || ""}` : `${c.tenant} / ${c.actor}`;
+  const hash = location.hash.split("?")[0] || "#/tools";
+  for (const a of document.querySelectorAll("nav a")) {
+    if (hash.startsWith(a.getAttribute("href"))) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  const [, page, id] = hash.split("/").map(decodeURIComponent);
+  if (page === "tools" && id) return toolView(id);
+  if (page === "evidence" && id) return callView(id);
+  if (page === "evidence") return evidenceView();
+  if (page === "simulator") return simulatorView();
+  return toolsView();
+}
+
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(CREDS);
+  location.hash = "#/";
+  route();
+});
+window.addEventListener("hashchange", route);
+route();

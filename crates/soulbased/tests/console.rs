@@ -1,0 +1,499 @@
+//! The operator console (`/ui`) driven by a real browser: Playwright
+//! (`playwright-core` from the npm registry, installed by `.ci/node-tools`,
+//! `SOULBASE_NODE_TOOLS`) on Debian's Chromium (`.ci/browser`,
+//! `SOULBASE_CHROMIUM`), both standard tools, not ours. It signs in with an API
+//! key, lists and searches the tenant's tools, finds a failed call and a refused
+//! one in the evidence explorer (code and deciding stage), is refused another
+//! tenant's call, fits a phone-width screen, and disables a tool for its tenant —
+//! which MCP `tools/list` then leaves out and the audit log records. Screenshots of
+//! each page go to `console-screenshots/` in the target directory's `tmp` (kept
+//! out of the repository).
+//!
+//! The console adds no route that bypasses the API's authorization: every console
+//! route answers the same static bytes to anyone (no tenant data in them), and
+//! the data routes it calls refuse the unauthenticated and the wrong tenant.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Server, http};
+use serde_json::{Value, json};
+
+fn key(id: &str) -> String {
+    format!("sbk_{id}_0123456789abcdef0123456789abcdef")
+}
+
+fn bearer(id: &str) -> String {
+    format!("Bearer {}", key(id))
+}
+
+/// Two tenants with an API key each. `acme` sees the builtin tools and the
+/// conformance pack's failing one, may disable them for itself and read its
+/// audit, and is denied the builtin sleep; `beta` sees everything.
+fn config() -> String {
+    let digest = |id: &str| soulbase_auth::api_key_digest(&key(id));
+    format!(
+        r#"
+server:
+  mcp_conformance_tools: true
+auth:
+  api_keys:
+    - {{ id: acme, sha256: "{a}", tenant: acme, actor: ana }}
+    - {{ id: beta, sha256: "{b}", tenant: beta, actor: ben }}
+policy:
+  rules:
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling"], actions: [list, invoke, read_evidence, enable, disable] }}
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit"], actions: [read_evidence] }}
+    - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
+    - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
+"#,
+        a = digest("acme"),
+        b = digest("beta"),
+    )
+}
+
+const DENIED_CALL: &str = "call_console_denied_1";
+const BETA_CALL: &str = "call_console_beta_1";
+
+async fn invoke(
+    server: &Server,
+    who: &str,
+    tool: &str,
+    args: &str,
+    call_id: Option<&str>,
+) -> Value {
+    let auth = bearer(who);
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    if let Some(id) = call_id {
+        headers.push(("x-soulbase-call-id", id));
+    }
+    let (_, body) = http(
+        &server.http,
+        "POST",
+        &format!("/api/tools/{tool}/invoke"),
+        &headers,
+        args,
+    )
+    .await;
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// The tool names MCP `tools/list` gives `who` (streamable HTTP, API key).
+async fn mcp_tools(server: &Server, who: &str) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/mcp", server.http);
+    let post = |session: Option<String>, body: Value| {
+        let mut req = client
+            .post(&url)
+            .header("authorization", bearer(who))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = session {
+            req = req
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        req.send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "console-test", "version": "1"}}});
+    let r = post(None, init).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(Some(session.clone()), note).await.unwrap();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let text = post(Some(session), list)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // An SSE answer (`data: {...}`) or plain JSON.
+    let answer: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(text.as_str()))
+        .find_map(|d| {
+            serde_json::from_str::<Value>(d.trim())
+                .ok()
+                .filter(|v| v.get("result").is_some())
+        })
+        .unwrap_or_else(|| panic!("no tools/list result in {text}"));
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the browser script; its JSON lines by label.
+async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<String, Value> {
+    let bin = PathBuf::from(std::env::var("SOULBASE_NODE_TOOLS").expect(
+        "SOULBASE_NODE_TOOLS is not set: run `.ci/node-tools` and set it to the directory \
+         it prints, or run the suite with `cargo xtask test`",
+    ));
+    let chromium = std::env::var("SOULBASE_CHROMIUM").expect(
+        "SOULBASE_CHROMIUM is not set: run `.ci/browser` (it installs Debian's chromium as \
+         root) and set it to the path it prints, or run the suite with `cargo xtask test`",
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/console.mjs");
+    let url = format!("http://{}", server.http);
+    let args: Vec<String> = vec![
+        script.display().to_string(),
+        url,
+        key("acme"),
+        DENIED_CALL.into(),
+        BETA_CALL.into(),
+        shots.display().to_string(),
+    ];
+    let node_modules = bin.parent().unwrap().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin.join("node"))
+            .args(&args)
+            .env("SOULBASE_NODE_MODULES", node_modules)
+            .env("SOULBASE_CHROMIUM", chromium)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the browser script failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (v["label"].as_str().unwrap().to_owned(), v)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
+    let server = Server::start(&config());
+    // What the explorer will show: an ok call, a failed one, a refused one, and
+    // another tenant's call.
+    let ok = invoke(
+        &server,
+        "acme",
+        "soulbase.builtin.echo",
+        r#"{"hello": "console"}"#,
+        None,
+    )
+    .await;
+    assert_eq!(ok["status"], "ok", "{ok}");
+    let failed = invoke(
+        &server,
+        "acme",
+        "soulbase.conformance.error_handling",
+        "{}",
+        None,
+    )
+    .await;
+    assert_eq!(failed["error_code"], "TOOL.EXECUTION_FAILED", "{failed}");
+    let denied = invoke(
+        &server,
+        "acme",
+        "soulbase.builtin.sleep",
+        r#"{"ms": 1}"#,
+        Some(DENIED_CALL),
+    )
+    .await;
+    assert_eq!(denied["status"], "denied", "{denied}");
+    let code = denied["error_code"].as_str().unwrap().to_owned();
+    let theirs = invoke(
+        &server,
+        "beta",
+        "soulbase.builtin.echo",
+        "{}",
+        Some(BETA_CALL),
+    )
+    .await;
+    assert_eq!(theirs["status"], "ok", "{theirs}");
+    assert!(
+        mcp_tools(&server, "acme")
+            .await
+            .contains(&"soulbase.builtin.echo".to_owned())
+    );
+
+    let shots = screenshots();
+    let found = browse(&server, &shots).await;
+
+    let tools: Vec<&str> = found["tools"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"soulbase.builtin.echo"), "{tools:?}");
+    assert!(
+        tools.contains(&"soulbase.conformance.error_handling"),
+        "{tools:?}"
+    );
+    // What only the other tenant may list is not there.
+    assert!(
+        !tools.contains(&"soulbase.conformance.simple_text"),
+        "{tools:?}"
+    );
+    let searched = found["search"]["tools"].as_array().unwrap();
+    assert!(
+        !searched.is_empty()
+            && searched
+                .iter()
+                .all(|t| t.as_str().unwrap().contains("echo")),
+        "{searched:?}"
+    );
+
+    let errors = found["errors"]["calls"].as_array().unwrap();
+    assert!(
+        errors.iter().any(|row| {
+            let cells = row.as_array().unwrap();
+            cells[1] == "soulbase.conformance.error_handling" && cells[4] == "TOOL.EXECUTION_FAILED"
+        }),
+        "{errors:?}"
+    );
+    let refused = found["refused"]["text"].as_str().unwrap();
+    assert!(refused.contains(&format!("Refused: {code}")), "{refused}");
+    assert!(
+        refused.contains("authorization"),
+        "the deciding stage: {refused}"
+    );
+    let other = found["other-tenant"]["text"].as_str().unwrap();
+    assert!(other.contains("EVIDENCE.NOT_FOUND"), "{other}");
+    assert!(
+        found["phone"]["scroll_width"].as_u64().unwrap() <= 390,
+        "{:?}",
+        found["phone"]
+    );
+    assert!(
+        found["confirm"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Disable soulbase.builtin.echo"),
+        "{:?}",
+        found["confirm"]
+    );
+    assert!(
+        found["disabled"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("paused"),
+        "{:?}",
+        found["disabled"]
+    );
+    // The policy simulator: every stage passed for an allowed call; for a denied
+    // one, the stages before the deciding one passed, it refused, none after ran.
+    let verdicts = |label: &str| -> Vec<(String, String)> {
+        found[label]["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s[0].as_str().unwrap().to_owned(),
+                    s[1].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let allowed = verdicts("sim-allowed");
+    assert_eq!(allowed.len(), 7, "{allowed:?}");
+    assert!(allowed.iter().all(|(_, v)| v == "passed"), "{allowed:?}");
+    assert!(
+        found["sim-allowed"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Policy hash")
+    );
+    assert_eq!(found["sim-denied"]["heading"], format!("Refused: {code}"));
+    let denied = verdicts("sim-denied");
+    let verdict_of = |stage: &str| denied.iter().find(|(s, _)| s == stage).unwrap().1.clone();
+    assert_eq!(verdict_of("schema"), "passed", "{denied:?}");
+    assert_eq!(
+        verdict_of("authorization"),
+        format!("refused: {code}"),
+        "{denied:?}"
+    );
+    assert_eq!(verdict_of("quota"), "not reached", "{denied:?}");
+    // Network refusals the page shows on purpose (another tenant's call) are the
+    // only errors the browser saw.
+    let problems: Vec<&str> = found["problems"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .filter(|p| !p.contains("Failed to load resource"))
+        .collect();
+    assert!(problems.is_empty(), "{problems:?}");
+    for shot in [
+        "simulator-allowed.png",
+        "simulator-denied.png",
+        "tools.png",
+        "evidence.png",
+        "refused.png",
+        "tools-phone.png",
+        "tool-disabled.png",
+    ] {
+        assert!(shots.join(shot).metadata().unwrap().len() > 1000, "{shot}");
+    }
+    println!(
+        "console page loads on loopback: tools {} ms, evidence {} ms",
+        found["tools"]["ms"], found["errors"]["ms"]
+    );
+
+    // Disabled for acme: gone from its MCP list, still in beta's, and audited.
+    assert!(
+        !mcp_tools(&server, "acme")
+            .await
+            .contains(&"soulbase.builtin.echo".to_owned())
+    );
+    assert!(
+        mcp_tools(&server, "beta")
+            .await
+            .contains(&"soulbase.builtin.echo".to_owned())
+    );
+    let (status, audit) = http(
+        &server.http,
+        "GET",
+        "/api/audit?target=soulbase.builtin.echo",
+        &[("authorization", &bearer("acme"))],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{audit}");
+    let audit: Value = serde_json::from_str(&audit).unwrap();
+    assert!(
+        audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["actor"] == "ana"),
+        "{audit}"
+    );
+}
+
+/// Every console route answers the same static bytes to anyone, with a strict
+/// CSP; the data it shows comes only through the API, which refuses the
+/// unauthenticated and shows each tenant only its own calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
+    let server = Server::start(&config());
+    invoke(&server, "acme", "soulbase.builtin.echo", "{}", None).await;
+    invoke(
+        &server,
+        "beta",
+        "soulbase.builtin.echo",
+        "{}",
+        Some(BETA_CALL),
+    )
+    .await;
+    let (acme, beta) = (bearer("acme"), bearer("beta"));
+    for path in soulbased::console::PATHS {
+        let (status, anonymous) = http(&server.http, "GET", path, &[], "").await;
+        assert_eq!(status, 200, "{path}");
+        for auth in [&acme, &beta] {
+            let (_, signed_in) =
+                http(&server.http, "GET", path, &[("authorization", auth)], "").await;
+            assert_eq!(signed_in, anonymous, "{path}");
+        }
+        assert!(
+            !anonymous.contains("acme") && !anonymous.contains("beta"),
+            "{path}"
+        );
+    }
+    let r = reqwest::get(format!("http://{}/ui", server.http))
+        .await
+        .unwrap();
+    let csp = r.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+
+    // The data routes the console calls: refused without credentials, and a
+    // tenant's listing holds only its own calls.
+    for path in [
+        "/api/evidence",
+        "/api/tools",
+        "/api/evidence/call_console_beta_1",
+        "/api/audit",
+    ] {
+        let (status, body) = http(&server.http, "GET", path, &[], "").await;
+        assert_eq!(status, 401, "{path}: {body}");
+    }
+    let list = |auth: String| {
+        let addr = server.http.clone();
+        async move {
+            let (status, body) = http(
+                &addr,
+                "GET",
+                "/api/evidence?tool=soulbase.builtin.echo",
+                &[("authorization", &auth)],
+                "",
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            let page: Value = serde_json::from_str(&body).unwrap();
+            page["calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["tenant"].as_str().unwrap().to_owned(),
+                        c["call_id"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let acme_calls = list(acme.clone()).await;
+    assert_eq!(acme_calls.len(), 1, "{acme_calls:?}");
+    assert!(
+        acme_calls.iter().all(|(t, _)| t == "acme"),
+        "{acme_calls:?}"
+    );
+    let beta_calls = list(beta.clone()).await;
+    assert_eq!(beta_calls, [("beta".to_owned(), BETA_CALL.to_owned())]);
+    let (status, _) = http(
+        &server.http,
+        "GET",
+        "/api/evidence/call_console_beta_1",
+        &[("authorization", &acme)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 404);
+    // A malformed filter names its field.
+    let (status, body) = http(
+        &server.http,
+        "GET",
+        "/api/evidence?status=fine",
+        &[("authorization", &acme)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("\"status\""), "{body}");
+}

@@ -1,0 +1,114 @@
+// The operator console driven by a real browser: Playwright (playwright-core,
+// from the npm registry through .ci/node-tools) on Debian's Chromium
+// (.ci/browser). Prints one JSON line per finding for the Rust test
+// (crates/soulbased/tests/console.rs) to judge, and saves a screenshot of each
+// page into SHOTS.
+//
+// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS
+// (SOULBASE_NODE_MODULES: the node_modules holding playwright-core;
+// SOULBASE_CHROMIUM: the browser).
+
+import { createRequire } from "node:module";
+import { join } from "node:path";
+
+const require = createRequire(join(process.env.SOULBASE_NODE_MODULES, "..", "package.json"));
+const { chromium } = require("playwright-core");
+
+const [url, apiKey, deniedCall, otherCall, shots] = process.argv.slice(2);
+const executablePath = process.env.SOULBASE_CHROMIUM;
+
+function emit(line) {
+  console.log(JSON.stringify(line));
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const problems = [];
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => {
+    if (m.type() === "error") problems.push(`console: ${m.text()}`);
+  });
+
+  // Sign in with an API key; the tools list shows.
+  let t0 = Date.now();
+  await page.goto(`${url}/ui`);
+  await page.getByLabel("API key (sbk_…)").fill(apiKey);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.locator("#tools tbody tr").first().waitFor();
+  emit({ label: "tools", ms: Date.now() - t0, tools: await page.locator("#tools tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.tool)) });
+  await page.screenshot({ path: `${shots}/tools.png`, fullPage: true });
+
+  // The search narrows the list.
+  await page.getByLabel("Search").fill("echo");
+  emit({ label: "search", tools: await page.locator("#tools tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.tool)) });
+  await page.getByLabel("Search").fill("");
+
+  // The evidence explorer: the tenant's calls that ended in error.
+  t0 = Date.now();
+  await page.getByRole("link", { name: "Evidence" }).click();
+  await page.getByLabel("Status").selectOption("error");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.locator("#calls tbody tr").first().waitFor();
+  emit({
+    label: "errors",
+    ms: Date.now() - t0,
+    calls: await page.locator("#calls tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent))),
+  });
+  await page.screenshot({ path: `${shots}/evidence.png`, fullPage: true });
+
+  // A refused call, opened by its id: its code and the stage that decided.
+  await page.getByLabel("Or open a call id").fill(deniedCall);
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.locator("#timeline li").first().waitFor();
+  emit({ label: "refused", text: await page.locator("#timeline").innerText() });
+  await page.screenshot({ path: `${shots}/refused.png`, fullPage: true });
+
+  // Another tenant's call is not there for this caller.
+  await page.goto(`${url}/ui#/evidence/${encodeURIComponent(otherCall)}`);
+  await page.getByRole("alert").waitFor();
+  emit({ label: "other-tenant", text: await page.getByRole("alert").innerText() });
+
+  // At phone width the page does not overflow sideways.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${url}/ui#/tools`);
+  await page.locator("#tools tbody tr").first().waitFor();
+  emit({ label: "phone", scroll_width: await page.evaluate(() => document.documentElement.scrollWidth) });
+  await page.screenshot({ path: `${shots}/tools-phone.png`, fullPage: true });
+  await page.setViewportSize({ width: 1280, height: 800 });
+
+  // The policy simulator: an allowed call, then a denied one.
+  const stages = () =>
+    page.locator("#stages tr").evaluateAll((rows) => rows.map((r) => [r.dataset.stage, r.cells[1].textContent]));
+  await page.goto(`${url}/ui#/simulator`);
+  await page.getByLabel("Tool").fill("soulbase.builtin.echo");
+  await page.getByLabel("Arguments (JSON)").fill('{"hello": "simulated"}');
+  await page.getByRole("button", { name: "Simulate" }).click();
+  await page.getByRole("heading", { name: "Allowed" }).waitFor();
+  emit({ label: "sim-allowed", stages: await stages(), text: await page.locator("#verdict").innerText() });
+  await page.screenshot({ path: `${shots}/simulator-allowed.png`, fullPage: true });
+  await page.getByLabel("Tool").fill("soulbase.builtin.sleep");
+  await page.getByLabel("Arguments (JSON)").fill('{"ms": 1}');
+  await page.getByRole("button", { name: "Simulate" }).click();
+  await page.getByRole("heading", { name: /^Refused:/ }).waitFor();
+  emit({ label: "sim-denied", stages: await stages(), heading: await page.locator("#verdict h3").innerText() });
+  await page.screenshot({ path: `${shots}/simulator-denied.png`, fullPage: true });
+
+  // Disable a tool, confirming the dialog.
+  await page.goto(`${url}/ui#/tools/${encodeURIComponent("soulbase.builtin.echo")}`);
+  page.once("dialog", (d) => {
+    emit({ label: "confirm", message: d.message() });
+    d.accept();
+  });
+  await page.getByRole("button", { name: "Disable" }).click();
+  await page.getByRole("button", { name: "Enable" }).waitFor();
+  emit({ label: "disabled", text: await page.locator("dl.fields").innerText() });
+  await page.screenshot({ path: `${shots}/tool-disabled.png`, fullPage: true });
+
+  emit({ label: "problems", problems });
+} finally {
+  await browser.close();
+}
