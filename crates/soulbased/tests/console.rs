@@ -142,8 +142,8 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-/// Runs the browser script; its JSON lines by label.
-async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<String, Value> {
+/// Runs the browser script with `args`; its JSON lines by label.
+async fn node_script(args: Vec<String>) -> std::collections::HashMap<String, Value> {
     let bin = PathBuf::from(std::env::var("SOULBASE_NODE_TOOLS").expect(
         "SOULBASE_NODE_TOOLS is not set: run `.ci/node-tools` and set it to the directory \
          it prints, or run the suite with `cargo xtask test`",
@@ -153,15 +153,9 @@ async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<Stri
          root) and set it to the path it prints, or run the suite with `cargo xtask test`",
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/console.mjs");
-    let url = format!("http://{}", server.http);
-    let args: Vec<String> = vec![
-        script.display().to_string(),
-        url,
-        key("acme"),
-        DENIED_CALL.into(),
-        BETA_CALL.into(),
-        shots.display().to_string(),
-    ];
+    let args: Vec<String> = std::iter::once(script.display().to_string())
+        .chain(args)
+        .collect();
     let node_modules = bin.parent().unwrap().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(bin.join("node"))
@@ -186,6 +180,146 @@ async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<Stri
             (v["label"].as_str().unwrap().to_owned(), v)
         })
         .collect()
+}
+
+/// The browser scenario (see the script), its screenshots into `shots`.
+async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<String, Value> {
+    node_script(vec![
+        format!("http://{}", server.http),
+        key("acme"),
+        DENIED_CALL.into(),
+        BETA_CALL.into(),
+        shots.display().to_string(),
+    ])
+    .await
+}
+
+/// Writes `calls` finished calls of `soulbase.builtin.echo` by tenant `acme`
+/// (a Begin and an End each) into the SQLite evidence store a server started
+/// in `dir` with the default `data_dir` will open.
+fn seed_evidence(dir: &Path, calls: usize) {
+    use soulbase_observe::{
+        BudgetUsage, EndStatus, EvidenceBegin, EvidenceEnd, EvidenceEvent, EvidenceRecord,
+        EvidenceStore,
+    };
+    use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId, ToolId};
+    let url = format!("sqlite:{}", dir.join("data/evidence.db").display());
+    let run = async move {
+        let db = soulbase_store::Db::connect(&url, true).await.unwrap();
+        let store = soulbase_store::SqlEvidenceStore::new(db);
+        let (tenant, actor) = (TenantId::new("acme").unwrap(), ActorId::new("ana").unwrap());
+        let tool = ToolId::new("soulbase.builtin.echo").unwrap();
+        let mut batch: Vec<EvidenceRecord> = Vec::with_capacity(2_000);
+        for i in 0..calls {
+            let call_id = CallId::generate();
+            let begin = Envelope::new(
+                tenant.clone(),
+                actor.clone(),
+                Origin::Api,
+                EvidenceEvent::Begin(EvidenceBegin {
+                    call_id: call_id.clone(),
+                    tool_id: tool.clone(),
+                    tool_version: "1.0.0".into(),
+                    manifest_digest: "sha256:seeded".into(),
+                    profile_hash: "sha256:seeded".into(),
+                    policy_hash: "sha256:seeded".into(),
+                    config_hash: "sha256:seeded".into(),
+                    args_digest: format!("sha256:{i:064x}"),
+                    idempotency_key: None,
+                    calling_skill: None,
+                    consent: None,
+                    conversation: None,
+                }),
+            );
+            let end = Envelope::new(
+                tenant.clone(),
+                actor.clone(),
+                Origin::Api,
+                EvidenceEvent::End(EvidenceEnd {
+                    call_id,
+                    begin_id: begin.id.clone(),
+                    status: if i % 10 == 0 {
+                        EndStatus::Error
+                    } else {
+                        EndStatus::Ok
+                    },
+                    error_code: (i % 10 == 0)
+                        .then_some(soulbase_errors::ErrorCode::ToolExecutionFailed),
+                    output_digest: None,
+                    side_effects: Vec::new(),
+                    usage: BudgetUsage::default(),
+                    duration_us: 100,
+                    client_requests: Vec::new(),
+                }),
+            );
+            batch.push(begin);
+            batch.push(end);
+            if batch.len() >= 2_000 {
+                store.write_batch(&batch).await.unwrap();
+                batch.clear();
+            }
+        }
+        if !batch.is_empty() {
+            store.write_batch(&batch).await.unwrap();
+        }
+    };
+    // Called from within the test's runtime: seed on a runtime of its own.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run)
+        })
+        .join()
+        .unwrap()
+    });
+}
+
+/// The console's page loads over 100,000 evidence records (50,000 calls) in the
+/// embedded store, each view timed in the browser from navigation to its data on
+/// screen, five rounds. Printed, not asserted (the suite is no benchmark); the
+/// target is 300 ms per view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_page_loads_over_100_000_evidence_records() {
+    let server = Server::start_in(&config(), |dir| seed_evidence(dir, 50_000));
+    // The seeded calls are there for the API.
+    let (status, body) = http(
+        &server.http,
+        "GET",
+        "/api/evidence?limit=1&status=error",
+        &[("authorization", &bearer("acme"))],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("TOOL.EXECUTION_FAILED"), "{body}");
+    let found = node_script(vec![
+        "--timing".into(),
+        format!("http://{}", server.http),
+        key("acme"),
+        "5".into(),
+    ])
+    .await;
+    let found = found.get("timing").unwrap();
+    assert_eq!(found["rows"], 2, "the last call's Begin and End: {found}");
+    let mut report = Vec::new();
+    for view in ["tools", "evidence", "call"] {
+        let mut ms: Vec<u64> = found["ms"][view]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(ms.len(), 5, "{found}");
+        ms.sort_unstable();
+        report.push(format!("{view} median {} ms, max {} ms", ms[2], ms[4]));
+    }
+    println!(
+        "console page loads with 100,000 evidence records: {}",
+        report.join("; ")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,8 @@
 // page into SHOTS.
 //
 // Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS
+//    or: node console.mjs --timing URL API_KEY ROUNDS (each view's load time,
+//        from navigation to its data shown, ROUNDS times)
 // (SOULBASE_NODE_MODULES: the node_modules holding playwright-core;
 // SOULBASE_CHROMIUM: the browser).
 
@@ -14,7 +16,6 @@ import { join } from "node:path";
 const require = createRequire(join(process.env.SOULBASE_NODE_MODULES, "..", "package.json"));
 const { chromium } = require("playwright-core");
 
-const [url, apiKey, deniedCall, otherCall, shots] = process.argv.slice(2);
 const executablePath = process.env.SOULBASE_CHROMIUM;
 
 function emit(line) {
@@ -26,6 +27,41 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-dev-shm-usage"],
 });
 try {
+  if (process.argv[2] === "--timing") await timing(...process.argv.slice(3));
+  else await scenario(...process.argv.slice(2));
+} finally {
+  await browser.close();
+}
+
+/** Each view's load, from navigation to its data on screen, `rounds` times. */
+async function timing(url, apiKey, rounds) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  await page.goto(`${url}/ui`);
+  await page.getByLabel("API key (sbk_…)").fill(apiKey);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.locator("#tools tbody tr").first().waitFor();
+  const views = {
+    tools: ["#/tools", "#tools tbody tr"],
+    evidence: ["#/evidence", "#calls tbody tr"],
+    call: [null, "#timeline li"],
+  };
+  const ms = { tools: [], evidence: [], call: [] };
+  let call = null;
+  for (let i = 0; i < Number(rounds); i++) {
+    for (const [name, [hash, ready]] of Object.entries(views)) {
+      const target = hash || `#/evidence/${encodeURIComponent(call)}`;
+      await page.goto("about:blank");
+      const t0 = Date.now();
+      await page.goto(`${url}/ui${target}`);
+      await page.locator(ready).first().waitFor();
+      ms[name].push(Date.now() - t0);
+      if (name === "evidence") call = await page.locator("#calls tbody tr").first().getAttribute("data-call");
+    }
+  }
+  emit({ label: "timing", ms, rows: await page.locator("#timeline li").count() });
+}
+
+async function scenario(url, apiKey, deniedCall, otherCall, shots) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
@@ -109,6 +145,4 @@ try {
   await page.screenshot({ path: `${shots}/tool-disabled.png`, fullPage: true });
 
   emit({ label: "problems", problems });
-} finally {
-  await browser.close();
 }
