@@ -261,6 +261,14 @@ impl Metrics {
         *self.evidence.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
     }
 
+    /// The evidence queue's counters, when watched ([`Metrics::watch_evidence`]).
+    pub fn evidence_stats(&self) -> Option<Arc<EvidenceStats>> {
+        self.evidence
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Reports the HTTP listener's connections.
     pub fn watch_connections(&self, c: Arc<dyn Held>) {
         *self

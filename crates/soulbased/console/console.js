@@ -457,6 +457,122 @@ async function callView(id) {
   );
 }
 
+// ---------------------------------------------------------------- overview
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  for (const c of children.flat(Infinity)) if (c) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+/** A horizontal bar chart of `[label, value]` pairs, as an image with a text
+ *  alternative (the same figures are in the table beside it). */
+function bars(title, pairs) {
+  const width = 360;
+  const row = 22;
+  const max = Math.max(1, ...pairs.map(([, v]) => v));
+  return svg(
+    "svg",
+    { viewBox: `0 0 ${width} ${Math.max(1, pairs.length) * row + 4}`, role: "img", "aria-label": `${title}: ${pairs.map(([k, v]) => `${k} ${v}`).join(", ") || "none"}` },
+    pairs.map(([k, v], i) => [
+      svg("rect", { x: 150, y: i * row + 4, width: Math.max(1, (v / max) * (width - 200)), height: row - 8, fill: "#0b5cad" }),
+      svg("text", { x: 0, y: i * row + 16, "font-size": 11 }, String(k).slice(0, 24)),
+      svg("text", { x: 156 + (v / max) * (width - 200), y: i * row + 16, "font-size": 11 }, v),
+    ]),
+  );
+}
+
+/** A line of the last samples of calls per second. */
+function sparkline(samples) {
+  const width = 360;
+  const height = 80;
+  const max = Math.max(0.1, ...samples.map((s) => s.v));
+  const points = samples.map((s, i) => `${(i / Math.max(1, samples.length - 1)) * width},${height - (s.v / max) * (height - 6) - 3}`).join(" ");
+  return svg(
+    "svg",
+    { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `calls per second, last ${samples.length} samples, latest ${samples.length ? samples[samples.length - 1].v.toFixed(2) : 0}` },
+    svg("line", { x1: 0, y1: height - 1, x2: width, y2: height - 1, stroke: "#d0d7de" }),
+    samples.length > 1
+      ? svg("polyline", { points, fill: "none", stroke: "#0b5cad", "stroke-width": 2 })
+      : svg("circle", { cx: width, cy: points.split(",")[1] || height - 3, r: 3, fill: "#0b5cad" }),
+  );
+}
+
+const overviewState = { samples: [], timer: null };
+
+async function overviewView() {
+  const body = el("div", { id: "overview", "aria-live": "polite" });
+  show(
+    el("h2", {}, "Overview"),
+    el("p", { class: "note" }, "Your tenant's calls in the last five minutes, from the evidence; refreshed every 5 seconds."),
+    body,
+  );
+  const refresh = async () => {
+    let o;
+    try {
+      o = await api("GET", "/api/overview?window_s=300");
+    } catch (e) {
+      body.replaceChildren(alertBox(e));
+      return;
+    }
+    overviewState.samples.push({ at: o.at, v: o.calls_per_second });
+    overviewState.samples = overviewState.samples.slice(-60);
+    const failed = Object.entries(o.by_status).filter(([k]) => k !== "ok" && k !== "open").reduce((n, [, v]) => n + v, 0);
+    body.replaceChildren(
+      el(
+        "dl",
+        { class: "fields", id: "counters" },
+        [
+          ["Calls", String(o.calls)],
+          ["Calls per second", o.calls_per_second.toFixed(2)],
+          ["Failed", String(failed)],
+          ["Updated (UTC)", when(o.at)],
+        ].map(([k, v]) => [el("dt", {}, k), el("dd", { "data-counter": k }, v)]),
+      ),
+      o.truncated ? el("p", { class: "note" }, "More calls began than were read: the figures are of the newest 10,000.") : "",
+      el("h3", {}, "Calls per second"),
+      sparkline(overviewState.samples),
+      el("h3", {}, "By status"),
+      bars("calls by status", Object.entries(o.by_status)),
+      el("h3", {}, "Failures by code"),
+      bars("failures by code", Object.entries(o.by_code)),
+      el("h3", {}, "Latency by tool"),
+      el(
+        "div",
+        { class: "table-wrap" },
+        el(
+          "table",
+          { id: "latency" },
+          el("caption", { class: "note" }, "Execution time of ended calls, microseconds"),
+          el("thead", {}, el("tr", {}, ["Tool", "Calls", "Failed", "p50 µs", "p99 µs"].map((h) => el("th", { scope: "col" }, h)))),
+          el("tbody", {}, o.tools.map((t) => el("tr", { "data-tool": t.tool }, el("td", {}, t.tool), el("td", {}, t.calls), el("td", {}, t.failed), el("td", {}, t.p50_us), el("td", {}, t.p99_us)))),
+        ),
+      ),
+      bars("p99 by tool, microseconds", o.tools.map((t) => [t.tool, t.p99_us])),
+      o.evidence
+        ? [
+            el("h3", {}, "Evidence queue (this process)"),
+            el(
+              "dl",
+              { class: "fields" },
+              [
+                ["Not yet in the store", o.evidence.depth],
+                ["Written", o.evidence.written],
+                ["Quarantined", o.evidence.quarantined],
+                ["Spool bytes", o.evidence.spool_bytes],
+              ].map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]),
+            ),
+          ]
+        : "",
+    );
+  };
+  await refresh();
+  overviewState.timer = setInterval(refresh, 5000);
+}
+
 // ---------------------------------------------------------------- simulator
 
 /** The preflight's stages, in the order the pipeline runs them, and the code
@@ -552,6 +668,8 @@ async function simulatorView() {
 // ---------------------------------------------------------------- routing
 
 function route() {
+  clearInterval(overviewState.timer);
+  overviewState.timer = null;
   const c = credentials();
   document.getElementById("nav").hidden = !c;
   if (!c) return loginView();
@@ -566,6 +684,7 @@ function route() {
   if (page === "evidence" && id) return callView(id);
   if (page === "evidence") return evidenceView();
   if (page === "simulator") return simulatorView();
+  if (page === "overview") return overviewView();
   return toolsView();
 }
 

@@ -59,5 +59,6 @@ pub mod https;
 pub mod listener;
 pub mod model_api;
 pub mod openapi;
+pub mod overview_api;
 pub mod server;
 pub mod telemetry;

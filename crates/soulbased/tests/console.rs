@@ -469,6 +469,31 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         "{denied:?}"
     );
     assert_eq!(verdict_of("quota"), "not reached", "{denied:?}");
+    // The overview: a burst of 20 calls moves its counters; the tools' latency
+    // and the charts are there.
+    let overview = &found["overview"];
+    assert!(
+        overview["statuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s == 200),
+        "{overview}"
+    );
+    let (before, after) = (
+        overview["before"].as_u64().unwrap(),
+        overview["after"].as_u64().unwrap(),
+    );
+    assert!(after >= before + 20, "{overview}");
+    assert!(
+        overview["latency"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "soulbase.builtin.echo"),
+        "{overview}"
+    );
+    assert!(overview["charts"].as_u64().unwrap() >= 4, "{overview}");
     // Network refusals the page shows on purpose (another tenant's call) are the
     // only errors the browser saw.
     let problems: Vec<&str> = found["problems"]["problems"]
@@ -480,6 +505,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         .collect();
     assert!(problems.is_empty(), "{problems:?}");
     for shot in [
+        "overview.png",
         "simulator-allowed.png",
         "simulator-denied.png",
         "tools.png",

@@ -24,6 +24,7 @@ use crate::bodies::{
 use crate::evidence_api::EvidenceListQuery;
 use crate::http_api::{ConsentBody, ListQuery, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
+use crate::overview_api::{Overview, OverviewQuery};
 
 /// One operation of the document, being described.
 pub(crate) struct Op {
@@ -315,6 +316,11 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
         ("GET", "/api/openapi.json") => Op::public("openapi", "This document")
             .describe("The OpenAPI document of the HTTP API, as committed in `docs/openapi.json`.")
             .json(200, "The document.", described::openapi_document()),
+        ("GET", "/api/overview") => Op::authenticated("getOverview", "evidence", "What the caller's tenant's calls did lately")
+            .describe("Over the last `window_s` seconds (default 300), from the evidence store: calls that began, per second, by status (`open` while running), failed calls by stable code, and each tool's p50/p99 execution time — only calls of tools whose evidence the caller may read, at most 10,000 calls (`truncated` says when more began). A caller of the `global` tenant also gets the process's evidence queue (`evidence`: records not yet in the store, written, quarantined, spool bytes). The console's overview page polls it.")
+            .params(spec.query::<OverviewQuery>())
+            .json(200, "The figures.", spec.response::<Overview>())
+            .fails(&[400, 503]),
         ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
             .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. Calls refused before they began (denials) have no Begin and are not listed: read one by its id at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
             .params(spec.query::<EvidenceListQuery>())

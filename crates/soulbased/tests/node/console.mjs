@@ -133,6 +133,37 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots) {
   emit({ label: "sim-denied", stages: await stages(), heading: await page.locator("#verdict h3").innerText() });
   await page.screenshot({ path: `${shots}/simulator-denied.png`, fullPage: true });
 
+  // The overview's counters move after a burst of calls (made through the API
+  // with the same key, from the page).
+  const counter = async (name) => Number(await page.locator(`[data-counter="${name}"]`).innerText());
+  await page.goto(`${url}/ui#/overview`);
+  await page.locator("#counters").waitFor();
+  const before = await counter("Calls");
+  await page.screenshot({ path: `${shots}/overview.png`, fullPage: true });
+  const statuses = await page.evaluate(async (key) => {
+    const out = [];
+    for (let i = 0; i < 20; i++) {
+      const r = await fetch("/api/tools/soulbase.builtin.echo/invoke", {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+        body: JSON.stringify({ burst: i }),
+      });
+      out.push(r.status);
+    }
+    return out;
+  }, apiKey);
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui#/overview`);
+  await page.locator("#counters").waitFor();
+  emit({
+    label: "overview",
+    before,
+    after: await counter("Calls"),
+    statuses,
+    latency: await page.locator("#latency tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.tool)),
+    charts: await page.locator("svg[role=img]").count(),
+  });
+
   // Disable a tool, confirming the dialog.
   await page.goto(`${url}/ui#/tools/${encodeURIComponent("soulbase.builtin.echo")}`);
   page.once("dialog", (d) => {
