@@ -338,6 +338,9 @@ async function evidenceView() {
     { id: "ev-status", name: "status" },
     ["", "ok", "error", "timeout", "cancelled", "aborted"].map((s) => el("option", { value: s, selected: s === (params.get("status") || "") }, s || "any")),
   );
+  // Began at or after / before, in the browser's local time (the API takes Unix ms).
+  const from = el("input", { id: "ev-from", name: "from", type: "datetime-local", step: 1 });
+  const to = el("input", { id: "ev-to", name: "to", type: "datetime-local", step: 1 });
   const callId = el("input", { id: "ev-call", name: "call_id", placeholder: "call_… or conv_…" });
   const tbody = el("tbody");
   const more = el("div", { class: "actions" });
@@ -346,6 +349,10 @@ async function evidenceView() {
     const q = new URLSearchParams();
     if (tool.value.trim()) q.set("tool", tool.value.trim());
     if (status.value) q.set("status", status.value);
+    for (const [name, input] of [["from", from], ["to", to]]) {
+      const ms = input.value ? new Date(input.value).getTime() : NaN;
+      if (Number.isFinite(ms)) q.set(name, String(ms));
+    }
     q.set("limit", "50");
     if (after) q.set("after", after);
     let page;
@@ -390,6 +397,8 @@ async function evidenceView() {
       },
       el("label", { for: "ev-tool" }, "Tool", tool),
       el("label", { for: "ev-status" }, "Status", status),
+      el("label", { for: "ev-from" }, "Began from", from),
+      el("label", { for: "ev-to" }, "Began before", to),
       el("label", { for: "ev-call" }, "Or open a call id", callId),
       el("button", { type: "submit", class: "primary" }, "Show"),
     ),

@@ -406,6 +406,11 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         }),
         "{errors:?}"
     );
+    assert_eq!(
+        found["before-2001"]["rows"], 0,
+        "{:?}",
+        found["before-2001"]
+    );
     let refused = found["refused"]["text"].as_str().unwrap();
     assert!(refused.contains(&format!("Refused: {code}")), "{refused}");
     assert!(

@@ -96,6 +96,13 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots) {
   });
   await page.screenshot({ path: `${shots}/evidence.png`, fullPage: true });
 
+  // A time window that ends before the calls began shows none of them.
+  await page.getByLabel("Began before").fill("2001-01-01T00:00:00");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.locator("#calls tbody tr").first().waitFor({ state: "detached" });
+  emit({ label: "before-2001", rows: await page.locator("#calls tbody tr").count() });
+  await page.getByLabel("Began before").fill("");
+
   // A refused call, opened by its id: its code and the stage that decided.
   await page.getByLabel("Or open a call id").fill(deniedCall);
   await page.getByRole("button", { name: "Show" }).click();
