@@ -442,8 +442,23 @@ function recordItem(r) {
   } else if (p.event === "denied") {
     title = `Refused: ${p.code}`;
     fields.push(["Tool", p.tool], ["Code", p.code], ["Deciding stage", stageOf(p.code)]);
-  } else if (p.event === "conversation") {
-    title = `Conversation ${p.step && p.step.kind ? p.step.kind : ""}`;
+  } else if (p.event === "conversation" && p.step === "start") {
+    title = `Conversation started: ${p.model}`;
+    fields.push(["Messages", `${p.messages} (${p.messages_digest})`], ["Iteration bound", p.max_iterations], ["Tools offered", p.tools_offered]);
+  } else if (p.event === "conversation" && p.step === "turn") {
+    title = `Turn ${p.iteration}`;
+    fields.push(["Response digest", el("code", {}, p.response_digest)]);
+    if (p.tokens) fields.push(["Tokens", JSON.stringify(p.tokens)]);
+    for (const c of p.tool_calls || []) {
+      fields.push([
+        c.tool,
+        c.call_id ? el("a", { href: `#/evidence/${encodeURIComponent(c.call_id)}` }, c.call_id) : c.code || "answered in place",
+      ]);
+    }
+  } else if (p.event === "conversation" && p.step === "end") {
+    title = `Conversation ended: ${p.reason}`;
+    fields.push(["Turns", p.iterations], ["Tool calls", p.tool_calls], ["Tokens", p.tokens]);
+    if (p.error_code) fields.push(["Code", p.error_code]);
   }
   return el("li", { class: `ev-${p.event}` }, el("h3", {}, title), el("dl", { class: "fields" }, fields.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])));
 }
@@ -456,11 +471,19 @@ async function callView(id) {
     return show(el("p", {}, el("a", { href: "#/evidence" }, "← Evidence")), el("h2", {}, id), alertBox(e));
   }
   const summary = body.replay ? body.replay : body.conversation;
+  // A conversation's steps in their order (records of one millisecond may come
+  // in any order): the start, each turn by number, the end.
+  const rank = (r) => {
+    const p = r.payload;
+    if (p.event !== "conversation") return 0;
+    return p.step === "start" ? 0 : p.step === "turn" ? p.iteration : Number.MAX_SAFE_INTEGER;
+  };
+  const records = body.conversation ? [...body.records].sort((a, b) => rank(a) - rank(b)) : body.records;
   show(
     el("p", {}, el("a", { href: "#/evidence" }, "← Evidence")),
     el("h2", {}, el("code", {}, body.call_id)),
     el("h3", {}, "Timeline"),
-    el("ol", { class: "timeline", id: "timeline" }, body.records.map(recordItem)),
+    el("ol", { class: "timeline", id: "timeline" }, records.map(recordItem)),
     el("h3", {}, body.replay ? "Replay" : "Conversation"),
     el("pre", { id: "replay" }, JSON.stringify(summary, null, 2)),
   );

@@ -32,8 +32,9 @@ fn bearer(id: &str) -> String {
 
 /// Two tenants with an API key each. `acme` sees the builtin tools and the
 /// conformance pack's failing one, may disable them for itself and read its
-/// audit, and is denied the builtin sleep; `beta` sees everything.
-fn config() -> String {
+/// audit and conversations, and is denied the builtin sleep; `beta` sees
+/// everything. The agent loop's model is at `model` (`…/v1`).
+fn config_with_model(model: &str) -> String {
     let digest = |id: &str| soulbase_auth::api_key_digest(&key(id));
     format!(
         r#"
@@ -46,13 +47,23 @@ auth:
 policy:
   rules:
     - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling"], actions: [list, invoke, read_evidence, enable, disable] }}
-    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit"], actions: [read_evidence] }}
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations"], actions: [read_evidence] }}
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
+model:
+  upstream: {{ base_url: "{model}", timeout_ms: 10000 }}
+  allow:
+    - {{ tenant: acme, models: ["gpt-*"] }}
 "#,
         a = digest("acme"),
         b = digest("beta"),
     )
+}
+
+/// [`config_with_model`] with no model answering (the tests that make no
+/// conversation).
+fn config() -> String {
+    config_with_model("http://127.0.0.1:9/v1")
 }
 
 const DENIED_CALL: &str = "call_console_denied_1";
@@ -183,13 +194,18 @@ async fn node_script(args: Vec<String>) -> std::collections::HashMap<String, Val
 }
 
 /// The browser scenario (see the script), its screenshots into `shots`.
-async fn browse(server: &Server, shots: &Path) -> std::collections::HashMap<String, Value> {
+async fn browse(
+    server: &Server,
+    conversation: &str,
+    shots: &Path,
+) -> std::collections::HashMap<String, Value> {
     node_script(vec![
         format!("http://{}", server.http),
         key("acme"),
         DENIED_CALL.into(),
         BETA_CALL.into(),
         shots.display().to_string(),
+        conversation.to_owned(),
     ])
     .await
 }
@@ -324,7 +340,15 @@ async fn console_page_loads_over_100_000_evidence_records() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
-    let server = Server::start(&config());
+    // An agent-loop conversation: one echo call, then the answer.
+    let (model, _script) = common::scripted_model(vec![
+        common::model_turn(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "t1", "type": "function",
+             "function": {"name": "soulbase__builtin__echo", "arguments": "{\"said\": \"hi\"}"}}]})),
+        common::model_turn(json!({"role": "assistant", "content": "It said hi."})),
+    ])
+    .await;
+    let server = Server::start(&config_with_model(&model));
     // What the explorer will show: an ok call, a failed one, a refused one, and
     // another tenant's call.
     let ok = invoke(
@@ -370,8 +394,28 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
             .contains(&"soulbase.builtin.echo".to_owned())
     );
 
+    let auth = bearer("acme");
+    let (status, chat) = http(
+        &server.http,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        &json!({"model": "gpt-test", "messages": [{"role": "user", "content": "Echo hi."}]})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{chat}");
+    let chat: Value = serde_json::from_str(&chat).unwrap();
+    let conversation = chat["soulbase"]["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
     let shots = screenshots();
-    let found = browse(&server, &shots).await;
+    let found = browse(&server, &conversation, &shots).await;
 
     let tools: Vec<&str> = found["tools"]["tools"]
         .as_array()
@@ -406,6 +450,20 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         }),
         "{errors:?}"
     );
+    // The conversation, turn by turn, its call linked.
+    let turns = found["conversation"]["text"].as_str().unwrap();
+    let mut at = 0;
+    for part in [
+        "Conversation started: gpt-test",
+        "Turn 1",
+        "soulbase.builtin.echo",
+        "Turn 2",
+        "Conversation ended: answered",
+    ] {
+        let found = turns[at..].find(part).map(|i| at + i);
+        assert!(found.is_some(), "{part}, in this order: {turns}");
+        at = found.unwrap_or(at);
+    }
     assert_eq!(
         found["before-2001"]["rows"], 0,
         "{:?}",
@@ -510,6 +568,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         .collect();
     assert!(problems.is_empty(), "{problems:?}");
     for shot in [
+        "conversation.png",
         "overview.png",
         "simulator-allowed.png",
         "simulator-denied.png",

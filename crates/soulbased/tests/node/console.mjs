@@ -4,7 +4,7 @@
 // (crates/soulbased/tests/console.rs) to judge, and saves a screenshot of each
 // page into SHOTS.
 //
-// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS
+// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS CONVERSATION
 //    or: node console.mjs --timing URL API_KEY ROUNDS (each view's load time,
 //        from navigation to its data shown, ROUNDS times)
 // (SOULBASE_NODE_MODULES: the node_modules holding playwright-core;
@@ -61,7 +61,7 @@ async function timing(url, apiKey, rounds) {
   emit({ label: "timing", ms, rows: await page.locator("#timeline li").count() });
 }
 
-async function scenario(url, apiKey, deniedCall, otherCall, shots) {
+async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
@@ -110,7 +110,16 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots) {
   emit({ label: "refused", text: await page.locator("#timeline").innerText() });
   await page.screenshot({ path: `${shots}/refused.png`, fullPage: true });
 
+  // An agent conversation, turn by turn (a fresh load: the previous page has a
+  // timeline too).
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui#/evidence/${encodeURIComponent(conversation)}`);
+  await page.locator("#timeline li").first().waitFor();
+  emit({ label: "conversation", text: await page.locator("#timeline").innerText() });
+  await page.screenshot({ path: `${shots}/conversation.png`, fullPage: true });
+
   // Another tenant's call is not there for this caller.
+  await page.goto("about:blank");
   await page.goto(`${url}/ui#/evidence/${encodeURIComponent(otherCall)}`);
   await page.getByRole("alert").waitFor();
   emit({ label: "other-tenant", text: await page.getByRole("alert").innerText() });
