@@ -323,6 +323,139 @@ async function toolView(id) {
   );
 }
 
+// ---------------------------------------------------------------- skills
+
+/** Inline Markdown (`code`, **strong**, *em*) as nodes; everything else as text. */
+function inline(text) {
+  const out = [];
+  const re = /(`[^`]+`|\*\*[^*]+\*\*|\*[^*\s][^*]*\*)/g;
+  let last = 0;
+  for (const m of text.matchAll(re)) {
+    if (m.index > last) out.push(text.slice(last, m.index));
+    const t = m[0];
+    if (t.startsWith("`")) out.push(el("code", {}, t.slice(1, -1)));
+    else if (t.startsWith("**")) out.push(el("strong", {}, t.slice(2, -2)));
+    else out.push(el("em", {}, t.slice(1, -1)));
+    last = m.index + t.length;
+  }
+  if (last < text.length) out.push(text.slice(last));
+  return out;
+}
+
+/** SKILL.md rendered as a small safe subset of Markdown — front matter, headings,
+ *  fenced code, lists and paragraphs — built as DOM nodes (never markup). */
+function markdown(source) {
+  const lines = source.replace(/\r\n/g, "\n").split("\n");
+  const out = [];
+  let i = 0;
+  if (lines[0] === "---") {
+    const end = lines.indexOf("---", 1);
+    if (end > 0) {
+      out.push(el("pre", { class: "front-matter" }, lines.slice(1, end).join("\n")));
+      i = end + 1;
+    }
+  }
+  let para = [];
+  let list = null;
+  const flush = () => {
+    if (para.length) out.push(el("p", {}, inline(para.join(" "))));
+    para = [];
+    if (list) out.push(list);
+    list = null;
+  };
+  for (; i < lines.length; i++) {
+    const line = lines[i];
+    const fence = line.match(/^```/);
+    if (fence) {
+      flush();
+      const body = [];
+      for (i++; i < lines.length && !lines[i].startsWith("```"); i++) body.push(lines[i]);
+      out.push(el("pre", {}, el("code", {}, body.join("\n"))));
+      continue;
+    }
+    const heading = line.match(/^(#{1,6})\s+(.*)$/);
+    const item = line.match(/^\s*(?:[-*]|\d+\.)\s+(.*)$/);
+    if (heading) {
+      flush();
+      out.push(el(`h${Math.min(6, heading[1].length + 2)}`, { class: "md" }, inline(heading[2])));
+    } else if (item) {
+      if (para.length) {
+        out.push(el("p", {}, inline(para.join(" "))));
+        para = [];
+      }
+      list = list || el(/^\s*\d/.test(line) ? "ol" : "ul");
+      list.append(el("li", {}, inline(item[1])));
+    } else if (!line.trim()) {
+      flush();
+    } else {
+      if (list) {
+        out.push(list);
+        list = null;
+      }
+      para.push(line.trim());
+    }
+  }
+  flush();
+  return el("div", { class: "markdown", id: "skill-md" }, out);
+}
+
+async function skillsView() {
+  let list;
+  try {
+    list = await api("GET", "/api/skills");
+  } catch (e) {
+    return show(el("h2", {}, "Skills"), alertBox(e));
+  }
+  show(
+    el("h2", {}, "Skills"),
+    el(
+      "div",
+      { class: "table-wrap" },
+      el(
+        "table",
+        { id: "skills" },
+        el("caption", { class: "note" }, "The skills that show to you"),
+        el("thead", {}, el("tr", {}, ["Skill", "Kind", "Enabled", "Tools"].map((h) => el("th", { scope: "col" }, h)))),
+        el(
+          "tbody",
+          {},
+          list.skills.map((s) =>
+            el(
+              "tr",
+              { "data-skill": s.name },
+              el("td", {}, el("a", { href: `#/skills/${encodeURIComponent(s.name)}` }, s.title || s.name)),
+              el("td", {}, s.kind),
+              el("td", {}, s.enabled ? "yes" : "no"),
+              el("td", {}, s.tools.length),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+async function skillView(name) {
+  let info;
+  try {
+    info = await api("GET", `/api/skills/${encodeURIComponent(name)}`);
+  } catch (e) {
+    return show(el("p", {}, el("a", { href: "#/skills" }, "← Skills")), el("h2", {}, name), alertBox(e));
+  }
+  show(
+    el("p", {}, el("a", { href: "#/skills" }, "← Skills")),
+    el("h2", {}, info.name),
+    el("p", {}, info.description),
+    el("h3", {}, "Tools it binds"),
+    info.tools.length
+      ? el("ul", { id: "skill-tools" }, info.tools.map((t) => el("li", {}, el("a", { href: `#/tools/${encodeURIComponent(t)}` }, t))))
+      : el("p", { class: "note" }, "None: instructions only."),
+    info.resources && info.resources.length ? [el("h3", {}, "Files"), el("ul", {}, info.resources.map((r) => el("li", {}, el("code", {}, r))))] : "",
+    el("h3", {}, "SKILL.md"),
+    markdown(info.content || ""),
+  );
+}
+
 // ---------------------------------------------------------------- evidence
 
 function evidenceQuery() {
@@ -713,6 +846,8 @@ function route() {
   }
   const [, page, id] = hash.split("/").map(decodeURIComponent);
   if (page === "tools" && id) return toolView(id);
+  if (page === "skills" && id) return skillView(id);
+  if (page === "skills") return skillsView();
   if (page === "evidence" && id) return callView(id);
   if (page === "evidence") return evidenceView();
   if (page === "simulator") return simulatorView();

@@ -40,13 +40,16 @@ fn config_with_model(model: &str) -> String {
         r#"
 server:
   mcp_conformance_tools: true
+skills:
+  dir: ./skills
+  watch: false
 auth:
   api_keys:
     - {{ id: acme, sha256: "{a}", tenant: acme, actor: ana }}
     - {{ id: beta, sha256: "{b}", tenant: beta, actor: ben }}
 policy:
   rules:
-    - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling"], actions: [list, invoke, read_evidence, enable, disable] }}
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling", "skills.*"], actions: [list, invoke, read_evidence, enable, disable] }}
     - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations"], actions: [read_evidence] }}
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
@@ -348,7 +351,16 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         common::model_turn(json!({"role": "assistant", "content": "It said hi."})),
     ])
     .await;
-    let server = Server::start(&config_with_model(&model));
+    let server = Server::start_in(&config_with_model(&model), |dir| {
+        let guide = dir.join("skills").join("guide");
+        std::fs::create_dir_all(&guide).unwrap();
+        std::fs::write(
+            guide.join("SKILL.md"),
+            "---\nname: guide\ndescription: How to greet people well.\n---\n# Greeting guide\n\n\
+             Greet by **name**, then call `soulbase.builtin.echo`.\n\n- be brief\n- be kind\n",
+        )
+        .unwrap();
+    });
     // What the explorer will show: an ok call, a failed one, a refused one, and
     // another tenant's call.
     let ok = invoke(
@@ -450,6 +462,20 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         }),
         "{errors:?}"
     );
+    // The skill's SKILL.md, rendered.
+    let skill = &found["skill"];
+    assert!(
+        skill["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "guide"),
+        "{skill}"
+    );
+    assert_eq!(skill["heading"], "Greeting guide", "{skill}");
+    assert_eq!(skill["strong"], "name", "{skill}");
+    assert_eq!(skill["items"], json!(["be brief", "be kind"]), "{skill}");
+    assert_eq!(skill["code"], "soulbase.builtin.echo", "{skill}");
     // The conversation, turn by turn, its call linked.
     let turns = found["conversation"]["text"].as_str().unwrap();
     let mut at = 0;
@@ -568,6 +594,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         .collect();
     assert!(problems.is_empty(), "{problems:?}");
     for shot in [
+        "skill.png",
         "conversation.png",
         "overview.png",
         "simulator-allowed.png",

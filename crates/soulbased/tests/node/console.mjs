@@ -132,6 +132,22 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   await page.screenshot({ path: `${shots}/tools-phone.png`, fullPage: true });
   await page.setViewportSize({ width: 1280, height: 800 });
 
+  // A skill: its SKILL.md rendered (front matter apart, heading, emphasis, list).
+  await page.goto(`${url}/ui#/skills`);
+  await page.locator("#skills tbody tr").first().waitFor();
+  const skills = await page.locator("#skills tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.skill));
+  await page.locator('#skills a[href="#/skills/guide"]').click();
+  await page.locator("#skill-md").waitFor();
+  emit({
+    label: "skill",
+    skills,
+    heading: await page.locator("#skill-md h3").first().innerText(),
+    strong: await page.locator("#skill-md strong").first().innerText(),
+    items: await page.locator("#skill-md li").allInnerTexts(),
+    code: await page.locator("#skill-md code").first().innerText(),
+  });
+  await page.screenshot({ path: `${shots}/skill.png`, fullPage: true });
+
   // The policy simulator: an allowed call, then a denied one.
   const stages = () =>
     page.locator("#stages tr").evaluateAll((rows) => rows.map((r) => [r.dataset.stage, r.cells[1].textContent]));
