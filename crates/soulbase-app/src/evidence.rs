@@ -258,3 +258,12 @@ impl EvidenceFlush {
         self.stats.written()
     }
 }
+
+/// The records the database refused for good, kept in the quarantine file of
+/// the spool `config` names (read beside a running sink: the drainer only ever
+/// appends whole lines).
+pub fn quarantined(
+    config: &soulbase_config::Config,
+) -> Result<Vec<soulbase_evidence::quarantine::QuarantineEntry>, SoulError> {
+    soulbase_evidence::quarantine::read(&soulbase_store::spool_dir(config))
+}

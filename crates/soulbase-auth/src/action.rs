@@ -62,6 +62,10 @@ impl Action {
     /// configuration) is asked about, with [`Action::ReadEvidence`].
     pub const AUDIT_RESOURCE: &'static str = "soulbase.server.audit";
 
+    /// The resource reading the spool's quarantine (records the database
+    /// refused for good) is asked about, with [`Action::ReadEvidence`].
+    pub const QUARANTINE_RESOURCE: &'static str = "soulbase.server.quarantine";
+
     /// The resource reading an agent-loop conversation's own evidence is asked
     /// about, with [`Action::ReadEvidence`] (each call it made is still asked
     /// about on its own tool).

@@ -738,6 +738,50 @@ async function overviewView() {
   overviewState.timer = setInterval(refresh, 5000);
 }
 
+// ---------------------------------------------------------------- quarantine
+
+async function quarantineView() {
+  let q;
+  try {
+    q = await api("GET", "/api/quarantine");
+  } catch (e) {
+    return show(el("h2", {}, "Quarantine"), alertBox(e));
+  }
+  show(
+    el("h2", {}, "Quarantine"),
+    el("p", { class: "note" }, "Evidence records the database refused for good, kept durable in the spool's quarantine file."),
+    q.records.length
+      ? el(
+          "div",
+          { class: "table-wrap" },
+          el(
+            "table",
+            { id: "quarantine" },
+            el("caption", { class: "note" }, "Quarantined records you may see, in file order"),
+            el("thead", {}, el("tr", {}, ["Line", "Kind", "Call", "Tenant", "Why"].map((h) => el("th", { scope: "col" }, h)))),
+            el(
+              "tbody",
+              {},
+              q.records.map((r) =>
+                el(
+                  "tr",
+                  { "data-line": r.line },
+                  el("td", {}, r.line),
+                  el("td", {}, r.kind || "—"),
+                  el("td", {}, r.call_id ? el("a", { href: `#/evidence/${encodeURIComponent(r.call_id)}` }, el("code", {}, r.call_id)) : "—"),
+                  el("td", {}, r.tenant || "—"),
+                  el("td", {}, r.unreadable ? `unreadable: ${r.unreadable}` : r.refused),
+                ),
+              ),
+            ),
+          ),
+        )
+      : el("p", { id: "quarantine-empty" }, "Nothing is quarantined."),
+    el("h3", {}, "Retry"),
+    el("p", {}, `To offer them to the database again: ${q.retry}.`),
+  );
+}
+
 // ---------------------------------------------------------------- simulator
 
 /** The preflight's stages, in the order the pipeline runs them, and the code
@@ -852,6 +896,7 @@ function route() {
   if (page === "evidence") return evidenceView();
   if (page === "simulator") return simulatorView();
   if (page === "overview") return overviewView();
+  if (page === "quarantine") return quarantineView();
   return toolsView();
 }
 

@@ -60,5 +60,6 @@ pub mod listener;
 pub mod model_api;
 pub mod openapi;
 pub mod overview_api;
+pub mod quarantine_api;
 pub mod server;
 pub mod telemetry;

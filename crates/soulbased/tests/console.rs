@@ -50,7 +50,7 @@ auth:
 policy:
   rules:
     - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling", "skills.*"], actions: [list, invoke, read_evidence, enable, disable] }}
-    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations"], actions: [read_evidence] }}
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations", "soulbase.server.quarantine"], actions: [read_evidence] }}
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
 model:
@@ -194,6 +194,37 @@ async fn node_script(args: Vec<String>) -> std::collections::HashMap<String, Val
             (v["label"].as_str().unwrap().to_owned(), v)
         })
         .collect()
+}
+
+/// A quarantine file in the spool of a server started in `dir`: one record of
+/// `acme`'s, one of `beta`'s, as the drainer writes them.
+fn quarantine_two_records(dir: &Path) {
+    use soulbase_observe::{Denial, EvidenceEvent};
+    use soulbase_types::{ActorId, CallId, Envelope, Origin, TenantId};
+    let spool = dir.join("data/spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let line = |tenant: &str, call: &str| {
+        let record = Envelope::new(
+            TenantId::new(tenant).unwrap(),
+            ActorId::new("someone").unwrap(),
+            Origin::Api,
+            EvidenceEvent::Denied(Denial {
+                call_id: CallId::new(call).unwrap(),
+                tool: "soulbase.builtin.echo".into(),
+                code: soulbase_errors::ErrorCode::PolicyDenyTool,
+            }),
+        );
+        json!({"refused": "value too long for the column", "record": record}).to_string()
+    };
+    std::fs::write(
+        spool.join("quarantine.jsonl"),
+        format!(
+            "{}\n{}\n",
+            line("acme", "call_quarantined_acme"),
+            line("beta", "call_quarantined_beta")
+        ),
+    )
+    .unwrap();
 }
 
 /// The browser scenario (see the script), its screenshots into `shots`.
@@ -354,6 +385,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
     let server = Server::start_in(&config_with_model(&model), |dir| {
         let guide = dir.join("skills").join("guide");
         std::fs::create_dir_all(&guide).unwrap();
+        quarantine_two_records(dir);
         std::fs::write(
             guide.join("SKILL.md"),
             "---\nname: guide\ndescription: How to greet people well.\n---\n# Greeting guide\n\n\
@@ -461,6 +493,17 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
             cells[1] == "soulbase.conformance.error_handling" && cells[4] == "TOOL.EXECUTION_FAILED"
         }),
         "{errors:?}"
+    );
+    // The quarantine: this tenant's record only, with its reason.
+    let quarantine = found["quarantine"]["text"].as_str().unwrap();
+    assert!(quarantine.contains("call_quarantined_acme"), "{quarantine}");
+    assert!(
+        quarantine.contains("value too long for the column"),
+        "{quarantine}"
+    );
+    assert!(
+        !quarantine.contains("call_quarantined_beta"),
+        "{quarantine}"
     );
     // The skill's SKILL.md, rendered.
     let skill = &found["skill"];
@@ -594,6 +637,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         .collect();
     assert!(problems.is_empty(), "{problems:?}");
     for shot in [
+        "quarantine.png",
         "skill.png",
         "conversation.png",
         "overview.png",
@@ -689,6 +733,9 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
         "/api/tools",
         "/api/evidence/call_console_beta_1",
         "/api/audit",
+        "/api/overview",
+        "/api/quarantine",
+        "/api/skills",
     ] {
         let (status, body) = http(&server.http, "GET", path, &[], "").await;
         assert_eq!(status, 401, "{path}: {body}");

@@ -25,6 +25,7 @@ use crate::evidence_api::EvidenceListQuery;
 use crate::http_api::{ConsentBody, ListQuery, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
 use crate::overview_api::{Overview, OverviewQuery};
+use crate::quarantine_api::QuarantineList;
 
 /// One operation of the document, being described.
 pub(crate) struct Op {
@@ -321,6 +322,10 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .params(spec.query::<OverviewQuery>())
             .json(200, "The figures.", spec.response::<Overview>())
             .fails(&[400, 503]),
+        ("GET", "/api/quarantine") => Op::authenticated("listQuarantine", "evidence", "Evidence records the database refused for good")
+            .describe("The spool's quarantine file (`docs/evidence.md`): each line's reason, and the record's envelope id, kind, call and tenant when it can be read. Needs action `read_evidence` on `soulbase.server.quarantine`. A caller sees only its own tenant's records; a caller of the `global` tenant sees every one, unreadable lines included. Offering them again needs the spool to itself: stop the server, then `soulbase evidence quarantine retry` (`retry` says so).")
+            .json(200, "The records, in file order.", spec.response::<QuarantineList>())
+            .fails(&[403, 503]),
         ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
             .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. Calls refused before they began (denials) have no Begin and are not listed: read one by its id at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
             .params(spec.query::<EvidenceListQuery>())

@@ -132,6 +132,12 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   await page.screenshot({ path: `${shots}/tools-phone.png`, fullPage: true });
   await page.setViewportSize({ width: 1280, height: 800 });
 
+  // The quarantine: what the database refused, this tenant's only.
+  await page.goto(`${url}/ui#/quarantine`);
+  await page.locator("#quarantine tbody tr").first().waitFor();
+  emit({ label: "quarantine", text: await page.locator("main").innerText() });
+  await page.screenshot({ path: `${shots}/quarantine.png`, fullPage: true });
+
   // A skill: its SKILL.md rendered (front matter apart, heading, emphasis, list).
   await page.goto(`${url}/ui#/skills`);
   await page.locator("#skills tbody tr").first().waitFor();
