@@ -70,6 +70,14 @@ impl EvidenceStats {
     pub fn spool_bytes(&self) -> u64 {
         self.sink.as_ref().map_or(0, |s| s.stats().disk_bytes)
     }
+
+    /// How long the store has been behind the spool: an upper bound on the age
+    /// of the oldest record not yet in the store (zero while caught up).
+    pub fn drain_lag(&self) -> std::time::Duration {
+        self.sink
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |s| s.stats().drain_lag)
+    }
 }
 
 /// The [`DurableSink`], counting what it accepts.

@@ -17,7 +17,7 @@
 //! - `soulbase_budget_remaining_calls{tenant,tool}` — calls left under the tightest
 //!   limit, as last seen by a preflight;
 //! - `soulbase_evidence_queue_depth`, `soulbase_evidence_written_total`,
-//!   `soulbase_evidence_quarantined_total`;
+//!   `soulbase_evidence_quarantined_total`, `soulbase_evidence_drain_lag_seconds`;
 //! - `soulbase_calls_in_flight`, `soulbase_registry_snapshot_version`;
 //! - `soulbase_http_connections` (held by the HTTP listener, at most
 //!   `server.max_connections`), `soulbase_grpc_connections` (held by the gRPC
@@ -444,8 +444,14 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let (depth, written, quarantined) =
-            stats.map_or((0, 0, 0), |s| (s.depth(), s.written(), s.quarantined()));
+        let (depth, written, quarantined, lag) = stats.map_or((0, 0, 0, 0.0), |s| {
+            (
+                s.depth(),
+                s.written(),
+                s.quarantined(),
+                s.drain_lag().as_secs_f64(),
+            )
+        });
         let _ = writeln!(
             out,
             "# HELP soulbase_evidence_queue_depth Evidence records accepted but not yet in the store."
@@ -464,6 +470,12 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE soulbase_evidence_quarantined_total counter");
         let _ = writeln!(out, "soulbase_evidence_quarantined_total {quarantined}");
+        let _ = writeln!(
+            out,
+            "# HELP soulbase_evidence_drain_lag_seconds How long the store has been behind the spool (an upper bound on the age of the oldest record not yet in the store; 0 while caught up)."
+        );
+        let _ = writeln!(out, "# TYPE soulbase_evidence_drain_lag_seconds gauge");
+        let _ = writeln!(out, "soulbase_evidence_drain_lag_seconds {lag}");
         let _ = writeln!(
             out,
             "# HELP soulbase_calls_in_flight Calls inside the pipeline right now."

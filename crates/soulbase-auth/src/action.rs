@@ -66,6 +66,11 @@ impl Action {
     /// refused for good) is asked about, with [`Action::ReadEvidence`].
     pub const QUARANTINE_RESOURCE: &'static str = "soulbase.server.quarantine";
 
+    /// The resource a preflight on someone else's behalf (the policy
+    /// simulator's "may actor A of tenant T call this?") is asked about, with
+    /// [`Action::Preflight`].
+    pub const SIMULATOR_RESOURCE: &'static str = "soulbase.server.simulator";
+
     /// The resource reading an agent-loop conversation's own evidence is asked
     /// about, with [`Action::ReadEvidence`] (each call it made is still asked
     /// about on its own tool).

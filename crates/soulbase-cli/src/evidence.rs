@@ -33,14 +33,14 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use soulbase_errors::SoulError;
+use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::quarantine::{self, QuarantineEntry};
 use soulbase_observe::{
     CallSummary, ConversationReplay, EndStatus, EvidenceQuery, EvidenceStore, PageCursor, Replay,
     ReplayOutcome, conversation_calls, is_conversation, replay, replay_conversation,
 };
 use soulbase_store::{Db, SqlEvidenceStore};
-use soulbase_types::{CallId, TenantId, ToolId, UnixMillis};
+use soulbase_types::{ActorId, CallId, TenantId, ToolId, UnixMillis};
 
 use crate::duration::parse_millis;
 use crate::options::{Common, ConfigArgs, OutputArgs};
@@ -132,6 +132,12 @@ enum QueryCommand {
         /// Only calls that ended so.
         #[arg(long, value_enum)]
         status: Option<Status>,
+        /// Only calls made by this actor.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only calls that ended with this stable error code (e.g. `PROVIDER.TIMEOUT`).
+        #[arg(long)]
+        code: Option<String>,
         /// Calls that began within this long before now: `90s`, `15m`, `2h`, `7d`.
         #[arg(long, conflicts_with = "from")]
         since: Option<String>,
@@ -430,6 +436,8 @@ async fn query(
             tenant: _,
             tool,
             status,
+            actor,
+            code,
             since,
             from,
             to,
@@ -452,6 +460,15 @@ async fn query(
                     .map(|t| ToolId::new(t).map_err(|e| format!("--tool: {e}")))
                     .transpose()?,
                 status: status.map(Into::into),
+                actor: actor
+                    .map(|a| ActorId::new(a).map_err(|e| format!("--actor: {e}")))
+                    .transpose()?,
+                code: code
+                    .map(|c| {
+                        ErrorCode::parse(&c)
+                            .ok_or_else(|| format!("--code: {c} is not a stable error code"))
+                    })
+                    .transpose()?,
                 limit,
                 after: after
                     .map(|a| {

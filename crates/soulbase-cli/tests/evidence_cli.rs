@@ -52,6 +52,7 @@ fn show_list_and_replay() {
                     calling_skill: None,
                     consent: None,
                     conversation: None,
+                    surface: None,
                 }),
             );
             let end = Envelope::new(
@@ -324,6 +325,7 @@ fn text_shows_utc_rfc3339_and_json_keeps_milliseconds() {
                 calling_skill: None,
                 consent: None,
                 conversation: None,
+                surface: None,
             }),
         );
         begin.at = soulbase_types::UnixMillis(AT);

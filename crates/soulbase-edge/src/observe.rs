@@ -4,32 +4,8 @@ use std::time::Duration;
 
 use soulbase_qos::BudgetSnapshot;
 use soulbase_tools::pipeline::CallResult;
+pub use soulbase_types::Surface;
 use soulbase_types::{TenantId, ToolId};
-
-/// Which surface served a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Surface {
-    /// `soulbase.tools.v1.ToolInvoker`.
-    Grpc,
-    /// The HTTP/JSON API.
-    Http,
-    /// MCP `tools/call` (streamable HTTP or stdio).
-    Mcp,
-    /// The CLI's local mode.
-    Cli,
-}
-
-impl Surface {
-    /// The lowercase label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Surface::Grpc => "grpc",
-            Surface::Http => "http",
-            Surface::Mcp => "mcp",
-            Surface::Cli => "cli",
-        }
-    }
-}
 
 /// Told about every finished call and preflight. Must be cheap and never block.
 pub trait CallObserver: Send + Sync + 'static {

@@ -210,6 +210,7 @@ impl Stack {
         call.trace = trace;
         call.calling_skill = calling_skill;
         call.conversation = meta.conversation;
+        call.surface = Some(req.surface);
         call.reporter = meta.reporter;
         Ok(call)
     }

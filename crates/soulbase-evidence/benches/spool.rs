@@ -45,6 +45,7 @@ fn pair() -> (EvidenceRecord, EvidenceRecord) {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }),
     );
     let end = Envelope::new(

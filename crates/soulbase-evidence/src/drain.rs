@@ -518,7 +518,7 @@ async fn persist(shared: &Arc<Shared>, pos: Pos, wake: &mpsc::WeakSender<Request
             Err(e) => tracing::error!(error = %e, "checkpoint task failed"),
         }
     }
-    *lock(&shared.drained) = pos;
+    shared.set_drained(pos);
     shared.drained_notify.notify_waiters();
 }
 

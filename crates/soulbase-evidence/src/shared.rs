@@ -66,6 +66,10 @@ pub struct Shared {
     pub drained: Mutex<Pos>,
     /// Signalled by the drainer after each batch.
     pub drained_notify: Notify,
+    /// Since when the store has been behind the spool (records durable in the
+    /// spool and not yet in the store), `None` while it is caught up: the drain
+    /// lag ([`Shared::drain_lag`]) is measured from it.
+    pub behind_since: Mutex<Option<std::time::Instant>>,
     /// The segment the writer appends to.
     pub active: AtomicU64,
     /// The oldest segment holding a Begin whose End is not yet written (`u64::MAX`: none).
@@ -205,6 +209,30 @@ pub fn unavailable(message: &'static str) -> SoulError {
 }
 
 impl Shared {
+    /// Moves the committed position (the writer, after a round is durable); the
+    /// store is behind from now on unless it already was.
+    pub fn set_committed(&self, pos: Pos) {
+        *lock(&self.committed) = pos;
+        if *lock(&self.drained) < pos {
+            lock(&self.behind_since).get_or_insert_with(std::time::Instant::now);
+        }
+    }
+
+    /// Moves the drained position (the drainer, after a batch is in the store);
+    /// once it reaches the committed one the store is caught up.
+    pub fn set_drained(&self, pos: Pos) {
+        *lock(&self.drained) = pos;
+        if pos >= *lock(&self.committed) {
+            *lock(&self.behind_since) = None;
+        }
+    }
+
+    /// How long the store has been behind the spool: an upper bound on the age
+    /// of the oldest record not yet in the store (zero while caught up).
+    pub fn drain_lag(&self) -> std::time::Duration {
+        lock(&self.behind_since).map_or(std::time::Duration::ZERO, |t| t.elapsed())
+    }
+
     /// Whether the spool directory is still this sink's: not fenced, and its `LOCK`
     /// is the file this sink holds. The drainer reads, checkpoints and deletes only
     /// then (a deleted `LOCK` may have let another process in).

@@ -169,6 +169,9 @@ pub struct SpoolStats {
     /// Records the store refused for good, kept in `quarantine.jsonl` in the spool
     /// directory instead (by this process).
     pub records_quarantined: u64,
+    /// How long the store has been behind the spool: an upper bound on the age of
+    /// the oldest record not yet in the store (zero while caught up).
+    pub drain_lag: Duration,
     /// The last store failure, `None` once a batch lands again.
     pub store_error: Option<String>,
     /// Whether the last append failed: new calls are refused until a round succeeds
@@ -234,6 +237,7 @@ impl DurableSink {
             committed_notify: Notify::new(),
             drained: Mutex::new(report.resume_at),
             drained_notify: Notify::new(),
+            behind_since: Mutex::new(None),
             active: AtomicU64::new(report.active_segment),
             min_pin: AtomicU64::new(u64::MAX),
             // Without its disk reserve (a disk already full at open) the spool
@@ -349,6 +353,7 @@ impl DurableSink {
             drained: *lock(&s.drained),
             records_drained: s.records_drained.load(Ordering::Relaxed),
             records_quarantined: s.records_quarantined.load(Ordering::Relaxed),
+            drain_lag: s.drain_lag(),
             store_error: lock(&s.store_error).clone(),
             broken: s.broken.load(Ordering::Acquire),
         }

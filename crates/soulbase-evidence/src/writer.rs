@@ -427,10 +427,10 @@ pub fn run(
                     // A reserve given up on a full disk and not made again since.
                     keep_reserve(&shared);
                     shared.active.store(active.id, Ordering::Release);
-                    *lock(&shared.committed) = Pos {
+                    shared.set_committed(Pos {
                         segment: active.id,
                         offset: 0,
-                    };
+                    });
                     shared.committed_notify.notify_one();
                 }
                 Err(e) => tracing::error!(error = %e, "could not open a new spool segment"),
@@ -656,10 +656,10 @@ fn commit(
         pins.values().copied().min().unwrap_or(u64::MAX),
         Ordering::Release,
     );
-    *lock(&shared.committed) = Pos {
+    shared.set_committed(Pos {
         segment: active.id,
         offset: active.len,
-    };
+    });
     shared.committed_notify.notify_one();
     for r in batch.drain(..) {
         if let Some(ack) = r.ack {

@@ -59,6 +59,12 @@ impl EvidenceStore for Flaky {
     async fn list(&self, q: &EvidenceQuery) -> Result<CallPage, SoulError> {
         self.inner.list(q).await
     }
+    async fn list_denials(
+        &self,
+        q: &EvidenceQuery,
+    ) -> Result<soulbase_observe::DenialPage, SoulError> {
+        self.inner.list_denials(q).await
+    }
     async fn purge_before(&self, c: UnixMillis) -> Result<u64, SoulError> {
         self.inner.purge_before(c).await
     }
@@ -296,6 +302,25 @@ async fn a_torn_tail_is_cut_and_intact_records_survive() {
     assert!(report.aborted.is_empty());
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store), (1, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_lag_grows_while_the_store_is_behind_and_is_zero_once_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink, store) = open_with_store_down(SpoolOptions::new(dir.path())).await;
+    assert_eq!(sink.stats().drain_lag, Duration::ZERO);
+    record_calls(&sink, 2).await;
+    let first = sink.stats().drain_lag;
+    assert!(first > Duration::ZERO, "behind while the store is down");
+    tokio::task::yield_now().await;
+    assert!(
+        sink.stats().drain_lag >= first,
+        "the lag only grows while behind"
+    );
+    store.down.store(false, Ordering::SeqCst);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(sink.stats().drain_lag, Duration::ZERO);
+    assert_eq!(sink.stats().records_drained, 4);
 }
 
 /// Records `n` calls (a Begin and its End each), one after another.

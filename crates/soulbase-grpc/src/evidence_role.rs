@@ -18,11 +18,11 @@ use std::sync::Arc;
 
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
-    CallEvidence, CallPage, CallSummary, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord,
-    EvidenceSink, EvidenceStore, PageCursor, Replay, replay,
+    CallEvidence, CallPage, CallSummary, DenialPage, DenialSummary, EncodedRecord, EndStatus,
+    EvidenceQuery, EvidenceRecord, EvidenceSink, EvidenceStore, PageCursor, Replay, replay,
 };
 use soulbase_proto::soulbase::evidence::v1 as evidence_pb;
-use soulbase_types::{CallId, TenantId, UnixMillis};
+use soulbase_types::{ActorId, CallId, TenantId, UnixMillis};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
@@ -84,6 +84,20 @@ fn parse_query(r: &evidence_pb::ListCallsRequest) -> Result<EvidenceQuery, SoulE
             .transpose()?,
         status: non_empty(&r.status)
             .map(|s| convert::enum_name::<EndStatus>("status", s))
+            .transpose()?,
+        actor: non_empty(&r.actor)
+            .map(|a| {
+                ActorId::new(a).map_err(|e| {
+                    convert::invalid("actor", format!("actor is invalid: {}", e.reason))
+                })
+            })
+            .transpose()?,
+        code: non_empty(&r.code)
+            .map(|c| {
+                ErrorCode::parse(c).ok_or_else(|| {
+                    convert::invalid("code", format!("{c} is not a stable error code"))
+                })
+            })
             .transpose()?,
         limit: r.limit,
         after: non_empty(&r.after).map(PageCursor::parse).transpose()?,
@@ -178,6 +192,23 @@ impl evidence_pb::evidence_server::Evidence for EvidenceRoleService {
         }))
     }
 
+    async fn list_denials(
+        &self,
+        request: Request<evidence_pb::ListCallsRequest>,
+    ) -> Result<Response<evidence_pb::ListDenialsResponse>, Status> {
+        check_token(self.token.as_deref(), &request)?;
+        let query = parse_query(request.get_ref()).map_err(|e| e.to_status())?;
+        let page = self
+            .store
+            .list_denials(&query)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(evidence_pb::ListDenialsResponse {
+            denials_json: page.denials.iter().map(to_json).collect::<Result<_, _>>()?,
+            next_page: page.next.map(|c| c.to_string()).unwrap_or_default(),
+        }))
+    }
+
     async fn replay(
         &self,
         request: Request<evidence_pb::GetCallRequest>,
@@ -192,6 +223,41 @@ impl evidence_pb::evidence_server::Evidence for EvidenceRoleService {
         Ok(Response::new(evidence_pb::ReplayResponse {
             replay_json: to_json(&r)?,
         }))
+    }
+}
+
+/// The `ListCalls` / `ListDenials` request for `query`.
+fn list_request(query: &EvidenceQuery) -> evidence_pb::ListCallsRequest {
+    evidence_pb::ListCallsRequest {
+        tenant: query.tenant.to_string(),
+        from_ms: query.from.map_or(0, |m| m.0),
+        to_ms: query.to.map_or(0, |m| m.0),
+        tool_id: query
+            .tool
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        status: query
+            .status
+            .map(|s| {
+                serde_json::to_value(s)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default(),
+        limit: query.limit,
+        after: query
+            .after
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        actor: query
+            .actor
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        code: query.code_text().unwrap_or_default().to_owned(),
     }
 }
 
@@ -325,31 +391,7 @@ impl EvidenceStore for RemoteEvidence {
     }
 
     async fn list(&self, query: &EvidenceQuery) -> Result<CallPage, SoulError> {
-        let body = evidence_pb::ListCallsRequest {
-            tenant: query.tenant.to_string(),
-            from_ms: query.from.map_or(0, |m| m.0),
-            to_ms: query.to.map_or(0, |m| m.0),
-            tool_id: query
-                .tool
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-            status: query
-                .status
-                .map(|s| {
-                    serde_json::to_value(s)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                })
-                .unwrap_or_default(),
-            limit: query.limit,
-            after: query
-                .after
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default(),
-        };
+        let body = list_request(query);
         let response = self
             .client
             .clone()
@@ -367,6 +409,26 @@ impl EvidenceStore for RemoteEvidence {
             .transpose()
             .map_err(|e| unavailable(format!("malformed next_page: {}", e.message())))?;
         Ok(CallPage { calls, next })
+    }
+
+    async fn list_denials(&self, query: &EvidenceQuery) -> Result<DenialPage, SoulError> {
+        let response = self
+            .client
+            .clone()
+            .list_denials(with_token(self.token.as_deref(), list_request(query)))
+            .await
+            .map_err(|s| status_error(&s))?
+            .into_inner();
+        let denials = response
+            .denials_json
+            .iter()
+            .map(|t| from_json::<DenialSummary>("denials_json", t))
+            .collect::<Result<_, _>>()?;
+        let next = non_empty(&response.next_page)
+            .map(PageCursor::parse)
+            .transpose()
+            .map_err(|e| unavailable(format!("malformed next_page: {}", e.message())))?;
+        Ok(DenialPage { denials, next })
     }
 
     /// Retention is not served over gRPC: it runs on the evidence role itself.

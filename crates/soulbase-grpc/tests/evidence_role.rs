@@ -63,6 +63,7 @@ fn begin(t: &str, call_id: &CallId, at: i64) -> EvidenceRecord {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }),
     )
 }
@@ -75,7 +76,7 @@ fn end(begin: &EvidenceRecord, call_id: &CallId, status: EndStatus) -> EvidenceR
             call_id: call_id.clone(),
             begin_id: begin.id.clone(),
             status,
-            error_code: None,
+            error_code: (status != EndStatus::Ok).then_some(ErrorCode::ToolExecutionFailed),
             output_digest: Some("o".into()),
             side_effects: Vec::new(),
             usage: BudgetUsage {
@@ -176,6 +177,65 @@ async fn listing_paginates_and_filters() {
     let ranged = remote.list(&q).await.unwrap();
     assert_eq!(ranged.calls.len(), 1);
     assert_eq!(ranged.calls[0].call_id, calls[1]);
+    // By actor and by error code, carried over the wire.
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 10);
+    q.code = Some(ErrorCode::ToolExecutionFailed);
+    let failed = remote.list(&q).await.unwrap();
+    assert_eq!(
+        failed.calls.iter().map(|c| &c.call_id).collect::<Vec<_>>(),
+        vec![&calls[1]]
+    );
+    q.actor = Some(ActorId::new("nobody").unwrap());
+    assert!(remote.list(&q).await.unwrap().calls.is_empty());
+}
+
+#[tokio::test]
+async fn denials_are_listed_through_the_role() {
+    let (channel, _store) = serve(None).await;
+    let remote = RemoteEvidence::new(channel, None);
+    let denied = |t: &str, at: i64, code: ErrorCode| {
+        envelope(
+            t,
+            at,
+            EvidenceEvent::Denied(Denial {
+                call_id: CallId::generate(),
+                tool: "demo.a.x".into(),
+                code,
+            }),
+        )
+    };
+    let a = denied("acme", 1_000, ErrorCode::PolicyDenyTool);
+    let b = denied("acme", 2_000, ErrorCode::ConsentRequired);
+    let other = denied("other", 1_500, ErrorCode::PolicyDenyTool);
+    remote
+        .write_batch(&[a.clone(), b.clone(), other])
+        .await
+        .unwrap();
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 1);
+    let first = remote.list_denials(&q).await.unwrap();
+    assert_eq!(first.denials.len(), 1);
+    assert_eq!(&first.denials[0].call_id, b.payload.call_id());
+    assert_eq!(first.denials[0].code, ErrorCode::ConsentRequired);
+    q.after = first.next;
+    let second = remote.list_denials(&q).await.unwrap();
+    assert_eq!(
+        second
+            .denials
+            .iter()
+            .map(|d| &d.call_id)
+            .collect::<Vec<_>>(),
+        vec![a.payload.call_id()]
+    );
+    assert!(second.next.is_none());
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 10);
+    q.code = Some(ErrorCode::PolicyDenyTool);
+    let page = remote.list_denials(&q).await.unwrap();
+    assert_eq!(page.denials.len(), 1);
+    assert_eq!(&page.denials[0].call_id, a.payload.call_id());
+    q.code = None;
+    q.status = Some(EndStatus::Ok);
+    let err = remote.list_denials(&q).await.unwrap_err();
+    assert_eq!(err.field("field"), Some("status"));
 }
 
 #[tokio::test]

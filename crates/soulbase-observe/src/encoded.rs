@@ -249,6 +249,7 @@ mod tests {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }))
     }
 

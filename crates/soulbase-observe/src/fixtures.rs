@@ -25,6 +25,7 @@ pub fn sample_begin() -> EvidenceRecord {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }),
     )
 }

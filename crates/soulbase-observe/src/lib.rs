@@ -58,6 +58,7 @@ pub use model::{
 pub use replay::{Execution, Replay, ReplayOutcome, replay};
 pub use sink::{ChannelSink, Durable, EvidenceSink, MemorySink};
 pub use store::{
-    CallEvidence, CallPage, CallSummary, EvidenceQuery, EvidenceStore, MAX_PAGE, PageCursor,
-    is_store_refusal, store_error, store_refusal, summarize,
+    CallEvidence, CallPage, CallSummary, DenialPage, DenialSummary, EvidenceQuery, EvidenceStore,
+    MAX_PAGE, PageCursor, is_store_refusal, store_error, store_refusal, summarize,
+    summarize_denial,
 };

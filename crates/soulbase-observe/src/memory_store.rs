@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{CallId, EnvelopeId, TenantId, UnixMillis};
 
-use crate::store::{CallEvidence, CallPage, EvidenceQuery, EvidenceStore, PageCursor, summarize};
+use crate::store::{
+    CallEvidence, CallPage, DenialPage, DenialSummary, EvidenceQuery, EvidenceStore, PageCursor,
+    summarize, summarize_denial,
+};
 use crate::{EvidenceEvent, EvidenceRecord};
 
 #[derive(Default)]
@@ -136,6 +139,8 @@ impl EvidenceStore for MemoryStore {
             };
             if q.tool.as_ref().is_some_and(|t| t != &summary.tool_id)
                 || q.status.is_some_and(|s| summary.status != Some(s))
+                || q.actor.as_ref().is_some_and(|a| a != &summary.actor)
+                || q.code.is_some_and(|c| summary.error_code != Some(c))
             {
                 continue;
             }
@@ -154,6 +159,30 @@ impl EvidenceStore for MemoryStore {
             None
         };
         Ok(CallPage { calls, next })
+    }
+
+    async fn list_denials(&self, q: &EvidenceQuery) -> Result<DenialPage, SoulError> {
+        q.validate_denials()?;
+        let inner = self.inner.lock().map_err(|_| poisoned())?;
+        let mut denials: Vec<DenialSummary> = inner
+            .by_id
+            .values()
+            .filter(|r| r.tenant == q.tenant)
+            .filter_map(summarize_denial)
+            .filter(|d| {
+                q.from.is_none_or(|f| d.at >= f)
+                    && q.to.is_none_or(|t| d.at < t)
+                    && q.tool.as_ref().is_none_or(|t| t.as_str() == d.tool)
+                    && q.actor.as_ref().is_none_or(|a| a == &d.actor)
+                    && q.code.is_none_or(|c| c == d.code)
+                    && q.after
+                        .as_ref()
+                        .is_none_or(|c| (d.at, &d.denial_id) < (c.at, &c.id))
+            })
+            .collect();
+        denials.sort_by(|a, b| (b.at, &b.denial_id).cmp(&(a.at, &a.denial_id)));
+        denials.truncate(q.limit as usize + 1);
+        Ok(DenialPage::of(denials, q.limit))
     }
 
     async fn purge_before(&self, cutoff: UnixMillis) -> Result<u64, SoulError> {

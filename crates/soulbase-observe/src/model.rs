@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use soulbase_errors::ErrorCode;
-use soulbase_types::{CallId, Envelope, EnvelopeId, ToolId};
+use soulbase_types::{CallId, Envelope, EnvelopeId, Surface, ToolId};
 
 /// Written before a call executes. Its envelope id is the call's evidence reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -37,6 +37,10 @@ pub struct EvidenceBegin {
     /// most calls are made by no conversation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<Box<ConversationRef>>,
+    /// The surface the call came through (`None` for calls made by linking the
+    /// crates directly, and for records written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<Surface>,
 }
 
 /// Which agent-loop conversation made a call, at which model turn (1-based):

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use soulbase_errors::{ErrorCode, SoulError};
-use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, TenantId, ToolId, UnixMillis};
+use soulbase_types::{ActorId, CallId, EnvelopeId, Origin, Surface, TenantId, ToolId, UnixMillis};
 
 use crate::{EncodedRecord, EndStatus, EvidenceEvent, EvidenceRecord};
 
@@ -72,6 +72,11 @@ pub trait EvidenceStore: Send + Sync + 'static {
     /// Calls that reached execution, newest first, filtered and paginated.
     async fn list(&self, query: &EvidenceQuery) -> Result<CallPage, SoulError>;
 
+    /// Calls refused before execution (their Denial records), newest first,
+    /// filtered (tool, actor, code, time; never status) and paginated like
+    /// [`list`](Self::list).
+    async fn list_denials(&self, query: &EvidenceQuery) -> Result<DenialPage, SoulError>;
+
     /// Deletes evidence recorded before `cutoff` (retention); returns how many records
     /// went (stores that drop whole partitions may report an estimate).
     async fn purge_before(&self, cutoff: UnixMillis) -> Result<u64, SoulError>;
@@ -127,8 +132,15 @@ pub struct EvidenceQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolId>,
     /// Only calls that ended so (`None`: any, including still open).
+    /// [`EvidenceStore::list_denials`] refuses it: a denial never ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<EndStatus>,
+    /// Only calls made by this actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<ActorId>,
+    /// Only calls that ended (or were refused) with this error code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
     /// Page size, 1..=[`MAX_PAGE`].
     pub limit: u32,
     /// Continue after this cursor (from [`CallPage::next`]).
@@ -145,9 +157,30 @@ impl EvidenceQuery {
             to: None,
             tool: None,
             status: None,
+            actor: None,
+            code: None,
             limit,
             after: None,
         }
+    }
+
+    /// [`validate`](Self::validate), for a listing of denials: a status filter
+    /// is refused (a denied call never ran, so it has none).
+    pub fn validate_denials(&self) -> Result<(), SoulError> {
+        self.validate()?;
+        if self.status.is_some() {
+            return Err(SoulError::new(
+                ErrorCode::SchemaValidationFailed,
+                "a denial has no end status: leave status out when listing denials",
+            )
+            .with_field("field", "status"));
+        }
+        Ok(())
+    }
+
+    /// The code filter as its stable text (what the stores compare).
+    pub fn code_text(&self) -> Option<&'static str> {
+        self.code.map(ErrorCode::as_str)
     }
 
     /// Checks the limit and the range; errors name the field.
@@ -234,6 +267,9 @@ pub struct CallSummary {
     pub actor: ActorId,
     /// Where the call came from.
     pub origin: Origin,
+    /// The surface it came through, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<Surface>,
     /// The tool.
     pub tool_id: ToolId,
     /// The version executed.
@@ -265,6 +301,74 @@ pub struct CallPage {
     pub next: Option<PageCursor>,
 }
 
+/// One call refused before execution: its Denial record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct DenialSummary {
+    /// The call.
+    pub call_id: CallId,
+    /// The Denial envelope (the page cursor's tie-breaker).
+    pub denial_id: EnvelopeId,
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The actor.
+    pub actor: ActorId,
+    /// Where the call came from.
+    pub origin: Origin,
+    /// The tool as requested (it may not exist, or not be a tool id at all).
+    pub tool: String,
+    /// When it was refused.
+    pub at: UnixMillis,
+    /// Why.
+    pub code: ErrorCode,
+}
+
+/// One page of denials.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct DenialPage {
+    /// Newest first.
+    pub denials: Vec<DenialSummary>,
+    /// Pass as `after` for the next page; `None` on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<PageCursor>,
+}
+
+/// The summary of a Denial record; `None` when `record` is not one.
+pub fn summarize_denial(record: &EvidenceRecord) -> Option<DenialSummary> {
+    let EvidenceEvent::Denied(d) = &record.payload else {
+        return None;
+    };
+    Some(DenialSummary {
+        call_id: d.call_id.clone(),
+        denial_id: record.id.clone(),
+        tenant: record.tenant.clone(),
+        actor: record.actor.clone(),
+        origin: record.origin,
+        tool: d.tool.clone(),
+        at: record.at,
+        code: d.code,
+    })
+}
+
+impl DenialPage {
+    /// A page of `denials` (at most `limit` are kept; one more means there is a
+    /// next page).
+    pub fn of(mut denials: Vec<DenialSummary>, limit: u32) -> Self {
+        let more = denials.len() > limit as usize;
+        denials.truncate(limit as usize);
+        let next = if more {
+            denials.last().map(|d| PageCursor {
+                at: d.at,
+                id: d.denial_id.clone(),
+            })
+        } else {
+            None
+        };
+        DenialPage { denials, next }
+    }
+}
+
 /// Builds a summary from a Begin record and its End record, if any.
 /// `None` when `begin` is not a Begin.
 pub fn summarize(begin: &EvidenceRecord, end: Option<&EvidenceRecord>) -> Option<CallSummary> {
@@ -281,6 +385,7 @@ pub fn summarize(begin: &EvidenceRecord, end: Option<&EvidenceRecord>) -> Option
         tenant: begin.tenant.clone(),
         actor: begin.actor.clone(),
         origin: begin.origin,
+        surface: b.surface,
         tool_id: b.tool_id.clone(),
         tool_version: b.tool_version.clone(),
         began_at: begin.at,

@@ -27,6 +27,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }),
     );
     r.at = UnixMillis(at);

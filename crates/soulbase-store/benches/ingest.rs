@@ -46,6 +46,7 @@ fn pair() -> [EvidenceRecord; 2] {
             calling_skill: None,
             consent: None,
             conversation: None,
+            surface: None,
         }),
     );
     let end = Envelope::new(

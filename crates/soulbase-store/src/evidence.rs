@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use soulbase_errors::SoulError;
 use soulbase_observe::{
-    CallEvidence, CallPage, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord, EvidenceStore,
-    PageCursor, store_refusal, summarize,
+    CallEvidence, CallPage, DenialPage, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord,
+    EvidenceStore, PageCursor, store_refusal, summarize, summarize_denial,
 };
 use soulbase_types::{CallId, TenantId, UnixMillis};
 use sqlx::QueryBuilder;
@@ -592,6 +592,8 @@ impl EvidenceStore for SqlEvidenceStore {
         let limit = i64::from(q.limit) + 1;
         let tool = q.tool.as_ref().map(|t| t.to_string());
         let status = q.status.map(status_name);
+        let actor = q.actor.as_ref().map(|a| a.as_str());
+        let code = q.code_text();
         let (after_at, after_id) = match &q.after {
             Some(c) => (Some(c.at.0), Some(c.id.to_string())),
             None => (None, None),
@@ -605,6 +607,8 @@ impl EvidenceStore for SqlEvidenceStore {
                    AND ($2::int8 IS NULL OR b.at_ms >= $2) AND ($3::int8 IS NULL OR b.at_ms < $3) \
                    AND ($4::text IS NULL OR b.tool_id = $4) AND ($5::text IS NULL OR e.status = $5) \
                    AND ($6::int8 IS NULL OR (b.at_ms, b.id) < ($6, $7::text)) \
+                   AND ($9::text IS NULL OR (b.record::jsonb ->> 'actor') = $9) \
+                   AND ($10::text IS NULL OR (e.record::jsonb -> 'payload' ->> 'error_code') = $10) \
                  ORDER BY b.at_ms DESC, b.id DESC LIMIT $8",
             )
             .bind(q.tenant.as_str())
@@ -615,6 +619,8 @@ impl EvidenceStore for SqlEvidenceStore {
             .bind(after_at)
             .bind(after_id)
             .bind(limit)
+            .bind(actor)
+            .bind(code)
             .fetch_all(pool)
             .await,
             Db::Sqlite(pool) => sqlx::query_as(
@@ -627,6 +633,9 @@ impl EvidenceStore for SqlEvidenceStore {
                    AND (?5 IS NULL OR (SELECT x.status FROM evidence x \
                         WHERE x.call_id = b.call_id AND x.kind = 'end' AND x.begin_id = b.id ORDER BY x.at_ms LIMIT 1) = ?5) \
                    AND (?6 IS NULL OR b.at_ms < ?6 OR (b.at_ms = ?6 AND b.id < ?7)) \
+                   AND (?9 IS NULL OR json_extract(b.record, '$.actor') = ?9) \
+                   AND (?10 IS NULL OR (SELECT json_extract(x.record, '$.payload.error_code') FROM evidence x \
+                        WHERE x.call_id = b.call_id AND x.kind = 'end' AND x.begin_id = b.id ORDER BY x.at_ms LIMIT 1) = ?10) \
                  ORDER BY b.at_ms DESC, b.id DESC LIMIT ?8",
             )
             .bind(q.tenant.as_str())
@@ -637,6 +646,8 @@ impl EvidenceStore for SqlEvidenceStore {
             .bind(after_at)
             .bind(after_id)
             .bind(limit)
+            .bind(actor)
+            .bind(code)
             .fetch_all(pool)
             .await,
         }
@@ -659,6 +670,74 @@ impl EvidenceStore for SqlEvidenceStore {
             None
         };
         Ok(CallPage { calls, next })
+    }
+
+    async fn list_denials(&self, q: &EvidenceQuery) -> Result<DenialPage, SoulError> {
+        q.validate_denials()?;
+        let limit = i64::from(q.limit) + 1;
+        let tool = q.tool.as_ref().map(|t| t.to_string());
+        let actor = q.actor.as_ref().map(|a| a.as_str());
+        let code = q.code_text();
+        let (after_at, after_id) = match &q.after {
+            Some(c) => (Some(c.at.0), Some(c.id.to_string())),
+            None => (None, None),
+        };
+        let rows: Vec<(String,)> = match &self.db {
+            Db::Postgres(pool) => {
+                sqlx::query_as(
+                    "SELECT d.record::text FROM evidence d \
+                 WHERE d.kind = 'denied' AND d.tenant = $1 \
+                   AND ($2::int8 IS NULL OR d.at_ms >= $2) AND ($3::int8 IS NULL OR d.at_ms < $3) \
+                   AND ($4::text IS NULL OR d.tool_id = $4) \
+                   AND ($5::text IS NULL OR (d.record::jsonb ->> 'actor') = $5) \
+                   AND ($6::text IS NULL OR (d.record::jsonb -> 'payload' ->> 'code') = $6) \
+                   AND ($7::int8 IS NULL OR (d.at_ms, d.id) < ($7, $8::text)) \
+                 ORDER BY d.at_ms DESC, d.id DESC LIMIT $9",
+                )
+                .bind(q.tenant.as_str())
+                .bind(q.from.map(|t| t.0))
+                .bind(q.to.map(|t| t.0))
+                .bind(tool)
+                .bind(actor)
+                .bind(code)
+                .bind(after_at)
+                .bind(after_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            }
+            Db::Sqlite(pool) => {
+                sqlx::query_as(
+                    "SELECT d.record FROM evidence d \
+                 WHERE d.kind = 'denied' AND d.tenant = ?1 \
+                   AND (?2 IS NULL OR d.at_ms >= ?2) AND (?3 IS NULL OR d.at_ms < ?3) \
+                   AND (?4 IS NULL OR d.tool_id = ?4) \
+                   AND (?5 IS NULL OR json_extract(d.record, '$.actor') = ?5) \
+                   AND (?6 IS NULL OR json_extract(d.record, '$.payload.code') = ?6) \
+                   AND (?7 IS NULL OR d.at_ms < ?7 OR (d.at_ms = ?7 AND d.id < ?8)) \
+                 ORDER BY d.at_ms DESC, d.id DESC LIMIT ?9",
+                )
+                .bind(q.tenant.as_str())
+                .bind(q.from.map(|t| t.0))
+                .bind(q.to.map(|t| t.0))
+                .bind(tool)
+                .bind(actor)
+                .bind(code)
+                .bind(after_at)
+                .bind(after_id)
+                .bind(limit)
+                .fetch_all(pool)
+                .await
+            }
+        }
+        .map_err(|e| db_error("listing denials", e))?;
+        let mut denials = Vec::with_capacity(rows.len());
+        for (text,) in &rows {
+            if let Some(d) = summarize_denial(&decode(text)?) {
+                denials.push(d);
+            }
+        }
+        Ok(DenialPage::of(denials, q.limit))
     }
 
     async fn purge_before(&self, cutoff: UnixMillis) -> Result<u64, SoulError> {

@@ -53,6 +53,7 @@ fn begin(t: &str, tool: &str, at: i64) -> EvidenceRecord {
             calling_skill: Some("weather".into()),
             consent: None,
             conversation: None,
+            surface: None,
         }),
     );
     r.at = UnixMillis(at);
@@ -100,7 +101,15 @@ async fn evidence_semantics(db: Db) {
     let mut batch = Vec::new();
     for i in 0..30i64 {
         let tool = if i % 3 == 0 { "demo.a.x" } else { "demo.b.y" };
-        let b = begin("acme", tool, now - (i % 3) * DAY - i * 10);
+        let mut b = begin("acme", tool, now - (i % 3) * DAY - i * 10);
+        if i % 5 == 0 {
+            b.actor = ActorId::new("carol").unwrap();
+        }
+        if i == 0
+            && let EvidenceEvent::Begin(x) = &mut b.payload
+        {
+            x.surface = Some(soulbase_types::Surface::Mcp);
+        }
         let status = if i % 4 == 0 {
             EndStatus::Error
         } else {
@@ -124,6 +133,29 @@ async fn evidence_semantics(db: Db) {
         }),
     );
     batch.push(denial.clone());
+    // An older denial by another actor, and one of another tenant.
+    let mut older_denial = Envelope::new(
+        tenant("acme"),
+        ActorId::new("carol").unwrap(),
+        Origin::Llm,
+        EvidenceEvent::Denied(Denial {
+            call_id: CallId::generate(),
+            tool: "demo.a.x".into(),
+            code: ErrorCode::ConsentRequired,
+        }),
+    );
+    older_denial.at = UnixMillis(denial.at.0 - 5_000);
+    batch.push(older_denial.clone());
+    batch.push(Envelope::new(
+        tenant("other"),
+        ActorId::new("bob").unwrap(),
+        Origin::Api,
+        EvidenceEvent::Denied(Denial {
+            call_id: CallId::generate(),
+            tool: "demo.z.z".into(),
+            code: ErrorCode::PolicyDenyTool,
+        }),
+    ));
     // An agent-loop conversation's own record, stored under its id (kind
     // `conversation`, migration 0010) and read back through it.
     let conversation = Envelope::new(
@@ -228,6 +260,95 @@ async fn evidence_semantics(db: Db) {
         .filter(|c| c.status.is_none())
         .count();
     assert_eq!(open, 1);
+    // By actor, by error code, and both; the surface a Begin recorded.
+    let ids = |page: soulbase_observe::CallPage| {
+        page.calls
+            .iter()
+            .map(|c| c.begin_id.clone())
+            .collect::<BTreeSet<_>>()
+    };
+    let picked = |f: &dyn Fn(i64) -> bool| {
+        (0..30i64)
+            .filter(|i| f(*i))
+            .map(|i| begins[i as usize].id.clone())
+            .collect::<BTreeSet<_>>()
+    };
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 100);
+    q.actor = Some(ActorId::new("carol").unwrap());
+    assert_eq!(ids(store.list(&q).await.unwrap()), picked(&|i| i % 5 == 0));
+    q.code = Some(ErrorCode::ToolExecutionFailed);
+    assert_eq!(ids(store.list(&q).await.unwrap()), picked(&|i| i % 20 == 0));
+    q.actor = None;
+    assert_eq!(
+        ids(store.list(&q).await.unwrap()),
+        picked(&|i| i % 4 == 0 && i != 7)
+    );
+    q.code = Some(ErrorCode::PolicyDenyTool);
+    assert!(store.list(&q).await.unwrap().calls.is_empty());
+    let all = store
+        .list(&EvidenceQuery::tenant(tenant("acme"), 100))
+        .await
+        .unwrap();
+    let surfaced: Vec<_> = all.calls.iter().filter(|c| c.surface.is_some()).collect();
+    assert_eq!(surfaced.len(), 1);
+    assert_eq!(surfaced[0].begin_id, begins[0].id);
+    assert_eq!(surfaced[0].surface, Some(soulbase_types::Surface::Mcp));
+
+    // Denials: the tenant's own, newest first, filtered and paginated.
+    let denials = |q: EvidenceQuery| {
+        let store = &store;
+        async move {
+            store
+                .list_denials(&q)
+                .await
+                .unwrap()
+                .denials
+                .into_iter()
+                .map(|d| d.call_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let acme = || EvidenceQuery::tenant(tenant("acme"), 100);
+    assert_eq!(
+        denials(acme()).await,
+        vec![call_of(&denial), call_of(&older_denial)]
+    );
+    let mut q = acme();
+    q.code = Some(ErrorCode::ConsentRequired);
+    assert_eq!(denials(q).await, vec![call_of(&older_denial)]);
+    let mut q = acme();
+    q.actor = Some(ActorId::new("bob").unwrap());
+    assert_eq!(denials(q).await, vec![call_of(&denial)]);
+    let mut q = acme();
+    q.tool = Some(ToolId::new("demo.a.x").unwrap());
+    assert_eq!(denials(q).await, vec![call_of(&older_denial)]);
+    let mut q = acme();
+    q.to = Some(UnixMillis(denial.at.0));
+    assert_eq!(denials(q).await, vec![call_of(&older_denial)]);
+    let mut q = EvidenceQuery::tenant(tenant("acme"), 1);
+    let first = store.list_denials(&q).await.unwrap();
+    assert_eq!(first.denials.len(), 1);
+    assert_eq!(first.denials[0].code, ErrorCode::PolicyDenyTool);
+    assert_eq!(first.denials[0].tool, "demo.z.z");
+    assert_eq!(first.denials[0].actor.as_str(), "bob");
+    q.after = first.next;
+    let second = store.list_denials(&q).await.unwrap();
+    assert_eq!(
+        second
+            .denials
+            .iter()
+            .map(|d| d.call_id.clone())
+            .collect::<Vec<_>>(),
+        vec![call_of(&older_denial)]
+    );
+    assert!(second.next.is_none());
+    let mut q = acme();
+    q.status = Some(EndStatus::Ok);
+    assert_eq!(
+        store.list_denials(&q).await.unwrap_err().field("field"),
+        Some("status")
+    );
+
     let bad = EvidenceQuery::tenant(tenant("acme"), 5000);
     assert_eq!(
         store.list(&bad).await.unwrap_err().field("field"),

@@ -167,7 +167,7 @@ async function signIn(c) {
 
 // ---------------------------------------------------------------- tools
 
-const TOOL_FILTERS = ["state", "side_effect", "safety_class"];
+const TOOL_FILTERS = ["state", "owner", "group", "side_effect", "safety_class"];
 
 /** Global tools the caller's tenant paused for itself: the API's tool list
  *  leaves them out, the tenant's access view names them. */
@@ -191,7 +191,18 @@ async function toolsView() {
   } catch (e) {
     return show(el("h2", {}, "Tools"), alertBox(e));
   }
-  const tools = list.tools.concat(await pausedForTenant(list.tools));
+  let tools = list.tools.concat(await pausedForTenant(list.tools));
+  // Tools in other states that you may administer (your tenant's own, mostly).
+  for (const state of ["paused", "deprecated"]) {
+    try {
+      const more = (await api("GET", `/api/tools?state=${state}`)).tools;
+      tools = tools.concat(more.filter((t) => !tools.some((k) => k.id === t.id)));
+    } catch {
+      // Not an administrator of any: nothing more to show.
+    }
+  }
+  tools = tools.map((t) => ({ ...t, group: t.id.split(".")[0], owner: t.owner || "global" }));
+  const tag = el("select", { id: "tool-tag" }, el("option", { value: "" }, "any"), [...new Set(tools.flatMap((t) => t.tags))].sort().map((v) => el("option", { value: v }, v)));
   const search = el("input", { id: "tool-search", type: "search", placeholder: "id, description or tag" });
   const selects = Object.fromEntries(
     TOOL_FILTERS.map((f) => {
@@ -206,7 +217,8 @@ async function toolsView() {
     const rows = tools.filter(
       (t) =>
         (!q || t.id.toLowerCase().includes(q) || t.description.toLowerCase().includes(q) || t.tags.some((g) => g.toLowerCase().includes(q))) &&
-        TOOL_FILTERS.every((f) => !selects[f].value || t[f] === selects[f].value),
+        TOOL_FILTERS.every((f) => !selects[f].value || t[f] === selects[f].value) &&
+        (!tag.value || t.tags.includes(tag.value)),
     );
     tbody.replaceChildren(
       ...rows.map((t) =>
@@ -224,7 +236,7 @@ async function toolsView() {
     count.textContent = `${rows.length} of ${tools.length} tools`;
   };
   search.addEventListener("input", render);
-  Object.values(selects).forEach((s) => s.addEventListener("change", render));
+  Object.values(selects).concat([tag]).forEach((s) => s.addEventListener("change", render));
   render();
   show(
     el("h2", {}, "Tools"),
@@ -233,6 +245,9 @@ async function toolsView() {
       { class: "filters", role: "search", onsubmit: (ev) => ev.preventDefault() },
       el("label", { for: "tool-search" }, "Search", search),
       el("label", { for: "tool-state" }, "State", selects.state),
+      el("label", { for: "tool-owner" }, "Owner (tenant)", selects.owner),
+      el("label", { for: "tool-group" }, "Group", selects.group),
+      el("label", { for: "tool-tag" }, "Tag", tag),
       el("label", { for: "tool-side_effect" }, "Side effect", selects.side_effect),
       el("label", { for: "tool-safety_class" }, "Safety class", selects.safety_class),
     ),
@@ -260,6 +275,11 @@ async function toolView(id) {
   try {
     const list = await api("GET", "/api/tools");
     tool = list.tools.find((t) => t.id === id) || (await pausedForTenant(list.tools)).find((t) => t.id === id);
+    // Your own tool in another state: the operator's view of that state.
+    for (const state of ["paused", "deprecated"]) {
+      if (tool) break;
+      tool = (await api("GET", `/api/tools?state=${state}`)).tools.find((t) => t.id === id);
+    }
   } catch (e) {
     return show(el("h2", {}, id), alertBox(e));
   }
@@ -276,6 +296,17 @@ async function toolView(id) {
       status.replaceChildren(alertBox(e));
     }
   };
+  // Your tenant's own tool, in the registry (`PUT /api/tools/{id}/state`:
+  // action `enable`, `disable` or `deprecate` on it); the change is audited.
+  const changeOwn = async (change, label) => {
+    if (!confirm(`${label} ${id}? Every call of your tenant sees the change.`)) return;
+    try {
+      await api("PUT", `/api/tools/${encodeURIComponent(id)}/state`, { change });
+      await toolView(id);
+    } catch (e) {
+      status.replaceChildren(alertBox(e));
+    }
+  };
   const actions =
     tool.owner === "global"
       ? el(
@@ -284,7 +315,14 @@ async function toolView(id) {
           tool.state === "paused" ? el("button", { type: "button", id: "enable", onclick: () => change("enabled", "Enable") }, "Enable") : "",
           tool.state === "enabled" ? el("button", { type: "button", id: "disable", class: "danger", onclick: () => change("paused", "Disable") }, "Disable") : "",
         )
-      : el("p", { class: "note" }, "Your tenant's own tool: its state changes through the registry (gRPC, `soulbase tools`).");
+      : el(
+          "div",
+          { class: "actions" },
+          // The registry's transitions: paused ⇄ enabled, either → deprecated (for good).
+          tool.state === "paused" ? el("button", { type: "button", id: "enable", onclick: () => changeOwn("enable", "Enable") }, "Enable") : "",
+          tool.state === "enabled" ? el("button", { type: "button", id: "pause", class: "danger", onclick: () => changeOwn("pause", "Pause") }, "Pause") : "",
+          tool.state !== "deprecated" ? el("button", { type: "button", id: "deprecate", onclick: () => changeOwn("deprecate", "Deprecate (for good)") }, "Deprecate") : "",
+        );
   if (tool.pausedHere) {
     return show(
       el("p", {}, el("a", { href: "#/tools" }, "← Tools")),
@@ -399,42 +437,91 @@ function markdown(source) {
   return el("div", { class: "markdown", id: "skill-md" }, out);
 }
 
+/** The skills graph: each skill a row, each import an arrow from the importing
+ *  skill to its provider, labelled with the tools it takes. */
+function skillsGraph(skills) {
+  const names = skills.map((s) => s.name);
+  const edges = skills.flatMap((s) => s.imports.map((i) => ({ from: s.name, to: i.from, tools: i.tools })));
+  if (!edges.length) return el("p", { class: "note", id: "skills-graph" }, "No skill imports another's tools.");
+  const row = 28;
+  const width = 560;
+  const y = (n) => Math.max(0, names.indexOf(n)) * row + 18;
+  return svg(
+    "svg",
+    { id: "skills-graph", viewBox: `0 0 ${width} ${names.length * row + 10}`, role: "img", "aria-label": `skill imports: ${edges.map((e) => `${e.from} imports ${e.tools.join(", ")} from ${e.to}`).join("; ")}` },
+    svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse" }, svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#0b5cad" }))),
+    names.map((n) => svg("text", { x: 0, y: y(n) + 4, "font-size": 12 }, n.slice(0, 28))),
+    edges.map((e, i) => {
+      const x = 200 + (i % 8) * 40;
+      return [
+        svg("path", { d: `M 180 ${y(e.from)} C ${x} ${y(e.from)}, ${x} ${y(e.to)}, 180 ${y(e.to)}`, fill: "none", stroke: "#0b5cad", "marker-end": "url(#arrow)" }),
+        svg("text", { x: x + 6, y: (y(e.from) + y(e.to)) / 2, "font-size": 10 }, e.tools.join(", ").slice(0, 40)),
+      ];
+    }),
+  );
+}
+
 async function skillsView() {
   let list;
+  let administered = [];
   try {
     list = await api("GET", "/api/skills");
   } catch (e) {
     return show(el("h2", {}, "Skills"), alertBox(e));
   }
+  try {
+    // The skills you may enable or disable (the operator's view), disabled ones included.
+    administered = (await api("GET", "/api/skills?all=true")).skills;
+  } catch {
+    administered = [];
+  }
+  const skills = list.skills.concat(administered.filter((a) => !list.skills.some((s) => s.name === a.name)));
+  const mayAdminister = (name) => administered.some((a) => a.name === name);
+  const status = el("div", { "aria-live": "polite" });
+  const toggle = async (s) => {
+    const verb = s.enabled ? "Disable" : "Enable";
+    if (!confirm(`${verb} the skill ${s.name}? Its tools ${s.enabled ? "leave" : "return to"} every tenant's lists.`)) return;
+    try {
+      await api("PATCH", `/api/skills/${encodeURIComponent(s.name)}`, { enabled: !s.enabled });
+      await skillsView();
+    } catch (e) {
+      status.replaceChildren(alertBox(e));
+    }
+  };
   show(
     el("h2", {}, "Skills"),
+    status,
     el(
       "div",
       { class: "table-wrap" },
       el(
         "table",
         { id: "skills" },
-        el("caption", { class: "note" }, "The skills that show to you"),
-        el("thead", {}, el("tr", {}, ["Skill", "Kind", "Enabled", "Tools"].map((h) => el("th", { scope: "col" }, h)))),
+        el("caption", { class: "note" }, "The skills that show to you, and those you may enable or disable"),
+        el("thead", {}, el("tr", {}, ["Skill", "Kind", "Enabled", "Tools", "Exports", "Imports", ""].map((h) => el("th", { scope: "col" }, h)))),
         el(
           "tbody",
           {},
-          list.skills.map((s) =>
+          skills.map((s) =>
             el(
               "tr",
               { "data-skill": s.name },
-              el("td", {}, el("a", { href: `#/skills/${encodeURIComponent(s.name)}` }, s.title || s.name)),
+              el("td", {}, s.enabled ? el("a", { href: `#/skills/${encodeURIComponent(s.name)}` }, s.title || s.name) : s.title || s.name),
               el("td", {}, s.kind),
               el("td", {}, s.enabled ? "yes" : "no"),
               el("td", {}, s.tools.length),
+              el("td", {}, s.exports.join(", ")),
+              el("td", {}, s.imports.map((i) => `${i.from}: ${i.tools.join(", ")}`).join("; ")),
+              el("td", {}, mayAdminister(s.name) ? el("button", { type: "button", "data-toggle": s.name, class: s.enabled ? "danger" : undefined, onclick: () => toggle(s) }, s.enabled ? "Disable" : "Enable") : ""),
             ),
           ),
         ),
       ),
     ),
+    el("h3", {}, "Imports between skills"),
+    skillsGraph(skills),
   );
 }
-
 async function skillView(name) {
   let info;
   try {
@@ -442,6 +529,7 @@ async function skillView(name) {
   } catch (e) {
     return show(el("p", {}, el("a", { href: "#/skills" }, "← Skills")), el("h2", {}, name), alertBox(e));
   }
+  const listed = (await api("GET", "/api/skills").catch(() => ({ skills: [] }))).skills.find((s) => s.name === name);
   show(
     el("p", {}, el("a", { href: "#/skills" }, "← Skills")),
     el("h2", {}, info.name),
@@ -450,6 +538,10 @@ async function skillView(name) {
     info.tools.length
       ? el("ul", { id: "skill-tools" }, info.tools.map((t) => el("li", {}, el("a", { href: `#/tools/${encodeURIComponent(t)}` }, t))))
       : el("p", { class: "note" }, "None: instructions only."),
+    listed && listed.exports.length ? [el("h3", {}, "Exports"), el("ul", { id: "skill-exports" }, listed.exports.map((t) => el("li", {}, el("code", {}, t))))] : "",
+    listed && listed.imports.length
+      ? [el("h3", {}, "Imports"), el("ul", { id: "skill-imports" }, listed.imports.map((i) => el("li", {}, el("a", { href: `#/skills/${encodeURIComponent(i.from)}` }, i.from), `: ${i.tools.join(", ")}`)))]
+      : "",
     info.resources && info.resources.length ? [el("h3", {}, "Files"), el("ul", {}, info.resources.map((r) => el("li", {}, el("code", {}, r))))] : "",
     el("h3", {}, "SKILL.md"),
     markdown(info.content || ""),
@@ -469,8 +561,10 @@ async function evidenceView() {
   const status = el(
     "select",
     { id: "ev-status", name: "status" },
-    ["", "ok", "error", "timeout", "cancelled", "aborted"].map((s) => el("option", { value: s, selected: s === (params.get("status") || "") }, s || "any")),
+    ["", "ok", "error", "timeout", "cancelled", "aborted", "denied"].map((s) => el("option", { value: s, selected: s === (params.get("status") || "") }, s === "denied" ? "denied (refused before it ran)" : s || "any")),
   );
+  const actor = el("input", { id: "ev-actor", name: "actor", value: params.get("actor") || "" });
+  const code = el("input", { id: "ev-code", name: "code", placeholder: "e.g. POLICY.DENY_TOOL", value: params.get("code") || "" });
   // Began at or after / before, in the browser's local time (the API takes Unix ms).
   const from = el("input", { id: "ev-from", name: "from", type: "datetime-local", step: 1 });
   const to = el("input", { id: "ev-to", name: "to", type: "datetime-local", step: 1 });
@@ -480,8 +574,11 @@ async function evidenceView() {
   const problem = el("div");
   const load = async (after) => {
     const q = new URLSearchParams();
+    const denied = status.value === "denied";
     if (tool.value.trim()) q.set("tool", tool.value.trim());
-    if (status.value) q.set("status", status.value);
+    if (status.value && !denied) q.set("status", status.value);
+    if (actor.value.trim()) q.set("actor", actor.value.trim());
+    if (code.value.trim()) q.set("code", code.value.trim());
     for (const [name, input] of [["from", from], ["to", to]]) {
       const ms = input.value ? new Date(input.value).getTime() : NaN;
       if (Number.isFinite(ms)) q.set(name, String(ms));
@@ -490,13 +587,17 @@ async function evidenceView() {
     if (after) q.set("after", after);
     let page;
     try {
-      page = await api("GET", `/api/evidence?${q}`);
+      page = await api("GET", `${denied ? "/api/denials" : "/api/evidence"}?${q}`);
     } catch (e) {
       problem.replaceChildren(alertBox(e));
       return;
     }
     problem.replaceChildren();
-    const rows = page.calls.map((c) =>
+    // A denial is shown as a call that never ran: status "denied", its code.
+    const calls = denied
+      ? page.denials.map((d) => ({ call_id: d.call_id, tool_id: d.tool, actor: d.actor, status: "denied", error_code: d.code, began_at: d.at }))
+      : page.calls;
+    const rows = calls.map((c) =>
       el(
         "tr",
         { "data-call": c.call_id },
@@ -530,6 +631,8 @@ async function evidenceView() {
       },
       el("label", { for: "ev-tool" }, "Tool", tool),
       el("label", { for: "ev-status" }, "Status", status),
+      el("label", { for: "ev-actor" }, "Actor", actor),
+      el("label", { for: "ev-code" }, "Error code", code),
       el("label", { for: "ev-from" }, "Began from", from),
       el("label", { for: "ev-to" }, "Began before", to),
       el("label", { for: "ev-call" }, "Or open a call id", callId),
@@ -542,7 +645,7 @@ async function evidenceView() {
       el(
         "table",
         { id: "calls" },
-        el("caption", { class: "note" }, "Calls of your tenant whose evidence you may read, newest first"),
+        el("caption", { class: "note" }, "Calls of your tenant whose evidence you may read, newest first (denied: refused before they ran)"),
         el(
           "thead",
           {},
@@ -562,6 +665,7 @@ function recordItem(r) {
   let title = p.event;
   if (p.event === "begin") {
     title = `Begin: ${p.tool_id} ${p.tool_version}`;
+    if (p.surface) fields.push(["Surface", p.surface]);
     fields.push(["Profile hash", el("code", {}, p.profile_hash)], ["Policy hash", el("code", {}, p.policy_hash)], ["Config hash", el("code", {}, p.config_hash)], ["Manifest digest", el("code", {}, p.manifest_digest)], ["Arguments digest", el("code", {}, p.args_digest)]);
     if (p.consent) fields.push(["Consent token", el("code", {}, p.consent.token_id || p.consent.token_digest)]);
     if (p.conversation) fields.push(["Conversation", el("a", { href: `#/evidence/${encodeURIComponent(p.conversation.id)}` }, `${p.conversation.id} turn ${p.conversation.iteration}`)]);
@@ -694,6 +798,7 @@ async function overviewView() {
           ["Calls", String(o.calls)],
           ["Calls per second", o.calls_per_second.toFixed(2)],
           ["Failed", String(failed)],
+          ["Denied", String(o.denials)],
           ["Updated (UTC)", when(o.at)],
         ].map(([k, v]) => [el("dt", {}, k), el("dd", { "data-counter": k }, v)]),
       ),
@@ -704,6 +809,20 @@ async function overviewView() {
       bars("calls by status", Object.entries(o.by_status)),
       el("h3", {}, "Failures by code"),
       bars("failures by code", Object.entries(o.by_code)),
+      el("h3", {}, "Denials by code"),
+      bars("denials by code", Object.entries(o.denials_by_code)),
+      el("h3", {}, "Latency by surface"),
+      el(
+        "div",
+        { class: "table-wrap" },
+        el(
+          "table",
+          { id: "surfaces" },
+          el("caption", { class: "note" }, "Execution time of ended calls by the surface they came through, microseconds"),
+          el("thead", {}, el("tr", {}, ["Surface", "Calls", "Failed", "p50 µs", "p99 µs"].map((h) => el("th", { scope: "col" }, h)))),
+          el("tbody", {}, o.surfaces.map((t) => el("tr", { "data-surface": t.surface }, el("td", {}, t.surface), el("td", {}, t.calls), el("td", {}, t.failed), el("td", {}, t.p50_us), el("td", {}, t.p99_us)))),
+        ),
+      ),
       el("h3", {}, "Latency by tool"),
       el(
         "div",
@@ -728,6 +847,7 @@ async function overviewView() {
                 ["Written", o.evidence.written],
                 ["Quarantined", o.evidence.quarantined],
                 ["Spool bytes", o.evidence.spool_bytes],
+                ["Drain lag (ms)", o.evidence.drain_lag_ms],
               ].map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))]),
             ),
           ]
@@ -807,6 +927,12 @@ async function simulatorView() {
   const tool = el("input", { id: "sim-tool", name: "tool", list: "sim-tools", required: true, autocomplete: "off" });
   const suggestions = el("datalist", { id: "sim-tools" }, list.tools.map((t) => el("option", { value: t.id })));
   const args = el("textarea", { id: "sim-args", name: "args", rows: 6, cols: 60, spellcheck: "false" }, "{}");
+  // Whom to ask about: yourself when empty; someone else needs action preflight
+  // on soulbase.server.simulator (another tenant: the global tenant only).
+  const asActor = el("input", { id: "sim-actor", name: "actor", autocomplete: "off", placeholder: "you" });
+  const asTenant = el("input", { id: "sim-tenant", name: "tenant", autocomplete: "off", placeholder: "your tenant" });
+  const asRoles = el("input", { id: "sim-roles", name: "roles", autocomplete: "off", placeholder: "comma-separated" });
+  const asScopes = el("input", { id: "sim-scopes", name: "scopes", autocomplete: "off", placeholder: "comma-separated" });
   const out = el("div", { id: "verdict", "aria-live": "polite" });
   const run = async () => {
     let body;
@@ -816,12 +942,21 @@ async function simulatorView() {
       out.replaceChildren(el("div", { class: "alert", role: "alert" }, `The arguments are not JSON: ${e.message}`));
       return;
     }
+    const who = new URLSearchParams();
+    for (const [name, input] of [["actor", asActor], ["tenant", asTenant], ["roles", asRoles], ["scopes", asScopes]]) {
+      if (input.value.trim()) who.set(name, input.value.trim());
+    }
     let report = null;
     let refusal = null;
     try {
-      report = await api("POST", `/api/tools/${encodeURIComponent(tool.value.trim())}/preflight`, body);
+      report = await api("POST", `/api/tools/${encodeURIComponent(tool.value.trim())}/preflight${who.size ? `?${who}` : ""}`, body);
     } catch (e) {
       refusal = e;
+    }
+    // Refused before any stage: you may not ask about that actor.
+    if (refusal && ["actor", "tenant", "roles", "scopes", "query"].includes(refusal.fields.field)) {
+      out.replaceChildren(el("h3", {}, `Not simulated: ${refusal.code}`), el("p", {}, refusal.message));
+      return;
     }
     const domain = refusal ? String(refusal.code).split(".")[0] : null;
     const failed = refusal ? STAGES.findIndex(([, domains]) => domains.includes(domain)) : -1;
@@ -855,7 +990,7 @@ async function simulatorView() {
   };
   show(
     el("h2", {}, "Policy simulator"),
-    el("p", { class: "note" }, "May you call this tool with these arguments? Every preflight check runs; nothing is executed, consumed or recorded."),
+    el("p", { class: "note" }, "May you — or the actor you name — call this tool with these arguments? Every preflight check runs; nothing is executed, consumed or recorded."),
     el(
       "form",
       {
@@ -868,6 +1003,15 @@ async function simulatorView() {
       el("label", { for: "sim-tool" }, "Tool", tool),
       suggestions,
       el("label", { for: "sim-args" }, "Arguments (JSON)", args),
+      el(
+        "fieldset",
+        {},
+        el("legend", {}, "As (optional)"),
+        el("label", { for: "sim-actor" }, "Actor", asActor),
+        el("label", { for: "sim-tenant" }, "Tenant", asTenant),
+        el("label", { for: "sim-roles" }, "Roles", asRoles),
+        el("label", { for: "sim-scopes" }, "Scopes", asScopes),
+      ),
       el("button", { type: "submit", class: "primary" }, "Simulate"),
     ),
     out,

@@ -112,6 +112,21 @@ pub struct SkillView<'a> {
     pub enabled: bool,
     /// Its tools' ids.
     pub tools: Vec<&'a ToolId>,
+    /// The names of the tools it exports to other skills.
+    pub exports: Vec<&'a str>,
+    /// What it imports from other skills.
+    pub imports: Vec<SkillImportView<'a>>,
+}
+
+/// One skill's import of another's exported tools (an edge of the skills
+/// graph).
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "SkillImport", deny_unknown_fields)]
+pub struct SkillImportView<'a> {
+    /// The providing skill.
+    pub from: &'a str,
+    /// The imported tool names.
+    pub tools: Vec<&'a str>,
 }
 
 impl<'a> SkillView<'a> {
@@ -125,6 +140,15 @@ impl<'a> SkillView<'a> {
             kind: s.kind,
             enabled: set.is_enabled(&s.name),
             tools: s.tools.iter().map(|t| t.id()).collect(),
+            exports: s.exports.tools.iter().map(String::as_str).collect(),
+            imports: s
+                .imports
+                .iter()
+                .map(|i| SkillImportView {
+                    from: &i.from,
+                    tools: i.tools.iter().map(String::as_str).collect(),
+                })
+                .collect(),
         }
     }
 }

@@ -1,11 +1,14 @@
 //! `GET /api/evidence`: the calls of the caller's tenant, newest first, one page
 //! at a time (what the console's evidence explorer and `soulbase evidence list`
-//! show) — each a Begin joined with its End, if any.
+//! show) — each a Begin joined with its End, if any. `GET /api/denials`: the
+//! calls refused before they ran (their Denial records), the same way.
 //!
 //! Only the caller's own tenant is read, and only calls of tools whose evidence
 //! the caller may read (action `read_evidence` on the tool, as for
 //! `GET /api/evidence/{call_id}`): the others are left out of the page, so a page
-//! may hold fewer than `limit` calls while `next` still leads on.
+//! may hold fewer than `limit` calls while `next` still leads on. A denial that
+//! names no tool id at all is shown to callers who may read the audit log
+//! (`read_evidence` on `soulbase.server.audit`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,11 +18,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use soulbase_auth::Action;
 use soulbase_edge::{CallObserver, Surface};
-use soulbase_errors::SoulError;
+use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert;
-use soulbase_observe::{CallPage, EndStatus, EvidenceQuery, MAX_PAGE, PageCursor};
-use soulbase_types::{ToolId, UnixMillis};
+use soulbase_observe::{
+    CallPage, DenialPage, DenialSummary, EndStatus, EvidenceQuery, MAX_PAGE, PageCursor,
+};
+use soulbase_types::{ActorId, ToolId, UnixMillis};
 
 use crate::app::App;
 use crate::http_api::{error_response, may_read_evidence, subject, typed_response};
@@ -38,6 +44,12 @@ pub struct EvidenceListQuery {
     /// Only calls that ended so.
     #[schemars(with = "Option<EndStatus>")]
     pub status: Option<String>,
+    /// Only calls made by this actor.
+    #[schemars(with = "Option<soulbase_types::ActorId>")]
+    pub actor: Option<String>,
+    /// Only calls that ended with this stable error code (e.g. `PROVIDER.TIMEOUT`).
+    #[schemars(with = "Option<soulbase_errors::ErrorCode>")]
+    pub code: Option<String>,
     /// Calls that began at or after this instant (Unix milliseconds).
     #[schemars(with = "Option<u64>")]
     pub from: Option<String>,
@@ -63,6 +75,20 @@ fn millis(field: &str, value: Option<&str>) -> Result<Option<UnixMillis>, SoulEr
                 })
         })
         .transpose()
+}
+
+/// How long a listing waits for the spool to drain what this process
+/// accepted a moment ago (a call just answered is listed too).
+pub(crate) const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Waits, at most [`DRAIN_WAIT`], until what the spool holds is in the store
+/// (at once when it is caught up); a listing read before then is still valid.
+pub(crate) async fn drained(app: &App) {
+    if let Some(p) = &app.persistence
+        && let Err(e) = p.sink.wait_drained(DRAIN_WAIT).await
+    {
+        tracing::debug!(error = %e, "evidence listed before the spool drained");
+    }
 }
 
 /// The store query `q` asks for, for `tenant`.
@@ -94,6 +120,24 @@ fn query_of(
             .as_deref()
             .map(|s| convert::enum_name::<EndStatus>("status", s))
             .transpose()?,
+        actor: q
+            .actor
+            .as_deref()
+            .map(|a| {
+                ActorId::new(a).map_err(|e| {
+                    convert::invalid("actor", format!("actor is invalid: {}", e.reason))
+                })
+            })
+            .transpose()?,
+        code: q
+            .code
+            .as_deref()
+            .map(|c| {
+                ErrorCode::parse(c).ok_or_else(|| {
+                    convert::invalid("code", format!("{c} is not a stable error code"))
+                })
+            })
+            .transpose()?,
         limit,
         after: q.after.as_deref().map(PageCursor::parse).transpose()?,
     };
@@ -111,6 +155,7 @@ async fn list(
     let Some(p) = &app.persistence else {
         return Ok(CallPage::default());
     };
+    drained(app).await;
     let mut page = p.evidence.list(&query).await?;
     // Each tool's answer once per page.
     let mut readable: HashMap<ToolId, bool> = HashMap::new();
@@ -134,7 +179,7 @@ async fn list(
     Ok(page)
 }
 
-/// `GET /api/evidence?tool=&status=&from=&to=&limit=&after=`: the caller's
+/// `GET /api/evidence?tool=&status=&actor=&code=&from=&to=&limit=&after=`: the caller's
 /// tenant's calls whose evidence it may read, newest first.
 pub(crate) async fn list_evidence(
     State(app): State<Arc<App>>,
@@ -144,10 +189,119 @@ pub(crate) async fn list_evidence(
     let Ok(Query(q)) = query else {
         return error_response(&convert::invalid(
             "query",
-            "unknown or malformed query parameter (tool, status, from, to, limit, after)",
+            "unknown or malformed query parameter (tool, status, actor, code, from, to, limit, after)",
         ));
     };
     match list(&app, &headers, &q).await {
+        Ok(page) => typed_response(StatusCode::OK, &page),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
+/// `GET /api/denials` query: the listing's filters, without `status` (a
+/// denied call never ran).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DenialListQuery {
+    /// Only calls of this tool.
+    #[schemars(with = "Option<ToolId>")]
+    pub tool: Option<String>,
+    /// Only calls made by this actor.
+    #[schemars(with = "Option<soulbase_types::ActorId>")]
+    pub actor: Option<String>,
+    /// Only calls refused with this stable error code (e.g. `POLICY.DENY_TOOL`).
+    #[schemars(with = "Option<soulbase_errors::ErrorCode>")]
+    pub code: Option<String>,
+    /// Calls refused at or after this instant (Unix milliseconds).
+    #[schemars(with = "Option<u64>")]
+    pub from: Option<String>,
+    /// Calls refused strictly before this instant (Unix milliseconds).
+    #[schemars(with = "Option<u64>")]
+    pub to: Option<String>,
+    /// At most this many denials (default 50).
+    #[schemars(with = "Option<u32>", range(min = 1, max = MAX_PAGE))]
+    pub limit: Option<String>,
+    /// Continue after this cursor (the previous page's `next`).
+    pub after: Option<String>,
+}
+
+impl DenialListQuery {
+    fn as_listing(&self) -> EvidenceListQuery {
+        EvidenceListQuery {
+            tool: self.tool.clone(),
+            status: None,
+            actor: self.actor.clone(),
+            code: self.code.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            limit: self.limit.clone(),
+            after: self.after.clone(),
+        }
+    }
+}
+
+async fn denials(
+    app: &App,
+    headers: &HeaderMap,
+    q: &DenialListQuery,
+) -> Result<DenialPage, SoulError> {
+    let subject = subject(app, headers).await?;
+    let query = query_of(subject.tenant.clone(), &q.as_listing())?;
+    query.validate_denials()?;
+    let Some(p) = &app.persistence else {
+        return Ok(DenialPage::default());
+    };
+    drained(app).await;
+    let mut page = p.evidence.list_denials(&query).await?;
+    page.denials = readable_denials(app, &subject, page.denials, &mut HashMap::new()).await?;
+    Ok(page)
+}
+
+/// The `denials` whose evidence `subject` may read: those of tools it may
+/// read the evidence of; a name that is no tool id is asked about as the audit
+/// log. `cache` keeps each resource's answer (one question per resource).
+pub(crate) async fn readable_denials(
+    app: &App,
+    subject: &soulbase_types::Subject,
+    denials: Vec<DenialSummary>,
+    cache: &mut HashMap<ToolId, bool>,
+) -> Result<Vec<DenialSummary>, SoulError> {
+    let audit = ToolId::new(Action::AUDIT_RESOURCE).map_err(SoulError::internal)?;
+    let mut kept = Vec::with_capacity(denials.len());
+    for denial in denials {
+        let resource = ToolId::new(denial.tool.as_str()).unwrap_or_else(|_| audit.clone());
+        let may = match cache.get(&resource) {
+            Some(may) => *may,
+            None => {
+                let may = may_read_evidence(app, subject, &resource).await.is_ok();
+                cache.insert(resource, may);
+                may
+            }
+        };
+        if may {
+            kept.push(denial);
+        }
+    }
+    Ok(kept)
+}
+
+/// `GET /api/denials?tool=&actor=&code=&from=&to=&limit=&after=`: the caller's
+/// tenant's calls refused before they ran, newest first.
+pub(crate) async fn list_denials(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<DenialListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (tool, actor, code, from, to, limit, after)",
+        ));
+    };
+    match denials(&app, &headers, &q).await {
         Ok(page) => typed_response(StatusCode::OK, &page),
         Err(e) => {
             app.metrics.refused(Surface::Http, e.code());
@@ -167,7 +321,21 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_field() {
-        let cases: [(EvidenceListQuery, &str); 6] = [
+        let cases: [(EvidenceListQuery, &str); 8] = [
+            (
+                EvidenceListQuery {
+                    actor: Some("".into()),
+                    ..Default::default()
+                },
+                "actor",
+            ),
+            (
+                EvidenceListQuery {
+                    code: Some("NOT.A_CODE".into()),
+                    ..Default::default()
+                },
+                "code",
+            ),
             (
                 EvidenceListQuery {
                     tool: Some("nope".into()),
@@ -227,11 +395,15 @@ mod tests {
         let q = EvidenceListQuery {
             tool: Some("soulbase.builtin.echo".into()),
             status: Some("error".into()),
+            actor: Some("alice".into()),
+            code: Some("PROVIDER.TIMEOUT".into()),
             from: Some("10".into()),
             limit: Some("7".into()),
             ..Default::default()
         };
         let query = query_of(tenant(), &q).unwrap();
+        assert_eq!(query.actor.as_ref().unwrap().as_str(), "alice");
+        assert_eq!(query.code, Some(ErrorCode::ProviderTimeout));
         assert_eq!(query.tenant, tenant());
         assert_eq!(query.tool.unwrap().as_str(), "soulbase.builtin.echo");
         assert_eq!(query.status, Some(EndStatus::Error));

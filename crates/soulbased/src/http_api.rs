@@ -64,7 +64,7 @@ use soulbase_grpc::convert;
 use soulbase_mcp::sessions::McpSessions;
 use soulbase_observe::EvidenceEvent;
 use soulbase_tools::{ToolFilter, ToolOwner};
-use soulbase_types::{CallId, Subject, ToolId};
+use soulbase_types::{ActorId, CallId, Subject, TenantId, ToolId};
 
 use crate::app::App;
 use crate::bodies::{
@@ -416,13 +416,107 @@ async fn call_request(
     Ok((subject, call))
 }
 
+/// `POST /api/tools/{id}/preflight` query: whom to ask about, when not the
+/// caller (the policy simulator). Every value as text, so a bad one is refused
+/// naming its field.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PreflightAs {
+    /// Ask about this actor instead of the caller (needs action `preflight` on
+    /// `soulbase.server.simulator`).
+    #[schemars(with = "Option<soulbase_types::ActorId>")]
+    pub actor: Option<String>,
+    /// Of this tenant (default: the caller's; another tenant only for a caller
+    /// of the `global` tenant).
+    #[schemars(with = "Option<TenantId>")]
+    pub tenant: Option<String>,
+    /// Holding these roles (comma-separated; default none).
+    pub roles: Option<String>,
+    /// Holding these scopes (comma-separated; default none).
+    pub scopes: Option<String>,
+}
+
+/// The subject a preflight asks about: the caller's own, or — for the policy
+/// simulator — the one `q` names, when `caller` may ask on others' behalf
+/// (action `preflight` on [`Action::SIMULATOR_RESOURCE`]; another tenant only
+/// from the `global` tenant).
+async fn preflight_subject(
+    app: &App,
+    caller: Subject,
+    q: &PreflightAs,
+) -> Result<Subject, SoulError> {
+    if q.actor.is_none() && q.tenant.is_none() && q.roles.is_none() && q.scopes.is_none() {
+        return Ok(caller);
+    }
+    let actor = q.actor.as_deref().ok_or_else(|| {
+        convert::invalid(
+            "actor",
+            "name the actor to ask about (tenant, roles and scopes go with it)",
+        )
+    })?;
+    let actor = ActorId::new(actor)
+        .map_err(|e| convert::invalid("actor", format!("actor is invalid: {}", e.reason)))?;
+    let tenant = match q.tenant.as_deref() {
+        None => caller.tenant.clone(),
+        Some(t) => TenantId::new(t)
+            .map_err(|e| convert::invalid("tenant", format!("tenant is invalid: {}", e.reason)))?,
+    };
+    let resource = ToolId::new(Action::SIMULATOR_RESOURCE).map_err(SoulError::internal)?;
+    app.authorizer
+        .authorize(AuthzRequest {
+            subject: &caller,
+            tool: &resource,
+            tool_tenant: None,
+            action: Action::Preflight,
+            tool_scopes: &[],
+        })
+        .await
+        .map_err(|e| {
+            SoulError::new(
+                ErrorCode::AuthForbidden,
+                "asking about another actor needs action preflight on soulbase.server.simulator",
+            )
+            .with_field("field", "actor")
+            .with_source(e)
+        })?;
+    if tenant != caller.tenant && caller.tenant != TenantId::global() {
+        return Err(SoulError::new(
+            ErrorCode::AuthForbidden,
+            "only a caller of the global tenant may ask about another tenant's actors",
+        )
+        .with_field("field", "tenant"));
+    }
+    let list = |v: &Option<String>| -> std::collections::BTreeSet<String> {
+        v.as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    Ok(Subject {
+        tenant,
+        actor,
+        roles: list(&q.roles),
+        scopes: list(&q.scopes),
+    })
+}
+
 async fn preflight(
     State(app): State<Arc<App>>,
     Param(id): Param,
     headers: HeaderMap,
+    query: Result<Query<PreflightAs>, axum::extract::rejection::QueryRejection>,
     body: Bytes,
 ) -> Response {
-    let call = match call_request(&app, &id, &headers, &body).await {
+    let Ok(Query(who)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (actor, tenant, roles, scopes)",
+        ));
+    };
+    let mut call = match call_request(&app, &id, &headers, &body).await {
         Ok((_, Ok(call))) => call,
         Ok((_, Err(e))) => {
             app.metrics.refused(Surface::Http, e.code());
@@ -430,6 +524,13 @@ async fn preflight(
         }
         Err(e) => return error_response(&e),
     };
+    match preflight_subject(&app, call.subject.clone(), &who).await {
+        Ok(subject) => call.subject = subject,
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            return error_response(&e);
+        }
+    }
     match app.stack.preflight(call).await {
         Ok(report) => typed_response(StatusCode::OK, &report),
         Err(e) => error_response(&e),
@@ -1078,6 +1179,7 @@ pub const ROUTES: &[Route] = &[
     Route::tools(Method::GET, "/api/tools"),
     Route::tools(Method::POST, "/api/tools/{id}/preflight"),
     Route::tools(Method::POST, "/api/tools/{id}/invoke"),
+    Route::tools(Method::PUT, "/api/tools/{id}/state"),
     Route::tools(Method::GET, "/api/skills"),
     Route::tools(Method::GET, "/api/skills/{name}"),
     Route::tools(Method::PATCH, "/api/skills/{name}"),
@@ -1091,6 +1193,7 @@ pub const ROUTES: &[Route] = &[
     Route::tools(Method::GET, "/api/overview"),
     Route::tools(Method::GET, "/api/quarantine"),
     Route::tools(Method::GET, "/api/evidence"),
+    Route::tools(Method::GET, "/api/denials"),
     Route::tools(Method::GET, "/api/evidence/{call_id}"),
     Route::always(Method::GET, "/api/audit"),
     Route::tools(Method::POST, "/api/consent"),
@@ -1110,6 +1213,7 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("GET", "/api/tools") => get(list_tools),
         ("POST", "/api/tools/{id}/preflight") => post(preflight),
         ("POST", "/api/tools/{id}/invoke") => post(invoke),
+        ("PUT", "/api/tools/{id}/state") => put(crate::tool_state_api::put_tool_state),
         ("GET", "/api/skills") => get(list_skills),
         ("PATCH", "/api/skills/{name}") => patch(patch_skill),
         ("POST", "/api/reload") => post(reload),
@@ -1118,6 +1222,7 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("GET", "/api/overview") => get(crate::overview_api::get_overview),
         ("GET", "/api/quarantine") => get(crate::quarantine_api::list_quarantine),
         ("GET", "/api/evidence") => get(crate::evidence_api::list_evidence),
+        ("GET", "/api/denials") => get(crate::evidence_api::list_denials),
         ("GET", "/api/evidence/{call_id}") => get(read_evidence),
         ("GET", "/api/audit") => get(crate::audit_api::list_audit),
         ("POST", "/api/consent") => post(issue_consent),

@@ -63,3 +63,4 @@ pub mod overview_api;
 pub mod quarantine_api;
 pub mod server;
 pub mod telemetry;
+pub mod tool_state_api;

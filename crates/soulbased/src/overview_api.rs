@@ -4,9 +4,11 @@
 //! Computed from the evidence store (the same calls `GET /api/evidence` lists:
 //! only tools whose evidence the caller may read): over the last `window_s`
 //! seconds, at most [`MAX_CALLS`] calls, newest first — how many, per second,
-//! by status, by error code, and each tool's p50/p99 execution time. A caller of
-//! the `global` tenant (the operator) also gets the process's evidence queue:
-//! records not yet in the store, written, quarantined, spool bytes.
+//! by status, by error code, each surface's and each tool's p50/p99 execution
+//! time — and the calls refused before they ran, by code (at most [`MAX_CALLS`]
+//! too). A caller of the `global` tenant (the operator) also gets the process's
+//! evidence queue: records not yet in the store, written, quarantined, spool
+//! bytes, drain lag.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -23,14 +25,13 @@ use soulbase_observe::{EndStatus, EvidenceQuery, MAX_PAGE};
 use soulbase_types::{TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
+use crate::evidence_api::readable_denials;
 use crate::http_api::{error_response, may_read_evidence, subject, typed_response};
 
 /// The window without `window_s`: five minutes.
 pub const DEFAULT_WINDOW_S: u64 = 300;
 /// The longest window: a day.
 pub const MAX_WINDOW_S: u64 = 86_400;
-/// How long an overview waits for the spool to drain what it accepted.
-const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The most calls one overview reads.
 pub const MAX_CALLS: usize = 10_000;
@@ -60,6 +61,23 @@ pub struct ToolFigures {
     pub p99_us: u64,
 }
 
+/// One surface's calls in the window.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SurfaceFigures {
+    /// `grpc`, `http`, `mcp`, `cli`, or `unrecorded` (calls made by linking the
+    /// crates, and records written before the surface was recorded).
+    pub surface: String,
+    /// Calls that began in the window.
+    pub calls: u64,
+    /// Calls that ended other than `ok`.
+    pub failed: u64,
+    /// Median execution time of its ended calls, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile, microseconds.
+    pub p99_us: u64,
+}
+
 /// The process's evidence queue (for the operator).
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
@@ -72,6 +90,10 @@ pub struct EvidenceQueue {
     pub quarantined: u64,
     /// Bytes in the spool.
     pub spool_bytes: u64,
+    /// How long the store has been behind the spool, milliseconds: an upper
+    /// bound on the age of the oldest record not yet in the store (0 while
+    /// caught up).
+    pub drain_lag_ms: u64,
 }
 
 /// `GET /api/overview`.
@@ -94,8 +116,14 @@ pub struct Overview {
     pub by_status: BTreeMap<String, u64>,
     /// Failed calls by stable error code.
     pub by_code: BTreeMap<String, u64>,
+    /// Each surface's figures, busiest first.
+    pub surfaces: Vec<SurfaceFigures>,
     /// Each tool's figures, busiest first.
     pub tools: Vec<ToolFigures>,
+    /// Calls refused before they ran in the window.
+    pub denials: u64,
+    /// Those refusals by stable error code.
+    pub denials_by_code: BTreeMap<String, u64>,
     /// The evidence queue: for a caller of the `global` tenant only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<EvidenceQueue>,
@@ -148,9 +176,7 @@ async fn overview(
     if let Some(p) = &app.persistence {
         // What this process accepted a moment ago is read too (a call's End
         // reaches the store through the spool).
-        if let Err(e) = p.sink.wait_drained(DRAIN_WAIT).await {
-            tracing::debug!(error = %e, "overview read before the spool drained");
-        }
+        crate::evidence_api::drained(app).await;
         let mut query = EvidenceQuery::tenant(subject.tenant.clone(), MAX_PAGE);
         query.from = Some(from);
         loop {
@@ -171,6 +197,7 @@ async fn overview(
     let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_code: BTreeMap<String, u64> = BTreeMap::new();
     let mut per_tool: HashMap<ToolId, (u64, u64, Vec<u64>)> = HashMap::new();
+    let mut per_surface: HashMap<String, (u64, u64, Vec<u64>)> = HashMap::new();
     let mut counted = 0u64;
     for call in calls {
         let may = match readable.get(&call.tool_id) {
@@ -193,11 +220,18 @@ async fn overview(
         if let Some(code) = call.error_code {
             *by_code.entry(code.as_str().to_owned()).or_default() += 1;
         }
-        let entry = per_tool.entry(call.tool_id).or_default();
-        entry.0 += 1;
-        entry.1 += u64::from(failed);
-        if let Some(us) = call.duration_us {
-            entry.2.push(us);
+        let surface = call
+            .surface
+            .map_or("unrecorded", soulbase_types::Surface::as_str);
+        for entry in [
+            per_tool.entry(call.tool_id).or_default(),
+            per_surface.entry(surface.to_owned()).or_default(),
+        ] {
+            entry.0 += 1;
+            entry.1 += u64::from(failed);
+            if let Some(us) = call.duration_us {
+                entry.2.push(us);
+            }
         }
     }
     let mut tools: Vec<ToolFigures> = per_tool
@@ -214,6 +248,25 @@ async fn overview(
         })
         .collect();
     tools.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.tool.cmp(&b.tool)));
+    let mut surfaces: Vec<SurfaceFigures> = per_surface
+        .into_iter()
+        .map(|(surface, (calls, failed, mut us))| {
+            us.sort_unstable();
+            SurfaceFigures {
+                surface,
+                calls,
+                failed,
+                p50_us: quantile(&us, 0.5),
+                p99_us: quantile(&us, 0.99),
+            }
+        })
+        .collect();
+    surfaces.sort_by(|a, b| {
+        b.calls
+            .cmp(&a.calls)
+            .then_with(|| a.surface.cmp(&b.surface))
+    });
+    let (denials, denials_by_code) = denials_in(app, &subject, from).await?;
     let evidence = (subject.tenant == TenantId::global())
         .then(|| app.metrics.evidence_stats())
         .flatten()
@@ -222,6 +275,7 @@ async fn overview(
             written: s.written(),
             quarantined: s.quarantined(),
             spool_bytes: s.spool_bytes(),
+            drain_lag_ms: u64::try_from(s.drain_lag().as_millis()).unwrap_or(u64::MAX),
         });
     Ok(Overview {
         tenant: subject.tenant,
@@ -232,9 +286,43 @@ async fn overview(
         truncated,
         by_status,
         by_code,
+        surfaces,
         tools,
+        denials,
+        denials_by_code,
         evidence,
     })
+}
+
+/// The caller's readable denials since `from` (at most [`MAX_CALLS`] read), and
+/// how many of each code.
+async fn denials_in(
+    app: &App,
+    subject: &soulbase_types::Subject,
+    from: UnixMillis,
+) -> Result<(u64, BTreeMap<String, u64>), SoulError> {
+    let mut by_code: BTreeMap<String, u64> = BTreeMap::new();
+    let mut count = 0u64;
+    let Some(p) = &app.persistence else {
+        return Ok((count, by_code));
+    };
+    let mut query = EvidenceQuery::tenant(subject.tenant.clone(), MAX_PAGE);
+    query.from = Some(from);
+    let mut cache = HashMap::new();
+    let mut read = 0usize;
+    loop {
+        let page = p.evidence.list_denials(&query).await?;
+        read += page.denials.len();
+        for d in readable_denials(app, subject, page.denials, &mut cache).await? {
+            count += 1;
+            *by_code.entry(d.code.as_str().to_owned()).or_default() += 1;
+        }
+        match page.next {
+            Some(next) if read < MAX_CALLS => query.after = Some(next),
+            _ => break,
+        }
+    }
+    Ok((count, by_code))
 }
 
 /// `GET /api/overview?window_s=`: the caller's tenant's recent calls, summed.

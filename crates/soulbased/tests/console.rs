@@ -51,6 +51,7 @@ policy:
   rules:
     - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling", "skills.*"], actions: [list, invoke, read_evidence, enable, disable] }}
     - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations", "soulbase.server.quarantine"], actions: [read_evidence] }}
+    - {{ effect: allow, tenant: acme, tools: ["soulbase.server.simulator"], actions: [preflight] }}
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
 model:
@@ -279,6 +280,7 @@ fn seed_evidence(dir: &Path, calls: usize) {
                     calling_skill: None,
                     consent: None,
                     conversation: None,
+                    surface: None,
                 }),
             );
             let end = Envelope::new(
@@ -601,6 +603,40 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         "{denied:?}"
     );
     assert_eq!(verdict_of("quota"), "not reached", "{denied:?}");
+    // As another actor of the tenant (the caller may ask: `preflight` on
+    // `soulbase.server.simulator`), every stage passed; another tenant's actor is
+    // not simulated for a caller outside the global tenant.
+    let as_ivy = verdicts("sim-as");
+    assert_eq!(as_ivy.len(), 7, "{as_ivy:?}");
+    assert!(as_ivy.iter().all(|(_, v)| v == "passed"), "{as_ivy:?}");
+    let other = found["sim-other-tenant"]["text"].as_str().unwrap();
+    assert!(other.contains("Not simulated: AUTH.FORBIDDEN"), "{other}");
+    assert!(other.contains("global tenant"), "{other}");
+    // Denials in the explorer: the refused call, found by its code; none by an
+    // actor who made none.
+    let denials = found["denials"]["calls"].as_array().unwrap();
+    assert!(
+        denials.iter().any(|row| {
+            let cells = row.as_array().unwrap();
+            cells[0] == DENIED_CALL && cells[3] == "denied" && cells[4] == code.as_str()
+        }),
+        "{denials:?}"
+    );
+    assert_eq!(found["denials-nobody"]["rows"], 0);
+    // The skill disabled and enabled again from the skills page; no imports.
+    let toggled = &found["skill-toggle"];
+    assert_eq!(
+        (&toggled["off"], &toggled["on"]),
+        (&json!("no"), &json!("yes")),
+        "{toggled}"
+    );
+    assert!(
+        toggled["graph"]
+            .as_str()
+            .unwrap()
+            .contains("No skill imports"),
+        "{toggled}"
+    );
     // The overview: a burst of 20 calls moves its counters; the tools' latency
     // and the charts are there.
     let overview = &found["overview"];
@@ -625,7 +661,17 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
             .any(|t| t == "soulbase.builtin.echo"),
         "{overview}"
     );
-    assert!(overview["charts"].as_u64().unwrap() >= 4, "{overview}");
+    assert!(overview["charts"].as_u64().unwrap() >= 5, "{overview}");
+    // The refused call counts among the denials; HTTP calls show by surface.
+    assert!(overview["denied"].as_u64().unwrap() >= 1, "{overview}");
+    assert!(
+        overview["surfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s == "http"),
+        "{overview}"
+    );
     // Network refusals the page shows on purpose (another tenant's call) are the
     // only errors the browser saw.
     let problems: Vec<&str> = found["problems"]["problems"]
@@ -648,6 +694,9 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         "refused.png",
         "tools-phone.png",
         "tool-disabled.png",
+        "evidence-denials.png",
+        "simulator-as.png",
+        "skills.png",
     ] {
         assert!(shots.join(shot).metadata().unwrap().len() > 1000, "{shot}");
     }
@@ -736,10 +785,64 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
         "/api/overview",
         "/api/quarantine",
         "/api/skills",
+        "/api/denials",
     ] {
         let (status, body) = http(&server.http, "GET", path, &[], "").await;
         assert_eq!(status, 401, "{path}: {body}");
     }
+    // Denials, like calls, are listed to their own tenant only.
+    let refused = invoke(
+        &server,
+        "acme",
+        "soulbase.builtin.sleep",
+        r#"{"ms": 1}"#,
+        None,
+    )
+    .await;
+    assert_eq!(refused["status"], "denied", "{refused}");
+    let denials = |auth: String| {
+        let addr = server.http.clone();
+        async move {
+            let (status, body) = http(
+                &addr,
+                "GET",
+                "/api/denials?code=POLICY.DENY_TOOL",
+                &[("authorization", &auth)],
+                "",
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            let page: Value = serde_json::from_str(&body).unwrap();
+            page["denials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["call_id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let refused_id = refused["call_id"].as_str().unwrap().to_owned();
+    assert_eq!(denials(acme.clone()).await, [refused_id]);
+    assert!(denials(beta.clone()).await.is_empty());
+    // The simulator asks about another tenant's actor only for a caller of the
+    // global tenant (beta's `invoke` on `*` implies `preflight` on the
+    // simulator, so the tenant is what refuses it).
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/preflight?actor=ana&tenant=acme",
+        &[
+            ("authorization", &beta),
+            ("content-type", "application/json"),
+        ],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("AUTH.FORBIDDEN") && body.contains("\"tenant\""),
+        "{body}"
+    );
     let list = |auth: String| {
         let addr = server.http.clone();
         async move {
@@ -794,4 +897,15 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
     .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("\"status\""), "{body}");
+    // A denial has no end status: the denials listing takes none.
+    let (status, body) = http(
+        &server.http,
+        "GET",
+        "/api/denials?status=ok",
+        &[("authorization", &acme)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("\"query\""), "{body}");
 }

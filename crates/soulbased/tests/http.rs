@@ -176,6 +176,7 @@ async fn health_readiness_metrics_and_reload() {
     assert!(text.contains("soulbase_denials_total{surface=\"http\",code=\"POLICY.DENY_TOOL\"} 1"));
     assert!(text.contains("soulbase_call_duration_seconds_count{surface=\"http\"} 2"));
     assert!(text.contains("# TYPE soulbase_evidence_queue_depth gauge"));
+    assert!(text.contains("# TYPE soulbase_evidence_drain_lag_seconds gauge"));
     assert!(
         text.contains("soulbase_evidence_quarantined_total 0"),
         "{text}"

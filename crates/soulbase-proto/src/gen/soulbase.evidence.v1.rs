@@ -50,6 +50,13 @@ pub struct ListCallsRequest {
     /// The `next_page` of the previous page (empty: the first page).
     #[prost(string, tag = "7")]
     pub after: ::prost::alloc::string::String,
+    /// Only calls made by this actor (empty: any).
+    #[prost(string, tag = "8")]
+    pub actor: ::prost::alloc::string::String,
+    /// Only calls that ended, or were refused, with this stable error code, e.g.
+    /// `POLICY.DENY_TOOL` (empty: any).
+    #[prost(string, tag = "9")]
+    pub code: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ListCallsResponse {
@@ -57,6 +64,16 @@ pub struct ListCallsResponse {
     /// first.
     #[prost(string, repeated, tag = "1")]
     pub calls_json: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Pass as `after` for the next page; empty on the last page.
+    #[prost(string, tag = "2")]
+    pub next_page: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ListDenialsResponse {
+    /// Denial summaries as JSON text (`{call_id, denial_id, tool, code, …}`),
+    /// newest first.
+    #[prost(string, repeated, tag = "1")]
+    pub denials_json: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     /// Pass as `after` for the next page; empty on the last page.
     #[prost(string, tag = "2")]
     pub next_page: ::prost::alloc::string::String,
@@ -220,6 +237,32 @@ pub mod evidence_client {
                 .insert(GrpcMethod::new("soulbase.evidence.v1.Evidence", "ListCalls"));
             self.inner.unary(req, path, codec).await
         }
+        /// Calls refused before execution (their Denial records), newest first,
+        /// filtered like ListCalls (`status` must be empty) and paginated.
+        pub async fn list_denials(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ListCallsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ListDenialsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/soulbase.evidence.v1.Evidence/ListDenials",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("soulbase.evidence.v1.Evidence", "ListDenials"));
+            self.inner.unary(req, path, codec).await
+        }
         /// What the evidence of one call proves (never re-executes anything).
         pub async fn replay(
             &mut self,
@@ -274,6 +317,15 @@ pub mod evidence_server {
             request: tonic::Request<super::ListCallsRequest>,
         ) -> std::result::Result<
             tonic::Response<super::ListCallsResponse>,
+            tonic::Status,
+        >;
+        /// Calls refused before execution (their Denial records), newest first,
+        /// filtered like ListCalls (`status` must be empty) and paginated.
+        async fn list_denials(
+            &self,
+            request: tonic::Request<super::ListCallsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ListDenialsResponse>,
             tonic::Status,
         >;
         /// What the evidence of one call proves (never re-executes anything).
@@ -474,6 +526,51 @@ pub mod evidence_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ListCallsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/soulbase.evidence.v1.Evidence/ListDenials" => {
+                    #[allow(non_camel_case_types)]
+                    struct ListDenialsSvc<T: Evidence>(pub Arc<T>);
+                    impl<
+                        T: Evidence,
+                    > tonic::server::UnaryService<super::ListCallsRequest>
+                    for ListDenialsSvc<T> {
+                        type Response = super::ListDenialsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ListCallsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Evidence>::list_denials(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ListDenialsSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -33,6 +33,9 @@ pub struct ToolCall {
     /// The agent-loop conversation making the call, and its model turn
     /// (recorded in the Begin).
     pub conversation: Option<soulbase_observe::ConversationRef>,
+    /// The surface the call came through (recorded in the Begin; `None` for a
+    /// call made by linking the crates directly).
+    pub surface: Option<soulbase_types::Surface>,
     /// Where the tool's progress and log messages go while it runs (given to the
     /// executor; [`Reporter::none`] unless the caller's surface delivers them).
     pub reporter: Reporter,
@@ -52,6 +55,7 @@ impl ToolCall {
             trace: None,
             calling_skill: None,
             conversation: None,
+            surface: None,
             reporter: Reporter::none(),
         }
     }

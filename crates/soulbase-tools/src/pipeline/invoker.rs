@@ -1027,6 +1027,7 @@ impl Invoker {
                     calling_skill: call.calling_skill.clone(),
                     consent: consent_used(call, manifest),
                     conversation: call.conversation.clone().map(Box::new),
+                    surface: call.surface,
                 }),
             );
             let begin_id = begin.id.clone();

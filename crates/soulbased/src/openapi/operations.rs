@@ -19,13 +19,14 @@ use crate::access_api::{AllowListBody, OverrideBody};
 use crate::audit_api::AuditQuery;
 use crate::bodies::{
     AuditList, EvidenceBody, ModelTools, Prompt, ReloadReport, RevokedConsent, SkillList,
-    SkillView, Status, ToolList,
+    SkillView, Status, ToolList, ToolView,
 };
-use crate::evidence_api::EvidenceListQuery;
-use crate::http_api::{ConsentBody, ListQuery, Route, SkillPatch, SkillsQuery};
+use crate::evidence_api::{DenialListQuery, EvidenceListQuery};
+use crate::http_api::{ConsentBody, ListQuery, PreflightAs, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
 use crate::overview_api::{Overview, OverviewQuery};
 use crate::quarantine_api::QuarantineList;
+use crate::tool_state_api::ToolStateBody;
 
 /// One operation of the document, being described.
 pub(crate) struct Op {
@@ -235,12 +236,19 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .json(200, "The list.", spec.response::<ToolList<'_>>())
             .fails(&[400, 403, 404]),
         ("POST", "/api/tools/{id}/preflight") => Op::authenticated("preflightTool", "tools", "Dry-run a call")
-            .describe("Runs every check of an invocation (resolve, input schema, authorization, terms, quota, consent) without executing or consuming anything.")
+            .describe("Runs every check of an invocation (resolve, input schema, authorization, terms, quota, consent) without executing or consuming anything. By default it asks about the caller. The policy simulator asks about someone else: `actor` (with optional `tenant`, `roles`, `scopes`) needs action `preflight` on `soulbase.server.simulator`; another tenant's actor only from a caller of the `global` tenant (else `AUTH.FORBIDDEN` naming `tenant`).")
             .params([shared("ToolId")])
+            .params(spec.query::<PreflightAs>())
             .params(call_options())
             .body(false, described::arguments(spec), json!({"hello": "world"}))
             .json(200, "The call would run.", described::preflight_report(spec))
             .fails(&[400, 402, 403, 404, 429, 503]),
+        ("PUT", "/api/tools/{id}/state") => Op::authenticated("setToolState", "tools", "Enable, pause or deprecate a tool")
+            .describe("A tool of the caller's tenant (`owner: tenant`, the default) or a global tool (`owner: global`). Needs the change's action on the tool: `enable`, `disable` (to pause) or `deprecate`. Applied through the registry (announced to every replica) and written to the audit log naming the caller; the answer is the tool as the caller now sees it. A tenant pausing a global tool for itself only is `PUT /api/access/overrides/{id}`.")
+            .params([shared("ToolId")])
+            .body(true, spec.request::<ToolStateBody>(), json!({"change": "pause"}))
+            .json(200, "The tool after the change.", spec.response::<ToolView<'_>>())
+            .fails(&[400, 403, 404, 409, 503]),
         ("POST", "/api/tools/{id}/invoke") => {
             let mut op = Op::new("invokeTool", "tools", "Invoke a tool through the governed path")
                 .describe("Answers the whole normalized `CallResult` with the HTTP status of its code; only an unauthenticated caller and a body refused by the limits get the error envelope. A deprecated tool's answer carries `Deprecation` and `Sunset` headers.")
@@ -318,7 +326,7 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .describe("The OpenAPI document of the HTTP API, as committed in `docs/openapi.json`.")
             .json(200, "The document.", described::openapi_document()),
         ("GET", "/api/overview") => Op::authenticated("getOverview", "evidence", "What the caller's tenant's calls did lately")
-            .describe("Over the last `window_s` seconds (default 300), from the evidence store: calls that began, per second, by status (`open` while running), failed calls by stable code, and each tool's p50/p99 execution time — only calls of tools whose evidence the caller may read, at most 10,000 calls (`truncated` says when more began). A caller of the `global` tenant also gets the process's evidence queue (`evidence`: records not yet in the store, written, quarantined, spool bytes). The console's overview page polls it.")
+            .describe("Over the last `window_s` seconds (default 300), from the evidence store: calls that began, per second, by status (`open` while running), failed calls by stable code, each surface's and each tool's p50/p99 execution time, and the calls refused before they ran by code (`denials`, `denials_by_code`) — only calls of tools whose evidence the caller may read, at most 10,000 calls (`truncated` says when more began). A caller of the `global` tenant also gets the process's evidence queue (`evidence`: records not yet in the store, written, quarantined, spool bytes, drain lag). The console's overview page polls it.")
             .params(spec.query::<OverviewQuery>())
             .json(200, "The figures.", spec.response::<Overview>())
             .fails(&[400, 503]),
@@ -327,9 +335,14 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .json(200, "The records, in file order.", spec.response::<QuarantineList>())
             .fails(&[403, 503]),
         ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
-            .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. Calls refused before they began (denials) have no Begin and are not listed: read one by its id at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. `actor` and `code` narrow it to one actor's calls and to calls that ended with one stable error code. Calls refused before they began (denials) have no Begin and are listed by `/api/denials`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
             .params(spec.query::<EvidenceListQuery>())
             .json(200, "A page of calls, newest first; pass `next` as `after` for the next one.", spec.response::<soulbase_observe::CallPage>())
+            .fails(&[400, 503]),
+        ("GET", "/api/denials") => Op::authenticated("listDenials", "evidence", "The caller's tenant's refused calls")
+            .describe("The calls of the caller's tenant refused before they ran (their Denial records: tool as requested, actor, origin, code, when), newest first, one page at a time, filtered by tool, actor, stable error code and time. Only denials of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; a denial naming no tool id at all is listed for callers who may read the audit log (`read_evidence` on `soulbase.server.audit`). Read one whole at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .params(spec.query::<DenialListQuery>())
+            .json(200, "A page of denials, newest first; pass `next` as `after` for the next one.", spec.response::<soulbase_observe::DenialPage>())
             .fails(&[400, 503]),
         ("GET", "/api/evidence/{call_id}") => Op::authenticated("readEvidence", "evidence", "A call's evidence and replay summary")
             .describe("The records of one call of the caller's tenant (another tenant's call answers 404 exactly like an unknown one); needs action `read_evidence` on the call's tool. Given an agent-loop conversation's id (`conv_…`, answered as `soulbase.conversation_id`), the conversation's records and its replay; needs `read_evidence` on `soulbase.server.conversations`.")

@@ -362,6 +362,7 @@ fn executed(call: &CallId, conversation: &str) -> Vec<EvidenceRecord> {
             id: conversation.into(),
             iteration: 1,
         })),
+        surface: Some(soulbase_types::Surface::Mcp),
     }));
     begin.trace =
         TraceContext::parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")

@@ -103,6 +103,24 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   emit({ label: "before-2001", rows: await page.locator("#calls tbody tr").count() });
   await page.getByLabel("Began before").fill("");
 
+  // Calls refused before they ran, by error code; then by an actor who made none.
+  await page.getByLabel("Status").selectOption("denied");
+  await page.getByLabel("Error code").fill("POLICY.DENY_TOOL");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.locator("#calls tbody tr").first().waitFor();
+  emit({
+    label: "denials",
+    calls: await page.locator("#calls tbody tr").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent))),
+  });
+  await page.screenshot({ path: `${shots}/evidence-denials.png`, fullPage: true });
+  await page.getByLabel("Actor").fill("nobody");
+  await page.getByRole("button", { name: "Show" }).click();
+  await page.locator("#calls tbody tr").first().waitFor({ state: "detached" });
+  emit({ label: "denials-nobody", rows: await page.locator("#calls tbody tr").count() });
+  await page.getByLabel("Actor").fill("");
+  await page.getByLabel("Error code").fill("");
+  await page.getByLabel("Status").selectOption("");
+
   // A refused call, opened by its id: its code and the stage that decided.
   await page.getByLabel("Or open a call id").fill(deniedCall);
   await page.getByRole("button", { name: "Show" }).click();
@@ -154,6 +172,24 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   });
   await page.screenshot({ path: `${shots}/skill.png`, fullPage: true });
 
+  // Disable the skill from the skills page and enable it again, confirming.
+  const toggle = async () => {
+    const shown = page.locator('#skills tr[data-skill="guide"] td:nth-child(3)');
+    const was = await shown.innerText();
+    page.once("dialog", (d) => d.accept());
+    await page.locator('button[data-toggle="guide"]').click();
+    await page.locator('#skills tr[data-skill="guide"] td:nth-child(3)', { hasText: was === "yes" ? "no" : "yes" }).waitFor();
+    return page.locator('#skills tr[data-skill="guide"] td:nth-child(3)').innerText();
+  };
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui#/skills`);
+  await page.locator('button[data-toggle="guide"]').waitFor();
+  const graph = await page.locator("#skills-graph").textContent();
+  const off = await toggle();
+  await page.screenshot({ path: `${shots}/skills.png`, fullPage: true });
+  const on = await toggle();
+  emit({ label: "skill-toggle", off, on, graph });
+
   // The policy simulator: an allowed call, then a denied one.
   const stages = () =>
     page.locator("#stages tr").evaluateAll((rows) => rows.map((r) => [r.dataset.stage, r.cells[1].textContent]));
@@ -170,6 +206,19 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   await page.getByRole("heading", { name: /^Refused:/ }).waitFor();
   emit({ label: "sim-denied", stages: await stages(), heading: await page.locator("#verdict h3").innerText() });
   await page.screenshot({ path: `${shots}/simulator-denied.png`, fullPage: true });
+  // As another actor of the tenant; then as another tenant's, which only the
+  // global tenant may ask about.
+  await page.getByLabel("Tool").fill("soulbase.builtin.echo");
+  await page.getByLabel("Arguments (JSON)").fill("{}");
+  await page.getByLabel("Actor").fill("ivy");
+  await page.getByRole("button", { name: "Simulate" }).click();
+  await page.getByRole("heading", { name: "Allowed" }).waitFor();
+  emit({ label: "sim-as", stages: await stages() });
+  await page.screenshot({ path: `${shots}/simulator-as.png`, fullPage: true });
+  await page.getByLabel("Tenant").fill("beta");
+  await page.getByRole("button", { name: "Simulate" }).click();
+  await page.getByRole("heading", { name: /^Not simulated:/ }).waitFor();
+  emit({ label: "sim-other-tenant", text: await page.locator("#verdict").innerText() });
 
   // The overview's counters move after a burst of calls (made through the API
   // with the same key, from the page).
@@ -199,6 +248,8 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
     after: await counter("Calls"),
     statuses,
     latency: await page.locator("#latency tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.tool)),
+    surfaces: await page.locator("#surfaces tbody tr").evaluateAll((rows) => rows.map((r) => r.dataset.surface)),
+    denied: await counter("Denied"),
     charts: await page.locator("svg[role=img]").count(),
   });
 
