@@ -70,6 +70,11 @@ pub fn postgres() -> Migrator {
             "evidence conversations",
             include_str!("../../../migrations/postgres/0010_evidence_conversations.sql"),
         ),
+        migration(
+            11,
+            "consent requests",
+            include_str!("../../../migrations/postgres/0011_consent_requests.sql"),
+        ),
     ])
 }
 
@@ -115,6 +120,11 @@ pub fn sqlite() -> Migrator {
             10,
             "evidence conversations",
             include_str!("../../../migrations/sqlite/0010_evidence_conversations.sql"),
+        ),
+        migration(
+            11,
+            "consent requests",
+            include_str!("../../../migrations/sqlite/0011_consent_requests.sql"),
         ),
     ])
 }
