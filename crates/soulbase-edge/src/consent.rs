@@ -537,3 +537,224 @@ impl From<&IssuedConsent> for IssuedView {
 pub fn issued_json(issued: &IssuedConsent) -> Value {
     serde_json::to_value(IssuedView::from(issued)).unwrap_or(Value::Null)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use soulbase_auth::{
+        ConsentKeys, ConsentRevocations, Ed25519Consent, MemoryConsentRequests, MemoryRevocations,
+        NewConsentRequest, StaticPolicy,
+    };
+    use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule};
+    use soulbase_observe::{AuditFilter, MemoryAuditLog};
+    use soulbase_tools::{ToolManifest, ToolOwner};
+
+    use super::*;
+    use crate::NoopObserver;
+
+    const MANIFEST: &str = "id: demo.danger.delete\nversion: 1.0.0\ndescription: Deletes.\n\
+        input_schema: {type: object}\noutput_schema: {type: object}\nside_effect: none\n\
+        consent: {required: true}\n";
+
+    fn who(actor: &str) -> Subject {
+        Subject::new(TenantId::new("acme").unwrap(), ActorId::new(actor).unwrap())
+    }
+
+    /// A store where another approver always decides first: the decision
+    /// tried here is kept (to see its token) and loses.
+    #[derive(Default)]
+    struct Racing {
+        inner: MemoryConsentRequests,
+        tried: Mutex<Option<ConsentDecision>>,
+    }
+
+    #[async_trait]
+    impl ConsentRequests for Racing {
+        async fn open(
+            &self,
+            new: &NewConsentRequest,
+            fresh_since: UnixMillis,
+            max_pending: u32,
+        ) -> Result<Option<ConsentRequestRecord>, SoulError> {
+            self.inner.open(new, fresh_since, max_pending).await
+        }
+
+        async fn get(
+            &self,
+            tenant: &TenantId,
+            id: &str,
+            fresh_since: UnixMillis,
+        ) -> Result<Option<ConsentRequestRecord>, SoulError> {
+            self.inner.get(tenant, id, fresh_since).await
+        }
+
+        async fn list(
+            &self,
+            tenant: &TenantId,
+            status: Option<ConsentRequestStatus>,
+            fresh_since: UnixMillis,
+            limit: u32,
+        ) -> Result<Vec<ConsentRequestRecord>, SoulError> {
+            self.inner.list(tenant, status, fresh_since, limit).await
+        }
+
+        async fn decide(
+            &self,
+            tenant: &TenantId,
+            id: &str,
+            by: &ActorId,
+            at: UnixMillis,
+            decision: &ConsentDecision,
+            fresh_since: UnixMillis,
+        ) -> Result<bool, SoulError> {
+            *self.tried.lock().unwrap() = Some(decision.clone());
+            let first = ConsentDecision::Decline { reason: None };
+            let other = ActorId::new("other-approver").unwrap();
+            self.inner
+                .decide(tenant, id, &other, at, &first, fresh_since)
+                .await?;
+            self.inner
+                .decide(tenant, id, by, at, decision, fresh_since)
+                .await
+        }
+    }
+
+    struct Desk {
+        desk: ConsentDesk,
+        revocations: Arc<MemoryRevocations>,
+        audit: Arc<MemoryAuditLog>,
+        request: String,
+    }
+
+    /// A desk where `ann` approves for tenant `acme`, and one pending request of
+    /// `bob`'s, in `requests`.
+    async fn desk(requests: Arc<dyn ConsentRequests>) -> Desk {
+        let registry = Registry::new();
+        let tool = registry
+            .register(ToolManifest::from_yaml_str(MANIFEST).unwrap())
+            .unwrap();
+        registry
+            .enable(&ToolOwner::Global, &tool.manifest.id)
+            .unwrap();
+        let revocations = Arc::new(MemoryRevocations::default());
+        let service = Arc::new(ConsentService::new(
+            ConsentKeys::Ed25519(Box::new(Ed25519Consent::from_seed(&[7; 32]))),
+            revocations.clone(),
+            3_600_000,
+            600_000,
+        ));
+        let policy = StaticPolicy::new(&PolicyConfig {
+            rules: vec![PolicyRule {
+                effect: PolicyEffect::Allow,
+                tenant: "acme".into(),
+                actors: vec!["ann".into()],
+                tools: vec!["demo.*".into(), CONSENT_RESOURCE.into()],
+                actions: vec!["consent_issue".into()],
+                require_scopes: false,
+                obligations: Vec::new(),
+            }],
+        });
+        let audit = Arc::new(MemoryAuditLog::new());
+        let opened = requests
+            .open(
+                &NewConsentRequest {
+                    tenant: TenantId::new("acme").unwrap(),
+                    actor: ActorId::new("bob").unwrap(),
+                    tool: tool.manifest.id.clone(),
+                    args_digest: "sha256:aa".into(),
+                    call_id: CallId::generate(),
+                    at: UnixMillis::now(),
+                },
+                UnixMillis(0),
+                10,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        Desk {
+            desk: ConsentDesk::new(
+                registry,
+                service,
+                Arc::new(policy),
+                Arc::new(NoopObserver),
+                requests,
+                audit.clone(),
+            ),
+            revocations,
+            audit,
+            request: opened.id,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_approval_keeps_the_token_for_the_requester_and_is_audited() {
+        let d = desk(Arc::new(MemoryConsentRequests::default())).await;
+        let ann = who("ann");
+        let approved = d
+            .desk
+            .approve(&ann, &d.request, ApprovalScope::Tool, Some(60_000))
+            .await
+            .unwrap();
+        assert_eq!(approved.status, ConsentRequestStatus::Approved);
+        assert_eq!(approved.token, None, "the token is the requester's");
+        let mine = d.desk.request(&who("bob"), &d.request).await.unwrap();
+        assert!(mine.token.is_some(), "{mine:?}");
+        assert_eq!(mine.scope, Some(ApprovalScope::Tool));
+        let nosy = d.desk.request(&who("carol"), &d.request).await.unwrap_err();
+        assert_eq!(nosy.code(), ErrorCode::ConsentRequestNotFound);
+        let records = d.audit.list(&AuditFilter::newest(10)).await.unwrap();
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert_eq!(records[0].kind, AuditKind::ConsentApprove);
+        assert_eq!(records[0].actor.as_str(), "ann");
+        assert_eq!(records[0].target, d.request);
+        assert!(
+            !records[0].detail.contains(mine.token.as_deref().unwrap()),
+            "never the token"
+        );
+        let long = "x".repeat(MAX_REASON_CHARS + 1);
+        let e = d
+            .desk
+            .decline(&ann, &d.request, Some(long))
+            .await
+            .unwrap_err();
+        assert_eq!(e.field("field"), Some("reason"));
+        let e = d.desk.decline(&ann, &d.request, None).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::ConsentRequestDecided);
+        assert_eq!(e.field("status"), Some("approved"));
+    }
+
+    #[tokio::test]
+    async fn an_approval_that_loses_a_race_revokes_its_token_and_says_who_won() {
+        let racing = Arc::new(Racing::default());
+        let d = desk(racing.clone()).await;
+        let e = d
+            .desk
+            .approve(&who("ann"), &d.request, ApprovalScope::Call, None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::ConsentRequestDecided);
+        assert_eq!(e.field("status"), Some("declined"));
+        let Some(ConsentDecision::Approve {
+            token_id: Some(token_id),
+            ..
+        }) = racing.tried.lock().unwrap().clone()
+        else {
+            panic!("no approval was tried");
+        };
+        let acme = TenantId::new("acme").unwrap();
+        assert!(
+            d.revocations.is_revoked(&token_id, &acme).await.unwrap(),
+            "the token handed to no one is revoked"
+        );
+        assert!(
+            d.audit
+                .list(&AuditFilter::newest(10))
+                .await
+                .unwrap()
+                .is_empty(),
+            "a lost decision is not audited"
+        );
+    }
+}

@@ -658,7 +658,12 @@ async fn a_call_refused_for_consent_opens_one_request_and_a_preflight_none() {
     let acme = TenantId::new("acme").unwrap();
     let pending = h
         .requests
-        .list(&acme, Some(ConsentRequestStatus::Pending), UnixMillis(0), 10)
+        .list(
+            &acme,
+            Some(ConsentRequestStatus::Pending),
+            UnixMillis(0),
+            10,
+        )
         .await
         .unwrap();
     assert_eq!(pending.len(), 2, "{pending:?}");
