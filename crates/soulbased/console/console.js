@@ -912,7 +912,9 @@ async function consentView() {
         decisionForm(r, approve, (decided) => {
           panel.replaceChildren();
           result.replaceChildren(el("p", { id: "consent-outcome" }, `${decided.id}: ${decisionText(decided)}`));
+          const table = row.closest("table");
           row.remove();
+          if (table && !table.querySelector("tbody tr")) table.closest(".table-wrap").replaceWith(el("p", { id: "consent-empty" }, `No ${wanted || ""} requests left.`));
         }),
       );
       panel.querySelector("input, textarea").focus();
