@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use soulbase_auth::{
-    Authenticator, Authorizer, CedarPolicy, ConsentKeys, ConsentRevocations, ConsentService,
-    ConsentVerifier, Ed25519Consent, HmacConsent, MemoryRevocations, StaticPolicy, new_token_id,
+    Authenticator, Authorizer, CedarPolicy, ConsentKeys, ConsentRequests, ConsentRevocations,
+    ConsentService, ConsentVerifier, Ed25519Consent, HmacConsent, MemoryConsentRequests,
+    MemoryRevocations, StaticPolicy, new_token_id,
 };
 use soulbase_config::{
     Config, ConfigHandle, ConfigLoader, ConsentSigning, QuotaBackend, QuotaLimit, ReloadStatus,
@@ -51,7 +52,7 @@ use soulbase_sandbox_wasm::{WasmExecutor, WasmOptions};
 use soulbase_skills::{
     CatalogOptions, ReloadReport, SkillCatalog, SkillTerms, SkillWatcher, StaticSubscriptions,
 };
-use soulbase_store::{Persistence, SqlConsentRevocations};
+use soulbase_store::{Persistence, SqlConsentRequests, SqlConsentRevocations};
 use soulbase_tools::Registry;
 use soulbase_tools::pipeline::{IdempotencyStore, Invoker, InvokerBuilder, MemoryIdempotency};
 use soulbase_tools::registry::admin::RegistryAdmin;
@@ -266,6 +267,25 @@ async fn consent_revocations(
     }
     let db = soulbase_store::Db::connect(&url, cfg.evidence.migrate_on_start).await?;
     Ok(Arc::new(SqlConsentRevocations::new(db)))
+}
+
+/// Where consent requests are kept: with the evidence database, which replicas
+/// share, like revocations (a process without persistence uses the configured
+/// Postgres database when there is one, else memory — it serves no calls that
+/// open requests anyway).
+async fn consent_requests(
+    cfg: &Config,
+    persistence: Option<&Arc<Persistence>>,
+) -> Result<Arc<dyn ConsentRequests>, SoulError> {
+    if let Some(p) = persistence {
+        return Ok(Arc::new(SqlConsentRequests::new(p.db.clone())));
+    }
+    let url = soulbase_store::database_url(cfg);
+    if url.starts_with("sqlite:") {
+        return Ok(Arc::new(MemoryConsentRequests::default()));
+    }
+    let db = soulbase_store::Db::connect(&url, cfg.evidence.migrate_on_start).await?;
+    Ok(Arc::new(SqlConsentRequests::new(db)))
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -500,6 +520,7 @@ impl App {
             cfg.auth.consent.max_ttl_ms,
             cfg.auth.consent.default_ttl_ms,
         ));
+        let consent_requests = consent_requests(cfg, persistence.as_ref()).await?;
         let consent: Arc<dyn ConsentVerifier> = match &remote_auth {
             Some(r) => Arc::new(r.clone()),
             None => consent_service.clone(),
@@ -545,7 +566,8 @@ impl App {
             sink,
             idempotency,
         )
-        .follow_config(config.clone());
+        .follow_config(config.clone())
+        .consent_requests(consent_requests.clone());
         let invoker = match &skills {
             Some(s) => invoker.terms(s.terms.clone()),
             None => invoker,
@@ -569,6 +591,8 @@ impl App {
             consent_service,
             authorizer.clone(),
             metrics.clone(),
+            consent_requests,
+            audit.clone(),
         );
         let trail = AuditTrail::new(
             audit.clone(),

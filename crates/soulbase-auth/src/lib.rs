@@ -13,7 +13,8 @@
 //!   actor, tool or scope, an optional arguments digest and expiry — HMAC
 //!   ([`HmacConsent`]) or Ed25519 ([`Ed25519Consent`]). [`ConsentService`] issues
 //!   them to approvers under policy (action `consent_issue`), caps their lifetime
-//!   and revokes them by id.
+//!   and revokes them by id; [`ConsentRequests`] keeps the requests refused calls
+//!   leave for approvers to approve or decline.
 //!
 //! Tenant isolation is structural ([`check_tenant`]): a subject is never authorized
 //! for a tool owned by another tenant, whatever the policy says, and the refusal is
@@ -23,6 +24,7 @@ mod apikey;
 mod authn;
 mod cedar;
 mod consent;
+mod consent_requests;
 mod consent_service;
 mod engine;
 mod isolation;
@@ -39,6 +41,11 @@ pub use cedar::{CedarPolicySet, SCHEMA};
 pub use consent::{
     ConsentGrant, ConsentIssuer, ConsentRequest, ConsentVerifier, Ed25519Consent, HmacConsent,
     new_token_id,
+};
+pub use consent_requests::{
+    ApprovalScope, CONSENT_REQUEST_TTL_MS, ConsentDecision, ConsentRequestRecord,
+    ConsentRequestStatus, ConsentRequests, MAX_PENDING_PER_ACTOR, MAX_REASON_CHARS,
+    MemoryConsentRequests, NewConsentRequest, is_request_id, new_request_id,
 };
 pub use consent_service::{
     CONSENT_RESOURCE, ConsentKeys, ConsentRevocations, ConsentService, IssueConsent, IssuedConsent,

@@ -77,11 +77,12 @@ struct ListArgs {
     tenant: Option<String>,
     /// Only this kind: registry.register, registry.update, registry.state,
     /// registry.unregister, registry.override, registry.allow_list, skill.enable,
-    /// skill.disable, skills.reload, config.reload.
+    /// skill.disable, skills.reload, config.reload, consent.approve,
+    /// consent.decline.
     #[arg(long)]
     kind: Option<String>,
     /// Only this target: a tool id, a tenant (allow-lists), a skill name, the
-    /// skills directory or the configuration file.
+    /// skills directory, the configuration file or a consent request id.
     #[arg(long)]
     target: Option<String>,
     /// Records within this long before now: `90s`, `15m`, `2h`, `7d`.

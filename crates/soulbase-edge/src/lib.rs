@@ -16,7 +16,7 @@
 //!   OpenAI / Anthropic / MCP definitions, and a model's tool calls routed and
 //!   answered in its API's shape;
 //! - [`consent`]: the [`ConsentDesk`] every surface issues and revokes consent
-//!   tokens through;
+//!   tokens through, and approvers answer consent requests through;
 //! - [`agent`]: the governed agent loop — a conversation with a model behind
 //!   [`ModelUpstream`], its tool calls run through the stack, up to a bound.
 //!
@@ -37,7 +37,7 @@ pub use agent::{
     Conversation, ConversationRequest, ModelUpstream, SKILL_INFO_TOOL, SkillInfoHook, StopReason,
 };
 pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
-pub use consent::{ConsentAsk, ConsentDesk, IssuedView, issued_json};
+pub use consent::{ConsentAsk, ConsentDesk, ConsentRequestView, IssuedView, issued_json};
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};
 pub use observe::{CallObserver, NoopObserver, Surface};

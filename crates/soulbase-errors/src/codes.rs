@@ -81,6 +81,12 @@ codes! {
     PolicyDenyTool = "POLICY.DENY_TOOL", 403, PermissionDenied, Never, "policy denies this tool";
     /// The tool needs a valid consent token for this subject and call.
     ConsentRequired = "CONSENT.REQUIRED", 403, PermissionDenied, AfterUserAction, "consent is required for this tool";
+    /// No consent request of that id is the caller's to see (another tenant's
+    /// answers the same, so the answer reveals nothing).
+    ConsentRequestNotFound = "CONSENT.REQUEST_NOT_FOUND", 404, NotFound, Never, "no such consent request";
+    /// The consent request was already approved or declined, or expired while
+    /// pending: it cannot be decided (again).
+    ConsentRequestDecided = "CONSENT.REQUEST_DECIDED", 409, FailedPrecondition, Never, "the consent request is no longer pending";
     /// The tool belongs to a skill that requires a subscription.
     SubscriptionRequired = "SUBSCRIPTION.REQUIRED", 402, FailedPrecondition, AfterUserAction, "a subscription is required for this tool";
     /// A skill called a tool it does not import.

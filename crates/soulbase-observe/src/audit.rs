@@ -1,5 +1,6 @@
 //! The audit of changes: who changed the registry, a skill's state, the skill set
-//! or the configuration, when, and what it was before and after.
+//! or the configuration, or decided a consent request, when, and what it was
+//! before and after.
 //!
 //! Every change that succeeded is one [`AuditRecord`] appended to an [`AuditLog`]
 //! after the change took effect (a refused change records nothing, nor does a
@@ -75,6 +76,11 @@ kinds! {
     /// An accepted configuration reload that changed the configuration (target:
     /// the configuration's sources).
     ConfigReload = "config.reload",
+    /// A consent request approved: a token issued for its requester (target:
+    /// the request id).
+    ConsentApprove = "consent.approve",
+    /// A consent request declined (target: the request id).
+    ConsentDecline = "consent.decline",
 }
 
 impl fmt::Display for AuditKind {

@@ -11,6 +11,8 @@
 //! - [`RegistryStore`] — registry manifests, states, overrides and allow-lists,
 //!   versioned one by one and shared by replicas (`RegistryLedger`, `LISTEN/NOTIFY`).
 //! - [`SqlConsentRevocations`] — revoked consent token ids, shared by replicas.
+//! - [`SqlConsentRequests`] — the consent requests refused calls leave for
+//!   approvers (pending, approved with the token kept for the requester, declined).
 //! - [`SqlAuditLog`] — the audit of changes ([`AuditLog`](soulbase_observe::AuditLog)):
 //!   registry, skill and configuration changes, who made them, hashes before and
 //!   after.
@@ -30,7 +32,7 @@ mod open;
 mod registry;
 
 pub use audit::SqlAuditLog;
-pub use consent::SqlConsentRevocations;
+pub use consent::{SqlConsentRequests, SqlConsentRevocations};
 pub use db::{Db, db_error};
 pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore, status_name};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};

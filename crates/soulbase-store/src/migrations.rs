@@ -71,6 +71,11 @@ pub fn postgres() -> Migrator {
             include_str!("../../../migrations/postgres/0010_evidence_conversations.sql"),
         ),
         migration(
+            11,
+            "consent requests",
+            include_str!("../../../migrations/postgres/0011_consent_requests.sql"),
+        ),
+        migration(
             12,
             "evidence denials",
             include_str!("../../../migrations/postgres/0012_evidence_denials.sql"),
@@ -120,6 +125,11 @@ pub fn sqlite() -> Migrator {
             10,
             "evidence conversations",
             include_str!("../../../migrations/sqlite/0010_evidence_conversations.sql"),
+        ),
+        migration(
+            11,
+            "consent requests",
+            include_str!("../../../migrations/sqlite/0011_consent_requests.sql"),
         ),
         migration(
             12,

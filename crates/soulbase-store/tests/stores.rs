@@ -1086,6 +1086,158 @@ async fn audit_on_sqlite() {
     audit_semantics(fresh_sqlite(dir.path()).await).await;
 }
 
+/// Consent requests: a refused call's request is reused while pending, capped
+/// per actor, decided once (two handles on one database, as two replicas), and
+/// expires; another tenant never sees it.
+async fn consent_request_semantics(db: Db) {
+    use soulbase_auth::{
+        ApprovalScope, ConsentDecision, ConsentRequestStatus, ConsentRequests, NewConsentRequest,
+    };
+    use soulbase_store::SqlConsentRequests;
+    let a = SqlConsentRequests::new(db.clone());
+    let b = SqlConsentRequests::new(db);
+    let acme = tenant("acme");
+    let new = |digest: &str, at: i64| NewConsentRequest {
+        tenant: acme.clone(),
+        actor: ActorId::new("bob").unwrap(),
+        tool: ToolId::new("fs.files.delete").unwrap(),
+        args_digest: digest.into(),
+        call_id: CallId::generate(),
+        at: UnixMillis(at),
+    };
+    let since = UnixMillis(0);
+    let first = a
+        .open(&new("sha256:a", 10), since, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.status, ConsentRequestStatus::Pending);
+    let again = b
+        .open(&new("sha256:a", 20), since, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, first, "a retry reuses the pending request");
+    let second = b
+        .open(&new("sha256:b", 30), since, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(second.id, first.id);
+    assert_eq!(
+        a.open(&new("sha256:c", 40), since, 2).await.unwrap(),
+        None,
+        "at most max_pending per actor"
+    );
+    let pending = b
+        .list(&acme, Some(ConsentRequestStatus::Pending), since, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        [second.id.as_str(), first.id.as_str()],
+        "newest first"
+    );
+    assert!(
+        b.list(&tenant("globex"), None, since, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        b.get(&tenant("globex"), &first.id, since).await.unwrap(),
+        None
+    );
+
+    let ann = ActorId::new("ann").unwrap();
+    let approve = ConsentDecision::Approve {
+        scope: ApprovalScope::Call,
+        token: "e1.token".into(),
+        token_id: Some("t1".into()),
+        expires_at: UnixMillis(1_000),
+    };
+    assert!(
+        a.decide(&acme, &first.id, &ann, UnixMillis(50), &approve, since)
+            .await
+            .unwrap()
+    );
+    let decline = ConsentDecision::Decline {
+        reason: Some("not today".into()),
+    };
+    assert!(
+        !b.decide(&acme, &first.id, &ann, UnixMillis(51), &decline, since)
+            .await
+            .unwrap(),
+        "decided once"
+    );
+    let got = b.get(&acme, &first.id, since).await.unwrap().unwrap();
+    assert_eq!(got.status, ConsentRequestStatus::Approved);
+    assert_eq!(got.scope, Some(ApprovalScope::Call));
+    assert_eq!(got.token.as_deref(), Some("e1.token"));
+    assert_eq!(got.token_id.as_deref(), Some("t1"));
+    assert_eq!(got.token_expires_at, Some(UnixMillis(1_000)));
+    assert_eq!(got.decided_by, Some(ann.clone()));
+    assert!(
+        b.decide(&acme, &second.id, &ann, UnixMillis(52), &decline, since)
+            .await
+            .unwrap()
+    );
+    let declined = a
+        .list(&acme, Some(ConsentRequestStatus::Declined), since, 10)
+        .await
+        .unwrap();
+    assert_eq!(declined.len(), 1);
+    assert_eq!(declined[0].reason.as_deref(), Some("not today"));
+
+    // A request not decided in time: expired, not decidable, and the same call
+    // refused again opens a new one.
+    let stale = a
+        .open(&new("sha256:d", 60), since, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    let late = UnixMillis(61);
+    assert_eq!(
+        a.get(&acme, &stale.id, late).await.unwrap().unwrap().status,
+        ConsentRequestStatus::Expired
+    );
+    assert!(
+        !a.decide(&acme, &stale.id, &ann, UnixMillis(70), &decline, late)
+            .await
+            .unwrap()
+    );
+    let fresh = b
+        .open(&new("sha256:d", 80), late, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(fresh.id, stale.id);
+    let expired = a
+        .list(&acme, Some(ConsentRequestStatus::Expired), late, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        expired.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        [stale.id.as_str()]
+    );
+    assert_eq!(
+        a.list(&acme, None, late, 2).await.unwrap().len(),
+        2,
+        "limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_requests_on_postgres() {
+    consent_request_semantics(fresh_postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_requests_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    consent_request_semantics(fresh_sqlite(dir.path()).await).await;
+}
+
 /// The embedded migrations are exactly the files in `migrations/` (what
 /// `cargo xtask migrate` applies), with the same checksums.
 #[tokio::test]

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use soulbase_auth::{ConsentGrant, HmacConsent, StaticPolicy};
+use soulbase_auth::{
+    ConsentGrant, ConsentRequestStatus, ConsentRequests, HmacConsent, MemoryConsentRequests,
+    StaticPolicy,
+};
 use soulbase_config::{PolicyConfig, PolicyEffect, PolicyRule, QuotaLimit};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
@@ -50,6 +53,7 @@ struct Harness {
     registry: Registry,
     sink: MemorySink,
     consent: Arc<HmacConsent>,
+    requests: Arc<MemoryConsentRequests>,
     executions: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
     idempotency: Arc<MemoryIdempotency>,
@@ -311,6 +315,7 @@ fn harness_full(
     };
     let consent = Arc::new(HmacConsent::new(KEY.to_vec()));
     let idempotency = Arc::new(MemoryIdempotency::new());
+    let requests = Arc::new(MemoryConsentRequests::default());
     let invoker = InvokerBuilder::new(
         Arc::new(registry.clone()),
         Arc::new(StaticPolicy::new(&policy)),
@@ -322,12 +327,14 @@ fn harness_full(
         wrap(idempotency.clone()),
     )
     .config_hash("cfg-1")
+    .consent_requests(requests.clone())
     .build();
     Harness {
         invoker,
         registry,
         sink,
         consent,
+        requests,
         idempotency,
         executions,
         max_in_flight,
@@ -619,6 +626,53 @@ async fn valid_consent_passes_and_wrong_consent_is_refused() {
         assert_eq!(r.error_code, Some(ErrorCode::ConsentRequired));
     }
     assert_eq!(h.executions.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_call_refused_for_consent_opens_one_request_and_a_preflight_none() {
+    let h = harness();
+    let dry = h.call("demo.danger.delete", json!({"text": "x"}));
+    let e = h.invoker.preflight(&dry).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::ConsentRequired);
+    assert_eq!(e.field("consent_request"), None, "a dry run opens nothing");
+    let request_of = |r: &soulbase_tools::pipeline::CallResult| {
+        assert_eq!(r.error_code, Some(ErrorCode::ConsentRequired), "{r:?}");
+        r.error.as_ref().unwrap().fields["consent_request"].clone()
+    };
+    let call = h.call("demo.danger.delete", json!({"text": "x"}));
+    let first_call = call.call_id.clone();
+    let first = request_of(&h.invoker.invoke(call).await);
+    h.assert_denied_only(&first_call);
+    let again = request_of(
+        &h.invoker
+            .invoke(h.call("demo.danger.delete", json!({"text": "x"})))
+            .await,
+    );
+    assert_eq!(again, first, "a retry names the same request");
+    let other = request_of(
+        &h.invoker
+            .invoke(h.call("demo.danger.delete", json!({"text": "y"})))
+            .await,
+    );
+    assert_ne!(other, first);
+    let acme = TenantId::new("acme").unwrap();
+    let pending = h
+        .requests
+        .list(
+            &acme,
+            Some(ConsentRequestStatus::Pending),
+            UnixMillis(0),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    let opened = pending.iter().find(|r| r.id == first).unwrap();
+    assert_eq!(opened.call_id, first_call);
+    assert_eq!(opened.actor.as_str(), "alice");
+    assert_eq!(opened.tool, id("demo.danger.delete"));
+    assert!(opened.args_digest.starts_with("sha256:"));
+    assert_eq!(h.executions.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

@@ -902,6 +902,194 @@ async function quarantineView() {
   );
 }
 
+// ---------------------------------------------------------------- consent
+
+const CONSENT_STATUSES = ["pending", "approved", "declined", "expired"];
+
+/** A request's decision as text. */
+function decisionText(r) {
+  if (r.status === "approved") return `approved by ${r.decided_by} (scope ${r.scope}), token ${r.token_id || "without id"} expires ${when(r.token_expires_at)} UTC`;
+  if (r.status === "declined") return `declined by ${r.decided_by}${r.reason ? `: ${r.reason}` : ""}`;
+  if (r.status === "expired") return "expired: not decided in time";
+  return `pending until ${when(r.expires_at)} UTC`;
+}
+
+/** One request, as its requester or an approver reads it. */
+function requestFields(r) {
+  return el(
+    "dl",
+    { class: "fields", id: "consent-request" },
+    [
+      ["Request", el("code", {}, r.id)],
+      ["Status", el("span", { class: `status-${r.status}` }, r.status)],
+      ["Actor", r.actor],
+      ["Tool", r.tool],
+      ["Arguments digest", el("code", {}, r.args_digest)],
+      ["Refused call", el("a", { href: `#/evidence/${encodeURIComponent(r.call_id)}` }, el("code", {}, r.call_id))],
+      ["Requested (UTC)", when(r.requested_at)],
+      ["Decision", decisionText(r)],
+      r.token ? ["Your token (send as x-soulbase-consent)", el("code", { id: "consent-token" }, r.token)] : null,
+    ]
+      .filter(Boolean)
+      .map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+  );
+}
+
+/** The approve or decline form for request `r`, under the list. */
+function decisionForm(r, approve, done) {
+  const legend = `${approve ? "Approve" : "Decline"} ${r.actor}'s request for ${r.tool}`;
+  const status = el("div", { "aria-live": "polite" });
+  const inputs = approve
+    ? [
+        el(
+          "fieldset",
+          {},
+          el("legend", {}, "Scope"),
+          el("label", { for: "scope-call" }, el("input", { type: "radio", id: "scope-call", name: "scope", value: "call", checked: true }), " This call's arguments only"),
+          el("label", { for: "scope-tool" }, el("input", { type: "radio", id: "scope-tool", name: "scope", value: "tool" }), " Any arguments"),
+        ),
+        el("label", { for: "consent-ttl" }, "Token lifetime (ms, empty: the server's default)", el("input", { id: "consent-ttl", name: "ttl_ms", type: "number", min: 1, step: 1, inputmode: "numeric" })),
+      ]
+    : [el("label", { for: "consent-reason" }, "Reason (shown to the requester)", el("textarea", { id: "consent-reason", name: "reason", rows: 3, cols: 60, maxlength: 500 }))];
+  const form = el(
+    "form",
+    {
+      class: "filters",
+      id: "consent-decision",
+      "aria-labelledby": "consent-decision-title",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        const data = new FormData(form);
+        let body;
+        if (approve) {
+          body = { scope: data.get("scope") || "call" };
+          const ttl = String(data.get("ttl_ms") || "").trim();
+          if (ttl) body.ttl_ms = Number(ttl);
+        } else {
+          const reason = String(data.get("reason") || "").trim();
+          body = reason ? { reason } : {};
+        }
+        const what = approve ? `Approve ${r.actor}'s request for ${r.tool} (scope ${body.scope})?` : `Decline ${r.actor}'s request for ${r.tool}?`;
+        if (!confirm(what)) return;
+        try {
+          const decided = await api("POST", `/api/consent/requests/${encodeURIComponent(r.id)}/${approve ? "approve" : "decline"}`, body);
+          done(decided);
+        } catch (e) {
+          status.replaceChildren(alertBox(e));
+        }
+      },
+    },
+    el("h3", { id: "consent-decision-title" }, legend),
+    inputs,
+    el("button", { type: "submit", class: approve ? "primary" : "danger" }, approve ? "Approve" : "Decline"),
+    el("button", { type: "button", onclick: () => form.remove() }, "Cancel"),
+    status,
+  );
+  return form;
+}
+
+async function consentView() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const wanted = CONSENT_STATUSES.includes(params.get("status")) ? params.get("status") : params.get("status") === "all" ? "" : "pending";
+  const result = el("div", { id: "consent-result", role: "status", "aria-live": "polite" });
+  const panel = el("div", { id: "consent-panel" });
+  const follow = el("input", { id: "consent-follow", name: "id", placeholder: "creq_…", autocomplete: "off", required: true });
+  const followForm = el(
+    "form",
+    {
+      class: "filters",
+      "aria-labelledby": "consent-follow-title",
+      onsubmit: async (ev) => {
+        ev.preventDefault();
+        try {
+          const r = await api("GET", `/api/consent/requests/${encodeURIComponent(follow.value.trim())}`);
+          result.replaceChildren(requestFields(r));
+        } catch (e) {
+          result.replaceChildren(alertBox(e));
+        }
+      },
+    },
+    el("h3", { id: "consent-follow-title" }, "Follow a request"),
+    el("label", { for: "consent-follow" }, "Request id (from a refusal's consent_request)", follow),
+    el("button", { type: "submit" }, "Show"),
+  );
+  const status = el(
+    "select",
+    { id: "consent-status", onchange: () => (location.hash = `#/consent?status=${status.value || "all"}`) },
+    CONSENT_STATUSES.map((v) => el("option", { value: v, selected: v === wanted }, v)),
+    el("option", { value: "", selected: wanted === "" }, "any"),
+  );
+  let list = null;
+  let refusal = null;
+  try {
+    list = await api("GET", `/api/consent/requests${wanted ? `?status=${wanted}` : ""}`);
+  } catch (e) {
+    refusal = e;
+  }
+  const rows = (list ? list.requests : []).map((r) => {
+    const open = (approve) => {
+      panel.replaceChildren(
+        decisionForm(r, approve, (decided) => {
+          panel.replaceChildren();
+          result.replaceChildren(el("p", { id: "consent-outcome" }, `${decided.id}: ${decisionText(decided)}`));
+          const table = row.closest("table");
+          row.remove();
+          if (table && !table.querySelector("tbody tr")) table.closest(".table-wrap").replaceWith(el("p", { id: "consent-empty" }, `No ${wanted || ""} requests left.`));
+        }),
+      );
+      panel.querySelector("input, textarea").focus();
+    };
+    const pending = r.status === "pending";
+    const row = el(
+      "tr",
+      { "data-request": r.id },
+      el("td", {}, when(r.requested_at)),
+      el("td", {}, r.actor),
+      el("td", {}, r.tool),
+      el("td", { class: "wide" }, el("code", {}, r.args_digest)),
+      el("td", {}, el("a", { href: `#/evidence/${encodeURIComponent(r.call_id)}` }, el("code", {}, r.call_id))),
+      el("td", {}, pending ? "pending" : decisionText(r)),
+      el(
+        "td",
+        {},
+        pending
+          ? [
+              el("button", { type: "button", class: "primary", "aria-label": `Approve ${r.actor}'s request for ${r.tool}`, onclick: () => open(true) }, "Approve…"),
+              " ",
+              el("button", { type: "button", "aria-label": `Decline ${r.actor}'s request for ${r.tool}`, onclick: () => open(false) }, "Decline…"),
+            ]
+          : "",
+      ),
+    );
+    return row;
+  });
+  show(
+    el("h2", {}, "Consent"),
+    el("p", { class: "note" }, "Calls refused for want of consent leave a request here. Approving issues a token for the requester, who fetches it by the request id; every decision is audited."),
+    el("form", { class: "filters", onsubmit: (ev) => ev.preventDefault() }, el("label", { for: "consent-status" }, "Status", status)),
+    refusal
+      ? refusal.status === 403
+        ? el("p", { class: "note", id: "consent-not-approver" }, "You may not decide consent requests (action consent_issue on soulbase.server.consent); you can follow your own below.")
+        : alertBox(refusal)
+      : rows.length
+        ? el(
+            "div",
+            { class: "table-wrap" },
+            el(
+              "table",
+              { id: "consent-requests" },
+              el("caption", { class: "note" }, "Your tenant's consent requests, newest first"),
+              el("thead", {}, el("tr", {}, ["Requested (UTC)", "Actor", "Tool", "Arguments digest", "Refused call", "Status", "Decide"].map((h, i) => el("th", { scope: "col", class: i === 3 ? "wide" : undefined }, h)))),
+              el("tbody", {}, rows),
+            ),
+          )
+        : el("p", { id: "consent-empty" }, `No ${wanted || ""} requests.`),
+    panel,
+    result,
+    followForm,
+  );
+}
+
 // ---------------------------------------------------------------- simulator
 
 /** The preflight's stages, in the order the pipeline runs them, and the code
@@ -1041,6 +1229,7 @@ function route() {
   if (page === "simulator") return simulatorView();
   if (page === "overview") return overviewView();
   if (page === "quarantine") return quarantineView();
+  if (page === "consent") return consentView();
   return toolsView();
 }
 

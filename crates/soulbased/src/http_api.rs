@@ -10,6 +10,7 @@
 //! | `PATCH /api/skills/{name}` | `{"enabled": false}` / `{"enabled": true}` (action `enable` / `disable` on each of the skill's tools) |
 //! | `POST /api/reload` | re-read the configuration and the skills directory (action `reload` on `soulbase.server.config`) |
 //! | `GET /api/audit` | the audit of changes, newest first (query: `tenant`, `kind`, `target`, `since`, `until`, `limit`; action `read_evidence` on `soulbase.server.audit`; the caller's own tenant only, every tenant for the global tenant — [`crate::audit_api`]) |
+//! | `GET /api/consent/requests`, `GET /api/consent/requests/{id}`, `POST /api/consent/requests/{id}/approve`, `POST /api/consent/requests/{id}/decline` | the consent requests refused calls leave, for approvers to approve or decline and requesters to follow ([`crate::consent_api`]) |
 //! | `GET /api/access`, `PUT /api/access/allow-list`, `PUT /api/access/overrides/{id}` | the caller's tenant's view of the global tools: its allow-list and states ([`crate::access_api`]) |
 //! | `GET /api/evidence/{call_id}` | the call's evidence records and replay summary (the caller's tenant only, else `EVIDENCE.NOT_FOUND`; action `read_evidence` on the call's tool); for an agent-loop conversation's id (`conv_…`), its records and the conversation replayed — turns, their calls (each replayed, or `withheld` when the caller may not read its tool's evidence), end (action `read_evidence` on `soulbase.server.conversations`) |
 //! | `GET /api/config/schema` | the JSON Schema of `config.yaml` (unauthenticated) |
@@ -1198,6 +1199,10 @@ pub const ROUTES: &[Route] = &[
     Route::always(Method::GET, "/api/audit"),
     Route::tools(Method::POST, "/api/consent"),
     Route::tools(Method::POST, "/api/consent/{id}/revoke"),
+    Route::tools(Method::GET, "/api/consent/requests"),
+    Route::tools(Method::GET, "/api/consent/requests/{id}"),
+    Route::tools(Method::POST, "/api/consent/requests/{id}/approve"),
+    Route::tools(Method::POST, "/api/consent/requests/{id}/decline"),
     Route::tools(Method::GET, "/api/access"),
     Route::tools(Method::PUT, "/api/access/allow-list"),
     Route::tools(Method::PUT, "/api/access/overrides/{id}"),
@@ -1227,6 +1232,10 @@ fn endpoint(route: &Route) -> Option<MethodRouter<Arc<App>>> {
         ("GET", "/api/audit") => get(crate::audit_api::list_audit),
         ("POST", "/api/consent") => post(issue_consent),
         ("POST", "/api/consent/{id}/revoke") => post(revoke_consent),
+        ("GET", "/api/consent/requests") => get(crate::consent_api::list_requests),
+        ("GET", "/api/consent/requests/{id}") => get(crate::consent_api::get_request),
+        ("POST", "/api/consent/requests/{id}/approve") => post(crate::consent_api::approve_request),
+        ("POST", "/api/consent/requests/{id}/decline") => post(crate::consent_api::decline_request),
         ("GET", "/api/access") => get(crate::access_api::get_access),
         ("PUT", "/api/access/allow-list") => put(crate::access_api::put_allow_list),
         ("PUT", "/api/access/overrides/{id}") => put(crate::access_api::put_override),

@@ -51,6 +51,7 @@ pub use soulbase_app::{app, builtins, evidence, metrics, stdio};
 pub mod access_api;
 pub mod audit_api;
 pub mod bodies;
+pub mod consent_api;
 pub mod console;
 pub mod evidence_api;
 pub mod http_api;

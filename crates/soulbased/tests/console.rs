@@ -30,10 +30,11 @@ fn bearer(id: &str) -> String {
     format!("Bearer {}", key(id))
 }
 
-/// Two tenants with an API key each. `acme` sees the builtin tools and the
-/// conformance pack's failing one, may disable them for itself and read its
-/// audit and conversations, and is denied the builtin sleep; `beta` sees
-/// everything. The agent loop's model is at `model` (`…/v1`).
+/// Two tenants with an API key each (and a second actor of `acme`, `carl`).
+/// `acme` sees the builtin tools and the conformance pack's failing one, may
+/// disable them for itself and read its audit and conversations, and is denied
+/// the builtin sleep; its `ana` approves consent requests for the `memo` skill;
+/// `beta` sees everything. The agent loop's model is at `model` (`…/v1`).
 fn config_with_model(model: &str) -> String {
     let digest = |id: &str| soulbase_auth::api_key_digest(&key(id));
     format!(
@@ -47,12 +48,14 @@ auth:
   api_keys:
     - {{ id: acme, sha256: "{a}", tenant: acme, actor: ana }}
     - {{ id: beta, sha256: "{b}", tenant: beta, actor: ben }}
+    - {{ id: carl, sha256: "{c}", tenant: acme, actor: carl }}
 policy:
   rules:
     - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling", "skills.*"], actions: [list, invoke, read_evidence, enable, disable] }}
     - {{ effect: allow, tenant: acme, tools: ["soulbase.server.audit", "soulbase.server.conversations", "soulbase.server.quarantine"], actions: [read_evidence] }}
     - {{ effect: allow, tenant: acme, tools: ["soulbase.server.simulator"], actions: [preflight] }}
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
+    - {{ effect: allow, tenant: acme, actors: [ana], tools: ["soulbase.server.consent", "skills.memo.*"], actions: [consent_issue] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
 model:
   upstream: {{ base_url: "{model}", timeout_ms: 10000 }}
@@ -61,6 +64,7 @@ model:
 "#,
         a = digest("acme"),
         b = digest("beta"),
+        c = digest("carl"),
     )
 }
 
@@ -232,6 +236,7 @@ fn quarantine_two_records(dir: &Path) {
 async fn browse(
     server: &Server,
     conversation: &str,
+    consent_request: &str,
     shots: &Path,
 ) -> std::collections::HashMap<String, Value> {
     node_script(vec![
@@ -241,9 +246,15 @@ async fn browse(
         BETA_CALL.into(),
         shots.display().to_string(),
         conversation.to_owned(),
+        consent_request.to_owned(),
     ])
     .await
 }
+
+/// A skill whose tool needs consent (risk `write`).
+const MEMO_SKILL: &str = "name: memo\ndescription: Keep a memo.\nprovider: builtin\n\
+    handler: soulbase.builtin.echo\nrisk_level: write\nparameters:\n  type: object\n  \
+    properties:\n    text: {type: string}\n";
 
 /// Writes `calls` finished calls of `soulbase.builtin.echo` by tenant `acme`
 /// (a Begin and an End each) into the SQLite evidence store a server started
@@ -388,6 +399,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         let guide = dir.join("skills").join("guide");
         std::fs::create_dir_all(&guide).unwrap();
         quarantine_two_records(dir);
+        std::fs::write(dir.join("skills").join("memo.yaml"), MEMO_SKILL).unwrap();
         std::fs::write(
             guide.join("SKILL.md"),
             "---\nname: guide\ndescription: How to greet people well.\n---\n# Greeting guide\n\n\
@@ -460,8 +472,17 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         .unwrap()
         .to_owned();
 
+    // carl is refused the memo tool for want of consent: a pending request.
+    let memo = r#"{"text": "remember the milk"}"#;
+    let refused = invoke(&server, "carl", "skills.memo.memo", memo, None).await;
+    assert_eq!(refused["error_code"], "CONSENT.REQUIRED", "{refused}");
+    let consent_request = refused["error"]["fields"]["consent_request"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
     let shots = screenshots();
-    let found = browse(&server, &conversation, &shots).await;
+    let found = browse(&server, &conversation, &consent_request, &shots).await;
 
     let tools: Vec<&str> = found["tools"]["tools"]
         .as_array()
@@ -496,6 +517,57 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         }),
         "{errors:?}"
     );
+    // Consent: the request listed (who, what, which call), approved from the
+    // page after a confirmation; carl's token then runs his call.
+    let consent = &found["consent"];
+    let listed = consent["listed"].as_str().unwrap();
+    assert!(
+        listed.contains("carl") && listed.contains("skills.memo.memo"),
+        "{consent}"
+    );
+    assert!(
+        listed.contains(refused["call_id"].as_str().unwrap()),
+        "{consent}"
+    );
+    assert!(
+        consent["confirm"]
+            .as_str()
+            .unwrap()
+            .contains("Approve carl's request for skills.memo.memo (scope call)"),
+        "{consent}"
+    );
+    assert!(
+        consent["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("approved by ana (scope call)"),
+        "{consent}"
+    );
+    assert_eq!(consent["left"], 0, "{consent}");
+    let (status, mine) = http(
+        &server.http,
+        "GET",
+        &format!("/api/consent/requests/{consent_request}"),
+        &[("authorization", &bearer("carl"))],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{mine}");
+    let mine: Value = serde_json::from_str(&mine).unwrap();
+    let token = mine["token"].as_str().unwrap();
+    let (status, ran) = http(
+        &server.http,
+        "POST",
+        "/api/tools/skills.memo.memo/invoke",
+        &[
+            ("authorization", &bearer("carl")),
+            ("content-type", "application/json"),
+            ("x-soulbase-consent", token),
+        ],
+        memo,
+    )
+    .await;
+    assert_eq!(status, 200, "{ran}");
     // The quarantine: this tenant's record only, with its reason.
     let quarantine = found["quarantine"]["text"].as_str().unwrap();
     assert!(quarantine.contains("call_quarantined_acme"), "{quarantine}");
@@ -697,6 +769,8 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         "evidence-denials.png",
         "simulator-as.png",
         "skills.png",
+        "consent.png",
+        "consent-approved.png",
     ] {
         assert!(shots.join(shot).metadata().unwrap().len() > 1000, "{shot}");
     }
@@ -786,6 +860,8 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
         "/api/quarantine",
         "/api/skills",
         "/api/denials",
+        "/api/consent/requests",
+        "/api/consent/requests/creq_0123456789abcdef0123456789abcdef",
     ] {
         let (status, body) = http(&server.http, "GET", path, &[], "").await;
         assert_eq!(status, 401, "{path}: {body}");

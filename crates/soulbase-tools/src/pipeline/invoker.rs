@@ -8,7 +8,8 @@ use arc_swap::ArcSwap;
 use futures_util::FutureExt;
 use serde_json::Value;
 use soulbase_auth::{
-    Action, Authorizer, AuthzRequest, ConsentGrant, ConsentRequest, ConsentVerifier,
+    Action, Authorizer, AuthzRequest, CONSENT_REQUEST_TTL_MS, ConsentGrant, ConsentRequest,
+    ConsentRequests, ConsentVerifier, MAX_PENDING_PER_ACTOR, NewConsentRequest,
 };
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{
@@ -71,6 +72,8 @@ struct Seams {
     evidence: Arc<dyn EvidenceSink>,
     idempotency: Arc<dyn IdempotencyStore>,
     terms: Option<Arc<dyn CallTerms>>,
+    /// Where a call refused for want of consent leaves its request, when kept.
+    consent_requests: Option<Arc<dyn ConsentRequests>>,
     config_hash: ArcSwap<String>,
     /// When set, the configuration whose current hash every Begin records.
     config: Option<soulbase_config::ConfigHandle>,
@@ -114,6 +117,7 @@ impl InvokerBuilder {
                 evidence,
                 idempotency,
                 terms: None,
+                consent_requests: None,
                 config_hash: ArcSwap::from_pointee(String::new()),
                 config: None,
                 limiter: ConcurrencyLimiter::default(),
@@ -121,6 +125,15 @@ impl InvokerBuilder {
                 fault: None,
             },
         }
+    }
+
+    /// Keeps a consent request in `requests` for every call refused
+    /// `CONSENT.REQUIRED` (not for a preflight): one pending request per
+    /// tenant, actor, tool and arguments digest, named in the refusal as
+    /// `fields.consent_request` for the caller to follow.
+    pub fn consent_requests(mut self, requests: Arc<dyn ConsentRequests>) -> Self {
+        self.seams.consent_requests = Some(requests);
+        self
     }
 
     /// The hash of the configuration in force, recorded in every Begin.
@@ -760,21 +773,56 @@ impl Invoker {
         Ok(args_bytes)
     }
 
-    async fn check_consent(&self, call: &ToolCall, cleared: &Cleared) -> Result<(), SoulError> {
+    /// The consent stage. A call (not a preflight: `open_request`) refused
+    /// `CONSENT.REQUIRED` leaves a consent request, named in the refusal's
+    /// `fields.consent_request` (see [`InvokerBuilder::consent_requests`]).
+    async fn check_consent(
+        &self,
+        call: &ToolCall,
+        cleared: &Cleared,
+        open_request: bool,
+    ) -> Result<(), SoulError> {
         let manifest = &cleared.resolved.tool.manifest;
         if !manifest.consent.required {
             return Ok(());
         }
+        let now = UnixMillis::now();
         let verify = self.seams.consent.verify(ConsentRequest {
             subject: &call.subject,
             tool: &call.tool,
             scope: manifest.consent.scope.as_deref(),
             args_digest: &cleared.args_digest,
             token: call.consent.as_deref(),
-            now: UnixMillis::now(),
+            now,
             max_age_ms: manifest.consent.ttl_ms,
         });
-        stage::run(stage_span!("consent"), verify).await
+        let refused = match stage::run(stage_span!("consent"), verify).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let requests = match &self.seams.consent_requests {
+            Some(r) if open_request && refused.code() == ErrorCode::ConsentRequired => r,
+            _ => return Err(refused),
+        };
+        let new = NewConsentRequest {
+            tenant: call.subject.tenant.clone(),
+            actor: call.subject.actor.clone(),
+            tool: call.tool.clone(),
+            args_digest: cleared.args_digest.clone(),
+            call_id: call.call_id.clone(),
+            at: now,
+        };
+        let fresh_since = UnixMillis(now.0.saturating_sub(CONSENT_REQUEST_TTL_MS));
+        let open = requests.open(&new, fresh_since, MAX_PENDING_PER_ACTOR);
+        // The refusal stands whatever becomes of the request.
+        match open.instrument(stage_span!("consent.request")).await {
+            Ok(Some(request)) => Err(refused.with_field("consent_request", request.id)),
+            Ok(None) => Err(refused),
+            Err(e) => {
+                tracing::warn!(error = ?e, call_id = %call.call_id, "could not open a consent request");
+                Err(refused)
+            }
+        }
     }
 
     fn exec_request<'a>(
@@ -849,7 +897,7 @@ impl Invoker {
             Ok::<_, SoulError>(budget)
         };
         let budget = stage::run(stage_span!("quota"), check).await?;
-        self.check_consent(call, &cleared).await?;
+        self.check_consent(call, &cleared, false).await?;
         let profile = self.guarded_profile(call, tool)?;
         Ok(PreflightReport {
             tool: call.tool.clone(),
@@ -994,7 +1042,7 @@ impl Invoker {
         };
         let (tool_hold, terms_hold) = stage::run(stage_span!("quota"), reserve).await?;
         let before_exec = async {
-            self.check_consent(call, &cleared).await?;
+            self.check_consent(call, &cleared, true).await?;
             let profile = self.guarded_profile(call, &tool)?;
             let permits = match manifest.concurrency {
                 Concurrency::Serial => 1,

@@ -31,6 +31,7 @@
 //! | `idempotency`       | claiming the idempotency key (keyed tools only)           |
 //! | `quota`             | quota reservation, then the terms' metered gate (a check, in preflight) |
 //! | `consent`           | the `ConsentVerifier` (tools requiring consent only)       |
+//! | `consent.request`   | opening (or finding) the consent request of a call refused `CONSENT.REQUIRED` |
 //! | `profile`           | Grant ∩ Manifest ∩ PolicyConfig                           |
 //! | `guard`             | the sandbox's guard                                       |
 //! | `concurrency`       | the concurrency slot (tools with a limit only)            |

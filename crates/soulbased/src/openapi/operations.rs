@@ -21,6 +21,7 @@ use crate::bodies::{
     AuditList, EvidenceBody, ModelTools, Prompt, ReloadReport, RevokedConsent, SkillList,
     SkillView, Status, ToolList, ToolView,
 };
+use crate::consent_api::{ApproveBody, ConsentRequestList, DeclineBody, RequestsQuery};
 use crate::evidence_api::{DenialListQuery, EvidenceListQuery};
 use crate::http_api::{ConsentBody, ListQuery, PreflightAs, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
@@ -376,6 +377,28 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             })])
             .json(200, "Revoked.", spec.response::<RevokedConsent>())
             .fails(&[400, 403, 503]),
+        ("GET", "/api/consent/requests") => Op::authenticated("listConsentRequests", "consent", "The caller's tenant's consent requests")
+            .describe("A call refused `CONSENT.REQUIRED` (on any surface) opens a consent request — one pending request per tenant, actor, tool and arguments digest, reused by retries — named in the refusal's `fields.consent_request`. This lists the caller's tenant's requests, newest first (`status=pending` for those awaiting a decision; a pending request not decided within 24 hours reads `expired`), never with their tokens. Needs action `consent_issue` on `soulbase.server.consent`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .params(spec.query::<RequestsQuery>())
+            .json(200, "The requests, newest first.", spec.response::<ConsentRequestList>())
+            .fails(&[400, 403, 503]),
+        ("GET", "/api/consent/requests/{id}") => Op::authenticated("getConsentRequest", "consent", "One consent request")
+            .describe("Its requester (the refused caller: same tenant and actor) sees it with the token once approved — send it as `x-soulbase-consent`; an approver of the tenant (`consent_issue` on `soulbase.server.consent`) sees it without the token. Anyone else, another tenant included, is answered `CONSENT.REQUEST_NOT_FOUND` as for a request that does not exist.")
+            .params([consent_request_id()])
+            .json(200, "The request.", spec.response::<soulbase_edge::ConsentRequestView>())
+            .fails(&[400, 404, 503]),
+        ("POST", "/api/consent/requests/{id}/approve") => Op::authenticated("approveConsentRequest", "consent", "Approve a consent request")
+            .describe("Issues a token for the requester through the same path as `POST /api/consent` (needs `consent_issue` on the tool, as well as on `soulbase.server.consent`): `scope` `call` (default) binds it to the refused call's arguments digest, `tool` lets any arguments pass; `ttl_ms` as for issuing, capped by `auth.consent.max_ttl_ms` and the manifest's `consent.ttl_ms`. The token is kept for the requester (`GET /api/consent/requests/{id}`); the decision is audited (`consent.approve`, naming the approver). A request no longer pending is `CONSENT.REQUEST_DECIDED` (`fields.status`).")
+            .params([consent_request_id()])
+            .body(false, spec.request::<ApproveBody>(), json!({"scope": "call", "ttl_ms": 600_000}))
+            .json(200, "The request, approved.", spec.response::<soulbase_edge::ConsentRequestView>())
+            .fails(&[400, 403, 404, 409, 503]),
+        ("POST", "/api/consent/requests/{id}/decline") => Op::authenticated("declineConsentRequest", "consent", "Decline a consent request")
+            .describe("Needs `consent_issue` on `soulbase.server.consent`. The requester reads the decision and the `reason`; the decision is audited (`consent.decline`, naming the approver). A request no longer pending is `CONSENT.REQUEST_DECIDED` (`fields.status`).")
+            .params([consent_request_id()])
+            .body(false, spec.request::<DeclineBody>(), json!({"reason": "not during the freeze"}))
+            .json(200, "The request, declined.", spec.response::<soulbase_edge::ConsentRequestView>())
+            .fails(&[400, 403, 404, 409, 503]),
         ("GET", "/api/access") => Op::authenticated("getAccess", "access", "The caller's tenant's view of the global tools")
             .describe("The allow-list and states of global tools stored for the caller's tenant through this API, and what the configuration (`tenants[]`) decides on top (both allow-lists must admit a tool; configured states win).")
             .json(200, "The view.", spec.response::<soulbase_tools::registry::access::AccessView>())
@@ -399,6 +422,17 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
         ("GET", "/metrics") => Op::public("metrics", "Prometheus metrics")
             .answers(200, "The Prometheus text format (0.0.4).", "text/plain", json!({"type": "string"})),
         _ => return None,
+    })
+}
+
+/// The `{id}` of a consent request route.
+fn consent_request_id() -> Value {
+    json!({
+        "name": "id",
+        "in": "path",
+        "required": true,
+        "description": "The request id (`creq_…`, as the refusal's `fields.consent_request` named it). Malformed: `SCHEMA.VALIDATION_FAILED` (`fields.field`: `id`).",
+        "schema": {"type": "string", "pattern": "^creq_[0-9a-f]{32}$"},
     })
 }
 

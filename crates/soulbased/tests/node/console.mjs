@@ -4,7 +4,7 @@
 // (crates/soulbased/tests/console.rs) to judge, and saves a screenshot of each
 // page into SHOTS.
 //
-// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS CONVERSATION
+// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS CONVERSATION CONSENT_REQUEST
 //    or: node console.mjs --timing URL API_KEY ROUNDS (each view's load time,
 //        from navigation to its data shown, ROUNDS times)
 // (SOULBASE_NODE_MODULES: the node_modules holding playwright-core;
@@ -61,7 +61,7 @@ async function timing(url, apiKey, rounds) {
   emit({ label: "timing", ms, rows: await page.locator("#timeline li").count() });
 }
 
-async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation) {
+async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation, consentRequest) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
@@ -155,6 +155,32 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation)
   await page.locator("#quarantine tbody tr").first().waitFor();
   emit({ label: "quarantine", text: await page.locator("main").innerText() });
   await page.screenshot({ path: `${shots}/quarantine.png`, fullPage: true });
+
+  // Consent: a pending request listed with who asked for what, approved from
+  // the page for that call's arguments, confirming the dialog.
+  await page.goto(`${url}/ui#/consent`);
+  const request = page.locator(`#consent-requests tr[data-request="${consentRequest}"]`);
+  await request.waitFor();
+  const listed = await request.innerText();
+  await page.screenshot({ path: `${shots}/consent.png`, fullPage: true });
+  await request.getByRole("button", { name: /^Approve/ }).click();
+  await page.getByLabel("This call's arguments only").check();
+  await page.getByLabel(/Token lifetime/).fill("600000");
+  let consentConfirm = null;
+  page.once("dialog", (d) => {
+    consentConfirm = d.message();
+    d.accept();
+  });
+  await page.locator("#consent-decision").getByRole("button", { name: "Approve" }).click();
+  await page.locator("#consent-outcome").waitFor();
+  emit({
+    label: "consent",
+    listed,
+    confirm: consentConfirm,
+    outcome: await page.locator("#consent-outcome").innerText(),
+    left: await page.locator(`#consent-requests tr[data-request="${consentRequest}"]`).count(),
+  });
+  await page.screenshot({ path: `${shots}/consent-approved.png`, fullPage: true });
 
   // A skill: its SKILL.md rendered (front matter apart, heading, emphasis, list).
   await page.goto(`${url}/ui#/skills`);
