@@ -77,7 +77,7 @@ struct ListArgs {
     tenant: Option<String>,
     /// Only this kind: registry.register, registry.update, registry.state,
     /// registry.unregister, registry.override, registry.allow_list, skill.enable,
-    /// skill.disable, skills.reload, config.reload.
+    /// skill.disable, skills.reload, config.reload, evidence.quarantine_retry.
     #[arg(long)]
     kind: Option<String>,
     /// Only this target: a tool id, a tenant (allow-lists), a skill name, the

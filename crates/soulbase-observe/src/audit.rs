@@ -1,5 +1,6 @@
-//! The audit of changes: who changed the registry, a skill's state, the skill set
-//! or the configuration, when, and what it was before and after.
+//! The audit of changes: who changed the registry, a skill's state, the skill set,
+//! the configuration or the evidence quarantine, when, and what it was before and
+//! after.
 //!
 //! Every change that succeeded is one [`AuditRecord`] appended to an [`AuditLog`]
 //! after the change took effect (a refused change records nothing, nor does a
@@ -75,6 +76,10 @@ kinds! {
     /// An accepted configuration reload that changed the configuration (target:
     /// the configuration's sources).
     ConfigReload = "config.reload",
+    /// The evidence spool's quarantine offered to the store again, changing it:
+    /// records left it, or the reason of one still refused changed (target: the
+    /// quarantine file).
+    EvidenceQuarantineRetry = "evidence.quarantine_retry",
 }
 
 impl fmt::Display for AuditKind {
