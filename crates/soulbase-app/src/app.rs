@@ -720,6 +720,30 @@ impl App {
         });
     }
 
+    /// Offers the evidence spool's quarantine to the store again for `by`,
+    /// through the running sink's drainer (see [`evidence::retry_quarantine`]);
+    /// audited as `by`'s (`evidence.quarantine_retry`) when the file changed.
+    /// `EVIDENCE.UNAVAILABLE` in a process without an evidence spool. The caller
+    /// authorizes `by` first.
+    pub async fn retry_quarantine(
+        &self,
+        by: &Subject,
+    ) -> Result<soulbase_evidence::quarantine::RequeueReport, SoulError> {
+        let Some(p) = &self.persistence else {
+            return Err(SoulError::new(
+                ErrorCode::EvidenceUnavailable,
+                "this process has no evidence spool (it serves neither the tools nor the \
+                 evidence role), so it has no quarantine to offer again",
+            )
+            .with_field("spool", "none"));
+        };
+        let file = soulbase_store::spool_dir(self.started.config())
+            .join(soulbase_evidence::quarantine::QUARANTINE_FILE)
+            .display()
+            .to_string();
+        evidence::retry_quarantine(p, self.audit.clone(), by, file).await
+    }
+
     /// Whether the server accepts new work.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)

@@ -267,6 +267,44 @@ impl EvidenceFlush {
     }
 }
 
+/// Offers the quarantine of `persistence`'s spool to the store its drainer
+/// writes to (the database, or the remote evidence role) again, for `by`
+/// ([`DurableSink::retry_quarantine`]), and audits it as `by`'s
+/// (`evidence.quarantine_retry`, tenant `global`, target `quarantine_file`) when
+/// the file changed. Runs as a task of its own: a caller that goes away (an HTTP
+/// client hanging up) neither interrupts it nor loses its audit record.
+pub async fn retry_quarantine(
+    persistence: &Persistence,
+    audit: Arc<dyn soulbase_observe::AuditLog>,
+    by: &soulbase_types::Subject,
+    quarantine_file: String,
+) -> Result<soulbase_evidence::quarantine::RequeueReport, SoulError> {
+    let sink = persistence.sink.clone();
+    let by = by.clone();
+    let task = tokio::spawn(async move {
+        let report = sink.retry_quarantine().await?;
+        if report.rewritten {
+            let detail = format!(
+                "{} stored, {} still refused, {} unreadable; {} line(s) stay",
+                report.stored,
+                report.refused.len(),
+                report.unreadable.len(),
+                report.remaining()
+            );
+            let record = soulbase_observe::AuditRecord::new(
+                soulbase_types::TenantId::global(),
+                &by,
+                soulbase_observe::AuditKind::EvidenceQuarantineRetry,
+                quarantine_file,
+            )
+            .detail(detail);
+            crate::audit::append(audit.as_ref(), record).await;
+        }
+        Ok(report)
+    });
+    task.await.map_err(SoulError::internal)?
+}
+
 /// The records the database refused for good, kept in the quarantine file of
 /// the spool `config` names (read beside a running sink: the drainer only ever
 /// appends whole lines).

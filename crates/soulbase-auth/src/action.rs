@@ -63,7 +63,9 @@ impl Action {
     pub const AUDIT_RESOURCE: &'static str = "soulbase.server.audit";
 
     /// The resource reading the spool's quarantine (records the database
-    /// refused for good) is asked about, with [`Action::ReadEvidence`].
+    /// refused for good) is asked about, with [`Action::ReadEvidence`]; offering
+    /// those records to the database again (`POST /api/quarantine/retry`), with
+    /// [`Action::Update`].
     pub const QUARANTINE_RESOURCE: &'static str = "soulbase.server.quarantine";
 
     /// The resource a preflight on someone else's behalf (the policy

@@ -78,7 +78,7 @@ struct ListArgs {
     /// Only this kind: registry.register, registry.update, registry.state,
     /// registry.unregister, registry.override, registry.allow_list, skill.enable,
     /// skill.disable, skills.reload, config.reload, consent.approve,
-    /// consent.decline.
+    /// consent.decline, evidence.quarantine_retry.
     #[arg(long)]
     kind: Option<String>,
     /// Only this target: a tool id, a tenant (allow-lists), a skill name, the

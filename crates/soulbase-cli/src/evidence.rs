@@ -13,7 +13,9 @@
 //!   kept in the spool's `quarantine.jsonl` (works beside a running server).
 //! - `quarantine retry [--spool DIR]` — offers them to the database again once the
 //!   cause is fixed; those it takes leave the file (exit 1 when any stay). It holds
-//!   the spool's lock, so the server using the spool must be stopped first.
+//!   the spool's lock, so the server using the spool must be stopped first (a
+//!   running server offers its own quarantine: `POST /api/quarantine/retry`, the
+//!   same code, run by its drainer).
 //!
 //! `--json` is the same as `--format json`. Text output shows instants in UTC as
 //! RFC 3339 (`2026-11-25T10:04:05.123Z`); JSON keeps Unix milliseconds. `--tenant`
@@ -181,7 +183,8 @@ enum QuarantineCommand {
     /// the file, the rest stay as they are.
     ///
     /// Needs the spool's lock: stop the server that uses the spool first (it
-    /// cannot start while this runs). Exit 1 while lines stay. It offers every
+    /// cannot start while this runs; a running server retries its own with
+    /// `POST /api/quarantine/retry`). Exit 1 while lines stay. It offers every
     /// tenant's records: there is no `--tenant`.
     Retry {
         /// The spool directory; default: `<data_dir>/spool` of the configuration.

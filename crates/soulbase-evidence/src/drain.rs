@@ -22,8 +22,16 @@ use std::time::Duration;
 use soulbase_observe::{EncodedRecord, EvidenceStore, is_store_refusal};
 use tokio::sync::mpsc;
 
+use crate::quarantine::{self, RequeueReport};
 use crate::segment::{self, Pos};
-use crate::shared::{Kind, Request, Shared, lock};
+use crate::shared::{Kind, Request, Shared, lock, unavailable};
+
+/// A request to offer the quarantine file's records to the store again
+/// ([`crate::DurableSink::retry_quarantine`]), answered once done.
+pub(crate) struct RetryRequest {
+    /// Where the answer goes.
+    pub reply: tokio::sync::oneshot::Sender<Result<RequeueReport, soulbase_errors::SoulError>>,
+}
 
 /// Tuning of the drainer.
 #[derive(Debug, Clone, Copy)]
@@ -227,11 +235,17 @@ fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
 /// `wake` reaches the writer without keeping it alive: a missing active segment is
 /// restored by the writer's next round, so the drainer asks for one (an empty
 /// flush) rather than waiting for the next record.
+///
+/// `retries` are requests to offer the quarantine file again: served between two
+/// batches (the drainer is the file's only writer, so nothing appends to it
+/// meanwhile), at once when idle or lingering; refused at once while the store
+/// (or the spool) is failing.
 pub async fn run(
     shared: Arc<Shared>,
     store: Arc<dyn EvidenceStore>,
     opts: DrainOptions,
     wake: mpsc::WeakSender<Request>,
+    mut retries: mpsc::Receiver<RetryRequest>,
 ) {
     let mut pos = *lock(&shared.drained);
     let mut backoff = opts.min_backoff;
@@ -245,6 +259,10 @@ pub async fn run(
     let mut persisted = pos;
     let mut persisted_at = tokio::time::Instant::now();
     loop {
+        // Between two batches: nothing is being quarantined.
+        while let Ok(request) = retries.try_recv() {
+            serve_retry(&shared, store.as_ref(), request).await;
+        }
         let notified = shared.committed_notify.notified();
         // A prefetched batch is used only if it holds records: an empty one may
         // predate a commit whose notification came before `notified` was armed.
@@ -274,7 +292,7 @@ pub async fn run(
                     });
                 }
                 *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));
-                if wait_or_stop(&shared, backoff).await {
+                if wait_or_stop(&shared, backoff, &mut retries).await {
                     finish(checkpoint).await;
                     return;
                 }
@@ -315,6 +333,9 @@ pub async fn run(
                 () = notified => {}
                 () = &mut stop => {}
                 () = tokio::time::sleep_until(due), if pending => {}
+                Some(request) = retries.recv() => {
+                    serve_retry(&shared, store.as_ref(), request).await;
+                }
             }
             continue;
         }
@@ -360,7 +381,7 @@ pub async fn run(
                     let cause = e.audit().causes.join("; ");
                     tracing::warn!(error = %e, cause, "evidence store write failed; retrying");
                     *lock(&shared.store_error) = Some(format!("{}: {cause}", e.message()));
-                    if wait_or_stop(&shared, backoff).await {
+                    if wait_or_stop(&shared, backoff, &mut retries).await {
                         finish(checkpoint).await;
                         return;
                     }
@@ -382,6 +403,9 @@ pub async fn run(
             tokio::select! {
                 () = tokio::time::sleep_until(resume) => {}
                 () = shared.stop_notify.notified() => {}
+                Some(request) = retries.recv() => {
+                    serve_retry(&shared, store.as_ref(), request).await;
+                }
             }
         }
     }
@@ -546,16 +570,79 @@ async fn room_freed(shared: &Shared, wake: &mpsc::WeakSender<Request>) {
     }
 }
 
-/// Sleeps `d` unless the sink is stopping; true when it is.
-async fn wait_or_stop(shared: &Shared, d: Duration) -> bool {
+/// Sleeps `d` unless the sink is stopping; true when it is. Meanwhile a request
+/// to offer the quarantine again is refused at once: the drain is failing (the
+/// store is down, or the spool cannot be read), so it could not succeed now.
+async fn wait_or_stop(
+    shared: &Shared,
+    d: Duration,
+    retries: &mut mpsc::Receiver<RetryRequest>,
+) -> bool {
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
     if shared.stopping.load(Ordering::Acquire) {
         return true;
     }
-    tokio::select! {
-        () = tokio::time::sleep(d) => shared.stopping.load(Ordering::Acquire),
-        () = stop => true,
+    let sleep = tokio::time::sleep(d);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return shared.stopping.load(Ordering::Acquire),
+            () = &mut stop => return true,
+            Some(request) = retries.recv() => {
+                let cause = lock(&shared.store_error).clone().unwrap_or_default();
+                let refused = unavailable(
+                    "the evidence drain is failing (the store is unavailable or the spool \
+                     cannot be read); offer the quarantine again once it recovers",
+                )
+                .with_note(cause);
+                let _ = request.reply.send(Err(refused));
+            }
+        }
     }
+}
+
+/// Offers the quarantine file again for `request` (unless its asker is gone) and
+/// answers it.
+async fn serve_retry(shared: &Arc<Shared>, store: &dyn EvidenceStore, request: RetryRequest) {
+    if request.reply.is_closed() {
+        return;
+    }
+    let answer = retry_quarantine(shared, store).await;
+    match &answer {
+        Ok(r) => tracing::info!(
+            stored = r.stored,
+            refused = r.refused.len(),
+            unreadable = r.unreadable.len(),
+            "the evidence quarantine was offered to the store again"
+        ),
+        Err(e) => tracing::warn!(error = %e, "offering the evidence quarantine again failed"),
+    }
+    let _ = request.reply.send(answer);
+}
+
+/// [`quarantine::offer`] on this sink's spool, each file operation under a
+/// [`crate::shared::Hold`] and only while the directory is still this sink's.
+async fn retry_quarantine(
+    shared: &Arc<Shared>,
+    store: &dyn EvidenceStore,
+) -> Result<RequeueReport, soulbase_errors::SoulError> {
+    let access = || match shared.try_hold() {
+        Some(held) if shared.owns_dir() => Ok(held),
+        Some(_) => Err(unavailable(
+            "the spool directory is missing or not this sink's",
+        )),
+        None => Err(unavailable(CLOSING)),
+    };
+    let stop = || {
+        if shared.stopping.load(Ordering::Acquire) {
+            Err(unavailable(
+                "stopping while offering the quarantine to the store again",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    quarantine::offer(&shared.dir, store, access, stop).await
 }

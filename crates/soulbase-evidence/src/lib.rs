@@ -27,8 +27,10 @@
 //!   [`store_refusal`](soulbase_observe::store_refusal), not an outage) is isolated
 //!   from its batch and kept in `quarantine.jsonl` in the spool directory, so it
 //!   never blocks the drain; so is an intact spool frame that is not a record.
-//!   [`quarantine::requeue`] offers those records to a store again once the cause
-//!   is fixed (`soulbase evidence quarantine retry`).
+//!   Once the cause is fixed, those records are offered to the store again: by
+//!   the running sink's drainer ([`DurableSink::retry_quarantine`], `POST
+//!   /api/quarantine/retry`), or with the server stopped
+//!   ([`quarantine::requeue`], `soulbase evidence quarantine retry`).
 //! - the drainer passes records on as the text the spool holds
 //!   ([`EvidenceStore::write_encoded`](soulbase_observe::EvidenceStore::write_encoded)):
 //!   a store that keeps the text reads only the fields it indexes.

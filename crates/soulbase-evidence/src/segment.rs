@@ -144,16 +144,22 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
 /// envelope id tells.
 pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
 
-/// Appends `record` to the quarantine file and makes it durable.
-pub fn quarantine(dir: &Path, record: &EncodedRecord, cause: &str) -> io::Result<()> {
+/// One line of the quarantine file for `record`, refused because of `cause`,
+/// without its line end.
+pub fn quarantine_line(record: &EncodedRecord, cause: &str) -> io::Result<Vec<u8>> {
     let text = record.as_str();
     let kept = serde_json::from_str::<serde_json::Value>(text)
         .unwrap_or_else(|_| serde_json::Value::String(text.to_owned()));
-    let mut line = serde_json::to_vec(&serde_json::json!({
+    serde_json::to_vec(&serde_json::json!({
         "refused": cause,
         "record": kept,
     }))
-    .map_err(io::Error::other)?;
+    .map_err(io::Error::other)
+}
+
+/// Appends `record` to the quarantine file and makes it durable.
+pub fn quarantine(dir: &Path, record: &EncodedRecord, cause: &str) -> io::Result<()> {
+    let mut line = quarantine_line(record, cause)?;
     line.push(b'\n');
     let path = dir.join(QUARANTINE_FILE);
     let created = !path.exists();

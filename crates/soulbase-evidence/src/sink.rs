@@ -12,7 +12,8 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_observe::{Durable, EvidenceEvent, EvidenceRecord, EvidenceSink, EvidenceStore};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::drain::{self, DrainOptions};
+use crate::drain::{self, DrainOptions, RetryRequest};
+use crate::quarantine::RequeueReport;
 use crate::recovery::{self, RecoveryReport};
 use crate::segment::{self, Pos};
 use crate::shared::{Accounting, Holds, Kind, Request, Shared, lock, unavailable};
@@ -182,6 +183,8 @@ pub struct SpoolStats {
 struct Inner {
     shared: Arc<Shared>,
     tx: mpsc::Sender<Request>,
+    /// Requests to the drainer to offer the quarantine file again.
+    retries: mpsc::Sender<RetryRequest>,
     durability: Durability,
     drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Stops the drainer on drop, even after a `shutdown` that was cancelled while
@@ -281,17 +284,20 @@ impl DurableSink {
             .name("evidence-spool".into())
             .spawn(move || writer::run(w_shared, rx, active, segment_bytes, lock_file))
             .map_err(|e| unavailable("cannot start the spool writer").with_note(e.to_string()))?;
+        let (retries, retry_rx) = mpsc::channel(16);
         let drainer = tokio::spawn(drain::run(
             shared.clone(),
             store,
             options.drain,
             tx.downgrade(),
+            retry_rx,
         ));
         Ok((
             DurableSink {
                 inner: Arc::new(Inner {
                     shared,
                     tx,
+                    retries,
                     durability: options.durability,
                     drainer_abort: drainer.abort_handle(),
                     drainer: Mutex::new(Some(drainer)),
@@ -339,6 +345,31 @@ impl DurableSink {
             let cause = lock(&shared.store_error).clone().unwrap_or_default();
             unavailable("the evidence store has not caught up with the spool").with_note(cause)
         })
+    }
+
+    /// Offers the records of this spool's quarantine file (`quarantine.jsonl`) to
+    /// the store again, while the sink runs: what the store takes leaves the
+    /// file, what it still refuses stays with the reason it gives now, and lines
+    /// that cannot be read stay as they are (see [`crate::quarantine`]).
+    ///
+    /// The drainer does it, with the store it drains into, between two batches:
+    /// it is the file's only writer, so nothing is quarantined meanwhile, and the
+    /// drain goes on afterwards. The file is rewritten atomically after the store
+    /// took what leaves it; a crash at any point loses no record (one may be
+    /// offered again, which the store skips). `EVIDENCE.UNAVAILABLE` while the
+    /// drain is failing (the store is down: nothing could be stored now), when a
+    /// store outage interrupts it (the file stays as it was), once the sink is
+    /// shutting down, and when the spool directory is no longer this sink's.
+    pub async fn retry_quarantine(&self) -> Result<RequeueReport, SoulError> {
+        let (reply, answer) = oneshot::channel();
+        self.inner
+            .retries
+            .send(RetryRequest { reply })
+            .await
+            .map_err(|_| unavailable("the evidence drainer has stopped"))?;
+        answer
+            .await
+            .map_err(|_| unavailable("the evidence drainer has stopped"))?
     }
 
     /// The spool's state.

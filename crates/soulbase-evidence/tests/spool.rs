@@ -950,10 +950,15 @@ async fn a_quarantine_longer_than_a_batch_keeps_exactly_the_refused_lines() {
     let refused: Vec<usize> = report.refused.iter().map(|(e, _)| e.line).collect();
     assert_eq!(refused, [4, 281]);
     assert_eq!(count(&store.inner), (298, 0, 0));
+    // They stay, with the reason the store gives now.
+    let now = |r: &EvidenceRecord| {
+        serde_json::json!({"refused": "refused by the test", "record": r}).to_string()
+    };
     assert_eq!(
         std::fs::read_to_string(&path).unwrap(),
-        format!("{}\n{}\n", lines[3], lines[280])
+        format!("{}\n{}\n", now(&records[3]), now(&records[280]))
     );
+    assert!(lines[3].contains(r#""refused":"r""#));
 
     // A spool directory that is not there is an error naming it, not an empty list.
     let missing = dir.path().join("nope");
@@ -962,6 +967,185 @@ async fn a_quarantine_longer_than_a_batch_keeps_exactly_the_refused_lines() {
     assert!(e.message().contains("nope"), "{e:?}");
     let e = quarantine::requeue(&missing, &store).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+}
+
+/// The running sink offers its own quarantine again, through its drainer, while
+/// calls keep being recorded and drained — one of them refused and quarantined
+/// meanwhile: what the store takes leaves the file, what it still refuses stays
+/// (line for line when its reason is the same), unreadable lines stay, and
+/// nothing the drain quarantines in the meantime is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_sink_offers_its_quarantine_again_beside_the_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let (mut refused_begin, mut refused_end) = (None, None);
+    for i in 0..20 {
+        let b = begin();
+        let e = end(&b);
+        if i == 3 {
+            store.refused.lock().unwrap().push(b.id.clone());
+            refused_begin = Some(b.id.clone());
+        }
+        if i == 11 {
+            store.refused.lock().unwrap().push(e.id.clone());
+            refused_end = Some(e.id.clone());
+        }
+        sink.record(b).await.unwrap();
+        sink.record(e).await.unwrap();
+    }
+    sink.wait_drained(LIMIT).await.unwrap();
+    let (refused_begin, refused_end) = (refused_begin.unwrap(), refused_end.unwrap());
+    assert_eq!(count(&store.inner), (19, 19, 0));
+    // A line this version cannot read (nothing is being quarantined now).
+    let path = dir.path().join(quarantine::QUARANTINE_FILE);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"not a quarantine entry\n").unwrap();
+    }
+    let first_line = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // The store takes the End now, not the Begin; meanwhile calls go on, and one
+    // of them is refused and quarantined by the drain.
+    store
+        .refused
+        .lock()
+        .unwrap()
+        .retain(|id| *id == refused_begin);
+    let late = begin();
+    store.refused.lock().unwrap().push(late.id.clone());
+    let busy = {
+        let sink = sink.clone();
+        let late = late.clone();
+        tokio::spawn(async move {
+            for i in 0..100 {
+                if i == 50 {
+                    sink.record(late.clone()).await.unwrap();
+                    sink.record(end(&late)).await.unwrap();
+                }
+                record_calls(&sink, 1).await;
+            }
+        })
+    };
+    let report = sink.retry_quarantine().await.unwrap();
+    busy.await.unwrap();
+    assert_eq!(report.stored, 1, "{report:?}");
+    assert!(report.rewritten);
+    // The Begin refused again (and the late record, if the drain had quarantined
+    // it before the retry ran).
+    let refused: Vec<(usize, String)> = report
+        .refused
+        .iter()
+        .map(|(e, _)| (e.line, e.head.as_ref().unwrap().id.clone()))
+        .collect();
+    assert_eq!(refused[0], (1, refused_begin.to_string()), "{report:?}");
+    assert!(
+        refused[1..]
+            .iter()
+            .all(|(_, id)| *id == late.id.to_string()),
+        "{report:?}"
+    );
+    assert_eq!(report.refused[0].1, "refused by the test");
+    let unreadable: Vec<usize> = report.unreadable.iter().map(|e| e.line).collect();
+    assert_eq!(unreadable, [3], "{report:?}");
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert!(store.inner.records().iter().any(|r| r.id == refused_end));
+    assert_eq!(count(&store.inner), (119, 121, 0));
+
+    // The file: the Begin still refused, the unreadable line, and the late
+    // record (before or after them, as the drain and the retry went).
+    let ids = |entries: &[quarantine::QuarantineEntry]| -> Vec<String> {
+        entries
+            .iter()
+            .filter_map(|e| e.head.as_ref().map(|h| h.id.clone()))
+            .collect()
+    };
+    let entries = quarantine::read(dir.path()).unwrap();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let mut kept = ids(&entries);
+    kept.sort();
+    let mut expected = vec![refused_begin.to_string(), late.id.to_string()];
+    expected.sort();
+    assert_eq!(kept, expected);
+    assert_eq!(entries.iter().filter(|e| e.unreadable.is_some()).count(), 1);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().any(|l| l == first_line), "{text}");
+
+    // Everything taken now: only the unreadable line stays.
+    store.refused.lock().unwrap().clear();
+    let report = sink.retry_quarantine().await.unwrap();
+    assert_eq!((report.stored, report.remaining()), (2, 1), "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "not a quarantine entry\n"
+    );
+    assert_eq!(count(&store.inner), (121, 121, 0));
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("quarantine"))
+        .collect();
+    assert_eq!(names, [quarantine::QUARANTINE_FILE]);
+    // With nothing to offer, nothing changes.
+    std::fs::remove_file(&path).unwrap();
+    let report = sink.retry_quarantine().await.unwrap();
+    assert_eq!(report, quarantine::RequeueReport::default());
+    assert!(!path.exists());
+}
+
+/// While the store is down the running sink's retry is refused with
+/// `EVIDENCE.UNAVAILABLE` and the file stays as it was; it works once the store
+/// is back; and after shutdown it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_sink_refuses_a_retry_while_the_store_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Flaky::default());
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let b = begin();
+    store.refused.lock().unwrap().push(b.id.clone());
+    sink.record(b.clone()).await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    sink.wait_drained(LIMIT).await.unwrap();
+    let path = dir.path().join(quarantine::QUARANTINE_FILE);
+    let before = std::fs::read(&path).unwrap();
+    store.refused.lock().unwrap().clear();
+
+    // Down while idle: the offer itself meets the outage.
+    store.down.store(true, Ordering::SeqCst);
+    let down = sink.retry_quarantine().await.unwrap_err();
+    assert_eq!(down.code(), ErrorCode::EvidenceUnavailable, "{down:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // Down while draining: the drainer is retrying a batch and answers at once.
+    record_calls(&sink, 1).await;
+    let answered = tokio::time::timeout(Duration::from_secs(5), sink.retry_quarantine())
+        .await
+        .expect("answered while the drain retries");
+    assert_eq!(answered.unwrap_err().code(), ErrorCode::EvidenceUnavailable);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+
+    store.down.store(false, Ordering::SeqCst);
+    sink.wait_drained(LIMIT).await.unwrap();
+    let report = sink.retry_quarantine().await.unwrap();
+    assert_eq!((report.stored, report.remaining()), (1, 0));
+    assert!(!path.exists());
+    assert!(store.inner.records().iter().any(|r| r.id == b.id));
+
+    sink.shutdown(LIMIT).await;
+    let stopped = sink.retry_quarantine().await.unwrap_err();
+    assert_eq!(stopped.code(), ErrorCode::EvidenceUnavailable);
 }
 
 /// The checkpoint file of the spool in `dir`: its inode and its text.

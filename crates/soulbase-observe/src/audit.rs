@@ -1,6 +1,6 @@
-//! The audit of changes: who changed the registry, a skill's state, the skill set
-//! or the configuration, or decided a consent request, when, and what it was
-//! before and after.
+//! The audit of changes: who changed the registry, a skill's state, the skill set,
+//! the configuration or the evidence quarantine, or decided a consent request,
+//! when, and what it was before and after.
 //!
 //! Every change that succeeded is one [`AuditRecord`] appended to an [`AuditLog`]
 //! after the change took effect (a refused change records nothing, nor does a
@@ -81,6 +81,10 @@ kinds! {
     ConsentApprove = "consent.approve",
     /// A consent request declined (target: the request id).
     ConsentDecline = "consent.decline",
+    /// The evidence spool's quarantine offered to the store again, changing it:
+    /// records left it, or the reason of one still refused changed (target: the
+    /// quarantine file).
+    EvidenceQuarantineRetry = "evidence.quarantine_retry",
 }
 
 impl fmt::Display for AuditKind {

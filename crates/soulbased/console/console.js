@@ -860,16 +860,45 @@ async function overviewView() {
 
 // ---------------------------------------------------------------- quarantine
 
-async function quarantineView() {
+/** The quarantine page; `done`, the answer of a retry just made, is shown above
+ *  the list read again after it. */
+async function quarantineView(done) {
   let q;
   try {
     q = await api("GET", "/api/quarantine");
   } catch (e) {
     return show(el("h2", {}, "Quarantine"), alertBox(e));
   }
+  const status = el("div", { id: "retry-status", "aria-live": "polite" });
+  if (done) {
+    status.append(
+      el(
+        "p",
+        { id: "retry-result", role: "status" },
+        `The database took ${done.stored} record(s); ${done.still_refused} refused again, ${done.unreadable} unreadable; ${done.remaining} line(s) stay.`,
+      ),
+    );
+  }
+  // `POST /api/quarantine/retry`: the server's own drainer offers the records
+  // again (operators only: the global tenant, action `update` on
+  // soulbase.server.quarantine); a refusal is shown as the API answered it.
+  const button = el("button", { type: "button", id: "retry", class: "primary" }, "Retry");
+  button.addEventListener("click", async () => {
+    if (!confirm("Offer every quarantined record to the database again? What it takes leaves the quarantine; what it still refuses stays.")) return;
+    button.disabled = true;
+    status.replaceChildren(el("p", { class: "note" }, "Offering them again…"));
+    try {
+      const answer = await api("POST", "/api/quarantine/retry");
+      await quarantineView(answer);
+    } catch (e) {
+      status.replaceChildren(alertBox(e));
+      button.disabled = false;
+    }
+  });
   show(
     el("h2", {}, "Quarantine"),
     el("p", { class: "note" }, "Evidence records the database refused for good, kept durable in the spool's quarantine file."),
+    status,
     q.records.length
       ? el(
           "div",
@@ -898,7 +927,8 @@ async function quarantineView() {
         )
       : el("p", { id: "quarantine-empty" }, "Nothing is quarantined."),
     el("h3", {}, "Retry"),
-    el("p", {}, `To offer them to the database again: ${q.retry}.`),
+    el("p", {}, `Once the cause is fixed: ${q.retry}.`),
+    q.records.length ? el("div", { class: "actions" }, button) : "",
   );
 }
 

@@ -1,12 +1,24 @@
-//! `GET /api/quarantine`: the evidence records the database refused for good,
-//! kept in the spool's quarantine file (`docs/evidence.md`, "Quarantine") — the
-//! console's quarantine page.
+//! The evidence records the database refused for good, kept in the spool's
+//! quarantine file (`docs/evidence.md`, "Quarantine") — the console's quarantine
+//! page:
 //!
-//! Reading needs action `read_evidence` on `soulbase.server.quarantine`
-//! ([`Action::QUARANTINE_RESOURCE`]). A caller sees only its own tenant's
-//! records; a caller of the `global` tenant (the operator) sees every one, the
-//! unreadable lines included. Offering them to the database again needs the
-//! spool to itself: stop the server, then `soulbase evidence quarantine retry`.
+//! | Route | What |
+//! |---|---|
+//! | `GET /api/quarantine` | the records; action `read_evidence` on `soulbase.server.quarantine` |
+//! | `POST /api/quarantine/retry` | offers them to the database again; action `update` on `soulbase.server.quarantine`, operators only |
+//!
+//! Reading: a caller sees only its own tenant's records; a caller of the
+//! `global` tenant (the operator) sees every one, the unreadable lines included.
+//!
+//! Retrying offers the whole file — every tenant's records — so only a caller
+//! of the `global` tenant may, and only with action `update` on
+//! [`Action::QUARANTINE_RESOURCE`]; anyone else is refused (`AUTH.FORBIDDEN`,
+//! field `tenant`, when policy would allow it). The running sink's drainer does
+//! it, with the store it drains into (the database, or the remote evidence role):
+//! what the store takes leaves the file, what it still refuses stays with its
+//! reason now, unreadable lines stay. The retry is audited
+//! (`evidence.quarantine_retry`) when it changed the file. Each process offers
+//! its own spool's quarantine (replicas have one each).
 
 use std::sync::Arc;
 
@@ -17,15 +29,18 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use soulbase_auth::{Action, AuthzRequest};
 use soulbase_edge::{CallObserver, Surface};
-use soulbase_errors::SoulError;
+use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{TenantId, ToolId};
 
 use crate::app::App;
 use crate::http_api::{error_response, subject, typed_response};
 
 /// How the records leave the quarantine.
-pub const RETRY: &str = "stop the server, then run `soulbase evidence quarantine retry` \
-                         (what the database takes leaves the file)";
+pub const RETRY: &str = "an operator (a caller of the global tenant with action `update` on \
+                         soulbase.server.quarantine) offers them to the database again with \
+                         POST /api/quarantine/retry, or, with the server stopped, \
+                         `soulbase evidence quarantine retry`; what the database takes leaves \
+                         the file";
 
 /// One quarantined line.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -62,7 +77,12 @@ pub struct QuarantineList {
     pub retry: &'static str,
 }
 
-async fn list(app: &App, headers: &HeaderMap) -> Result<QuarantineList, SoulError> {
+/// The caller, once policy allows it `action` on `soulbase.server.quarantine`.
+async fn authorized(
+    app: &App,
+    headers: &HeaderMap,
+    action: Action,
+) -> Result<soulbase_types::Subject, SoulError> {
     let subject = subject(app, headers).await?;
     let resource = ToolId::new(Action::QUARANTINE_RESOURCE).map_err(SoulError::internal)?;
     app.authorizer
@@ -70,10 +90,15 @@ async fn list(app: &App, headers: &HeaderMap) -> Result<QuarantineList, SoulErro
             subject: &subject,
             tool: &resource,
             tool_tenant: None,
-            action: Action::ReadEvidence,
+            action,
             tool_scopes: &[],
         })
         .await?;
+    Ok(subject)
+}
+
+async fn list(app: &App, headers: &HeaderMap) -> Result<QuarantineList, SoulError> {
+    let subject = authorized(app, headers, Action::ReadEvidence).await?;
     let operator = subject.tenant == TenantId::global();
     let entries = {
         let snap = app.config.current();
@@ -109,6 +134,52 @@ async fn list(app: &App, headers: &HeaderMap) -> Result<QuarantineList, SoulErro
 /// `GET /api/quarantine`: the quarantined evidence records the caller may see.
 pub(crate) async fn list_quarantine(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     match list(&app, &headers).await {
+        Ok(body) => typed_response(StatusCode::OK, &body),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
+/// `POST /api/quarantine/retry`: what offering the quarantine again did.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct QuarantineRetry {
+    /// Records the database took: they left the quarantine file.
+    pub stored: u64,
+    /// Records it refused again: they stay, with the reason it gave now.
+    pub still_refused: u64,
+    /// Lines that cannot be read: they stay as they are.
+    pub unreadable: u64,
+    /// Lines the quarantine file holds now (`still_refused + unreadable`).
+    pub remaining: u64,
+}
+
+async fn retry(app: &App, headers: &HeaderMap) -> Result<QuarantineRetry, SoulError> {
+    let subject = authorized(app, headers, Action::Update).await?;
+    if subject.tenant != TenantId::global() {
+        return Err(SoulError::new(
+            ErrorCode::AuthForbidden,
+            "only an operator (a caller of the global tenant) offers the quarantine again: \
+             it holds every tenant's records",
+        )
+        .with_field("field", "tenant"));
+    }
+    let report = app.retry_quarantine(&subject).await?;
+    let count = |n: usize| n as u64;
+    Ok(QuarantineRetry {
+        stored: count(report.stored),
+        still_refused: count(report.refused.len()),
+        unreadable: count(report.unreadable.len()),
+        remaining: count(report.remaining()),
+    })
+}
+
+/// `POST /api/quarantine/retry`: offers the quarantined records to the
+/// database again (operators only), through the running sink.
+pub(crate) async fn retry_quarantine(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    match retry(&app, &headers).await {
         Ok(body) => typed_response(StatusCode::OK, &body),
         Err(e) => {
             app.metrics.refused(Surface::Http, e.code());

@@ -5,7 +5,9 @@
 //! key, lists and searches the tenant's tools, finds a failed call and a refused
 //! one in the evidence explorer (code and deciding stage), is refused another
 //! tenant's call, fits a phone-width screen, and disables a tool for its tenant —
-//! which MCP `tools/list` then leaves out and the audit log records. Screenshots of
+//! which MCP `tools/list` then leaves out and the audit log records; the tenant is
+//! refused retrying the evidence quarantine, the operator retries it (two records
+//! leave it for the database). Screenshots of
 //! each page go to `console-screenshots/` in the target directory's `tmp` (kept
 //! out of the repository).
 //!
@@ -34,7 +36,9 @@ fn bearer(id: &str) -> String {
 /// `acme` sees the builtin tools and the conformance pack's failing one, may
 /// disable them for itself and read its audit and conversations, and is denied
 /// the builtin sleep; its `ana` approves consent requests for the `memo` skill;
-/// `beta` sees everything. The agent loop's model is at `model` (`…/v1`).
+/// `beta` sees everything. `ops`, of the `global` tenant, is the operator who
+/// reads and retries the evidence quarantine. The agent loop's model is at
+/// `model` (`…/v1`).
 fn config_with_model(model: &str) -> String {
     let digest = |id: &str| soulbase_auth::api_key_digest(&key(id));
     format!(
@@ -49,6 +53,7 @@ auth:
     - {{ id: acme, sha256: "{a}", tenant: acme, actor: ana }}
     - {{ id: beta, sha256: "{b}", tenant: beta, actor: ben }}
     - {{ id: carl, sha256: "{c}", tenant: acme, actor: carl }}
+    - {{ id: ops, sha256: "{o}", tenant: global, actor: olga }}
 policy:
   rules:
     - {{ effect: allow, tenant: acme, tools: ["soulbase.builtin.*", "soulbase.conformance.error_handling", "skills.*"], actions: [list, invoke, read_evidence, enable, disable] }}
@@ -57,6 +62,7 @@ policy:
     - {{ effect: deny, tenant: acme, tools: ["soulbase.builtin.sleep"], actions: [invoke] }}
     - {{ effect: allow, tenant: acme, actors: [ana], tools: ["soulbase.server.consent", "skills.memo.*"], actions: [consent_issue] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
+    - {{ effect: allow, tenant: global, tools: ["soulbase.server.quarantine"], actions: [read_evidence, update] }}
 model:
   upstream: {{ base_url: "{model}", timeout_ms: 10000 }}
   allow:
@@ -65,6 +71,7 @@ model:
         a = digest("acme"),
         b = digest("beta"),
         c = digest("carl"),
+        o = digest("ops"),
     )
 }
 
@@ -247,6 +254,7 @@ async fn browse(
         shots.display().to_string(),
         conversation.to_owned(),
         consent_request.to_owned(),
+        key("ops"),
     ])
     .await
 }
@@ -579,6 +587,41 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         !quarantine.contains("call_quarantined_beta"),
         "{quarantine}"
     );
+    // Retrying is the operator's: the tenant's caller is refused (policy gives it
+    // no `update` on the quarantine), the page says so, the list stays.
+    let refused_retry = &found["retry-refused"];
+    assert!(
+        refused_retry["text"]
+            .as_str()
+            .unwrap()
+            .contains("POLICY.DENY_TOOL"),
+        "{refused_retry}"
+    );
+    assert_eq!(refused_retry["rows"], 1, "{refused_retry}");
+    // The operator saw both tenants' records, confirmed, and both left the
+    // quarantine for the database.
+    let retried = &found["retried"];
+    assert_eq!(retried["before"], 2, "{retried}");
+    assert!(
+        retried["result"]
+            .as_str()
+            .unwrap()
+            .contains("The database took 2 record(s); 0 refused again"),
+        "{retried}"
+    );
+    assert_eq!(
+        (retried["rows"].as_u64(), retried["empty"].as_u64()),
+        (Some(0), Some(1)),
+        "{retried}"
+    );
+    assert!(
+        found["retry-confirm"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Offer every quarantined record to the database again"),
+        "{:?}",
+        found["retry-confirm"]
+    );
     // The skill's SKILL.md, rendered.
     let skill = &found["skill"];
     assert!(
@@ -756,6 +799,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
     assert!(problems.is_empty(), "{problems:?}");
     for shot in [
         "quarantine.png",
+        "quarantine-retried.png",
         "skill.png",
         "conversation.png",
         "overview.png",
@@ -808,6 +852,18 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
             .any(|r| r["actor"] == "ana"),
         "{audit}"
     );
+    // Both left the quarantine file.
+    let (status, body) = http(
+        &server.http,
+        "GET",
+        "/api/quarantine",
+        &[("authorization", &bearer("ops"))],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let left: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(left["records"], json!([]), "{body}");
 }
 
 /// Every console route answers the same static bytes to anyone, with a strict
@@ -919,6 +975,8 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
         body.contains("AUTH.FORBIDDEN") && body.contains("\"tenant\""),
         "{body}"
     );
+    let (status, body) = http(&server.http, "POST", "/api/quarantine/retry", &[], "").await;
+    assert_eq!(status, 401, "{body}");
     let list = |auth: String| {
         let addr = server.http.clone();
         async move {
@@ -945,6 +1003,11 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
                 .collect::<Vec<_>>()
         }
     };
+    // Each call is listed once the drain has stored it.
+    common::eventually("both calls stored", || async {
+        !list(acme.clone()).await.is_empty() && !list(beta.clone()).await.is_empty()
+    })
+    .await;
     let acme_calls = list(acme.clone()).await;
     assert_eq!(acme_calls.len(), 1, "{acme_calls:?}");
     assert!(

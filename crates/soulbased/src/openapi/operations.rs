@@ -26,7 +26,7 @@ use crate::evidence_api::{DenialListQuery, EvidenceListQuery};
 use crate::http_api::{ConsentBody, ListQuery, PreflightAs, Route, SkillPatch, SkillsQuery};
 use crate::model_api::{PromptQuery, ToolsQuery};
 use crate::overview_api::{Overview, OverviewQuery};
-use crate::quarantine_api::QuarantineList;
+use crate::quarantine_api::{QuarantineList, QuarantineRetry};
 use crate::tool_state_api::ToolStateBody;
 
 /// One operation of the document, being described.
@@ -332,8 +332,13 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .json(200, "The figures.", spec.response::<Overview>())
             .fails(&[400, 503]),
         ("GET", "/api/quarantine") => Op::authenticated("listQuarantine", "evidence", "Evidence records the database refused for good")
-            .describe("The spool's quarantine file (`docs/evidence.md`): each line's reason, and the record's envelope id, kind, call and tenant when it can be read. Needs action `read_evidence` on `soulbase.server.quarantine`. A caller sees only its own tenant's records; a caller of the `global` tenant sees every one, unreadable lines included. Offering them again needs the spool to itself: stop the server, then `soulbase evidence quarantine retry` (`retry` says so).")
+            .describe("The spool's quarantine file (`docs/evidence.md`): each line's reason, and the record's envelope id, kind, call and tenant when it can be read. Needs action `read_evidence` on `soulbase.server.quarantine`. A caller sees only its own tenant's records; a caller of the `global` tenant sees every one, unreadable lines included. An operator offers them to the database again with `POST /api/quarantine/retry` (or, with the server stopped, `soulbase evidence quarantine retry`; `retry` says so).")
             .json(200, "The records, in file order.", spec.response::<QuarantineList>())
+            .fails(&[403, 503]),
+        ("POST", "/api/quarantine/retry") => Op::authenticated("retryQuarantine", "evidence", "Offer the quarantined evidence records to the database again")
+            .also("operations")
+            .describe("The running server's drainer offers every record of its spool's quarantine file to the store it drains into (the database, or the remote evidence role), between two batches: what the store takes leaves the file, what it still refuses stays with the reason it gives now, lines that cannot be read stay. The file is rewritten atomically once the store took what leaves it, so no record is ever lost (one may be offered twice: the store skips it). The whole file, every tenant's records: only a caller of the `global` tenant with action `update` on `soulbase.server.quarantine` may (another tenant is `AUTH.FORBIDDEN`, `fields.field`: `tenant`). Audited (`evidence.quarantine_retry`) when the file changed. `EVIDENCE.UNAVAILABLE` while the store is unavailable (the file stays as it was) and in a process without an evidence spool.")
+            .json(200, "What the retry did.", spec.response::<QuarantineRetry>())
             .fails(&[403, 503]),
         ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
             .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. `actor` and `code` narrow it to one actor's calls and to calls that ended with one stable error code. Calls refused before they began (denials) have no Begin and are listed by `/api/denials`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")

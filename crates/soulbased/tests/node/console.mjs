@@ -4,7 +4,7 @@
 // (crates/soulbased/tests/console.rs) to judge, and saves a screenshot of each
 // page into SHOTS.
 //
-// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS CONVERSATION CONSENT_REQUEST
+// Usage: node console.mjs URL API_KEY DENIED_CALL OTHER_TENANT_CALL SHOTS CONVERSATION CONSENT_REQUEST OPS_KEY
 //    or: node console.mjs --timing URL API_KEY ROUNDS (each view's load time,
 //        from navigation to its data shown, ROUNDS times)
 // (SOULBASE_NODE_MODULES: the node_modules holding playwright-core;
@@ -61,7 +61,7 @@ async function timing(url, apiKey, rounds) {
   emit({ label: "timing", ms, rows: await page.locator("#timeline li").count() });
 }
 
-async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation, consentRequest) {
+async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation, consentRequest, opsKey) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
@@ -155,6 +155,15 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation,
   await page.locator("#quarantine tbody tr").first().waitFor();
   emit({ label: "quarantine", text: await page.locator("main").innerText() });
   await page.screenshot({ path: `${shots}/quarantine.png`, fullPage: true });
+  // Retrying is the operator's: this tenant's caller is refused, and sees why.
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: "Retry" }).click();
+  await page.locator("#retry-status [role=alert]").waitFor();
+  emit({
+    label: "retry-refused",
+    text: await page.locator("#retry-status").innerText(),
+    rows: await page.locator("#quarantine tbody tr").count(),
+  });
 
   // Consent: a pending request listed with who asked for what, approved from
   // the page for that call's arguments, confirming the dialog.
@@ -289,6 +298,36 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation,
   await page.getByRole("button", { name: "Enable" }).waitFor();
   emit({ label: "disabled", text: await page.locator("dl.fields").innerText() });
   await page.screenshot({ path: `${shots}/tool-disabled.png`, fullPage: true });
+
+  // The operator signs in, sees every tenant's quarantined records, and retries
+  // them, confirming: the answer shows, and the list is read again.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("API key (sbk_…)").waitFor();
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui`);
+  await page.getByLabel("API key (sbk_…)").fill(opsKey);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("button", { name: "Sign out" }).waitFor();
+  // A fresh load (the signed-in credentials stay in the tab): the tools view
+  // the sign-in opened may still be loading.
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui#/quarantine`);
+  await page.locator("#quarantine tbody tr").first().waitFor();
+  const listedBefore = await page.locator("#quarantine tbody tr").count();
+  page.once("dialog", (d) => {
+    emit({ label: "retry-confirm", message: d.message() });
+    d.accept();
+  });
+  await page.getByRole("button", { name: "Retry" }).click();
+  await page.locator("#retry-result").waitFor();
+  emit({
+    label: "retried",
+    before: listedBefore,
+    result: await page.locator("#retry-result").innerText(),
+    rows: await page.locator("#quarantine tbody tr").count(),
+    empty: await page.locator("#quarantine-empty").count(),
+  });
+  await page.screenshot({ path: `${shots}/quarantine-retried.png`, fullPage: true });
 
   emit({ label: "problems", problems });
 }
