@@ -384,6 +384,12 @@ mod tests {
         async fn list(&self, q: &EvidenceQuery) -> Result<CallPage, SoulError> {
             self.inner.list(q).await
         }
+        async fn list_denials(
+            &self,
+            q: &EvidenceQuery,
+        ) -> Result<soulbase_observe::DenialPage, SoulError> {
+            self.inner.list_denials(q).await
+        }
         async fn purge_before(&self, c: UnixMillis) -> Result<u64, SoulError> {
             self.inner.purge_before(c).await
         }
