@@ -68,6 +68,11 @@ impl Action {
     /// [`Action::Update`].
     pub const QUARANTINE_RESOURCE: &'static str = "soulbase.server.quarantine";
 
+    /// The resource reading another tenant's evidence (the operator's evidence
+    /// explorer: `tenant=` on the evidence routes) is asked about, with
+    /// [`Action::ReadEvidence`]; only callers of the `global` tenant may ask.
+    pub const EVIDENCE_RESOURCE: &'static str = "soulbase.server.evidence";
+
     /// The resource a preflight on someone else's behalf (the policy
     /// simulator's "may actor A of tenant T call this?") is asked about, with
     /// [`Action::Preflight`].

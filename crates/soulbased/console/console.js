@@ -564,6 +564,9 @@ async function evidenceView() {
     ["", "ok", "error", "timeout", "cancelled", "aborted", "denied"].map((s) => el("option", { value: s, selected: s === (params.get("status") || "") }, s === "denied" ? "denied (refused before it ran)" : s || "any")),
   );
   const actor = el("input", { id: "ev-actor", name: "actor", value: params.get("actor") || "" });
+  // Another tenant's evidence: the operator's (global tenant, read_evidence on
+  // soulbase.server.evidence); anyone else gets the API's refusal.
+  const tenant = el("input", { id: "ev-tenant", name: "tenant", placeholder: "yours", value: params.get("tenant") || "" });
   const code = el("input", { id: "ev-code", name: "code", placeholder: "e.g. POLICY.DENY_TOOL", value: params.get("code") || "" });
   // Began at or after / before, in the browser's local time (the API takes Unix ms).
   const from = el("input", { id: "ev-from", name: "from", type: "datetime-local", step: 1 });
@@ -575,6 +578,7 @@ async function evidenceView() {
   const load = async (after) => {
     const q = new URLSearchParams();
     const denied = status.value === "denied";
+    if (tenant.value.trim()) q.set("tenant", tenant.value.trim());
     if (tool.value.trim()) q.set("tool", tool.value.trim());
     if (status.value && !denied) q.set("status", status.value);
     if (actor.value.trim()) q.set("actor", actor.value.trim());
@@ -601,7 +605,7 @@ async function evidenceView() {
       el(
         "tr",
         { "data-call": c.call_id },
-        el("td", {}, el("a", { href: `#/evidence/${encodeURIComponent(c.call_id)}` }, el("code", {}, c.call_id))),
+        el("td", {}, el("a", { href: `#/evidence/${encodeURIComponent(c.call_id)}${tenant.value.trim() ? `?tenant=${encodeURIComponent(tenant.value.trim())}` : ""}` }, el("code", {}, c.call_id))),
         el("td", {}, c.tool_id),
         el("td", { class: "wide" }, c.actor),
         el("td", {}, statusCell(c.status)),
@@ -623,12 +627,13 @@ async function evidenceView() {
         onsubmit: (ev) => {
           ev.preventDefault();
           if (callId.value.trim()) {
-            location.hash = `#/evidence/${encodeURIComponent(callId.value.trim())}`;
+            location.hash = `#/evidence/${encodeURIComponent(callId.value.trim())}${tenant.value.trim() ? `?tenant=${encodeURIComponent(tenant.value.trim())}` : ""}`;
             return;
           }
           load(null);
         },
       },
+      el("label", { for: "ev-tenant" }, "Tenant", tenant),
       el("label", { for: "ev-tool" }, "Tool", tool),
       el("label", { for: "ev-status" }, "Status", status),
       el("label", { for: "ev-actor" }, "Actor", actor),
@@ -702,8 +707,9 @@ function recordItem(r) {
 
 async function callView(id) {
   let body;
+  const tenant = evidenceQuery().get("tenant");
   try {
-    body = await api("GET", `/api/evidence/${encodeURIComponent(id)}`);
+    body = await api("GET", `/api/evidence/${encodeURIComponent(id)}${tenant ? `?tenant=${encodeURIComponent(tenant)}` : ""}`);
   } catch (e) {
     return show(el("p", {}, el("a", { href: "#/evidence" }, "← Evidence")), el("h2", {}, id), alertBox(e));
   }

@@ -25,7 +25,7 @@ use soulbase_grpc::convert;
 use soulbase_observe::{
     CallPage, DenialPage, DenialSummary, EndStatus, EvidenceQuery, MAX_PAGE, PageCursor,
 };
-use soulbase_types::{ActorId, ToolId, UnixMillis};
+use soulbase_types::{ActorId, TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
 use crate::http_api::{error_response, may_read_evidence, subject, typed_response};
@@ -38,6 +38,10 @@ pub const DEFAULT_LIMIT: u32 = 50;
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceListQuery {
+    /// Another tenant's calls: for a caller of the `global` tenant with
+    /// `read_evidence` on `soulbase.server.evidence` (default: the caller's).
+    #[schemars(with = "Option<soulbase_types::TenantId>")]
+    pub tenant: Option<String>,
     /// Only calls of this tool.
     #[schemars(with = "Option<ToolId>")]
     pub tool: Option<String>,
@@ -89,6 +93,33 @@ pub(crate) async fn drained(app: &App) {
     {
         tracing::debug!(error = %e, "evidence listed before the spool drained");
     }
+}
+
+/// Whose evidence `subject` reads: its own tenant's (`asked` absent or its
+/// own), checked tool by tool; or — for a caller of the `global` tenant with
+/// `read_evidence` on [`Action::EVIDENCE_RESOURCE`] — another tenant's, all of
+/// it (`true`: no per-tool check). Anyone else naming another tenant is
+/// `AUTH.FORBIDDEN` naming `tenant`.
+pub(crate) async fn tenant_to_read(
+    app: &App,
+    subject: &soulbase_types::Subject,
+    asked: Option<&str>,
+) -> Result<(TenantId, bool), SoulError> {
+    let Some(asked) = asked.filter(|t| *t != subject.tenant.as_str()) else {
+        return Ok((subject.tenant.clone(), false));
+    };
+    let tenant = TenantId::new(asked)
+        .map_err(|e| convert::invalid("tenant", format!("tenant is invalid: {}", e.reason)))?;
+    if subject.tenant != TenantId::global() {
+        return Err(SoulError::new(
+            ErrorCode::AuthForbidden,
+            "only a caller of the global tenant may read another tenant's evidence",
+        )
+        .with_field("field", "tenant"));
+    }
+    let resource = ToolId::new(Action::EVIDENCE_RESOURCE).map_err(SoulError::internal)?;
+    may_read_evidence(app, subject, &resource).await?;
+    Ok((tenant, true))
 }
 
 /// The store query `q` asks for, for `tenant`.
@@ -151,12 +182,16 @@ async fn list(
     q: &EvidenceListQuery,
 ) -> Result<CallPage, SoulError> {
     let subject = subject(app, headers).await?;
-    let query = query_of(subject.tenant.clone(), q)?;
+    let (tenant, whole) = tenant_to_read(app, &subject, q.tenant.as_deref()).await?;
+    let query = query_of(tenant, q)?;
     let Some(p) = &app.persistence else {
         return Ok(CallPage::default());
     };
     drained(app).await;
     let mut page = p.evidence.list(&query).await?;
+    if whole {
+        return Ok(page);
+    }
     // Each tool's answer once per page.
     let mut readable: HashMap<ToolId, bool> = HashMap::new();
     let mut kept = Vec::with_capacity(page.calls.len());
@@ -189,7 +224,7 @@ pub(crate) async fn list_evidence(
     let Ok(Query(q)) = query else {
         return error_response(&convert::invalid(
             "query",
-            "unknown or malformed query parameter (tool, status, actor, code, from, to, limit, after)",
+            "unknown or malformed query parameter (tenant, tool, status, actor, code, from, to, limit, after)",
         ));
     };
     match list(&app, &headers, &q).await {
@@ -206,6 +241,10 @@ pub(crate) async fn list_evidence(
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DenialListQuery {
+    /// Another tenant's denials: for a caller of the `global` tenant with
+    /// `read_evidence` on `soulbase.server.evidence` (default: the caller's).
+    #[schemars(with = "Option<soulbase_types::TenantId>")]
+    pub tenant: Option<String>,
     /// Only calls of this tool.
     #[schemars(with = "Option<ToolId>")]
     pub tool: Option<String>,
@@ -231,6 +270,7 @@ pub struct DenialListQuery {
 impl DenialListQuery {
     fn as_listing(&self) -> EvidenceListQuery {
         EvidenceListQuery {
+            tenant: self.tenant.clone(),
             tool: self.tool.clone(),
             status: None,
             actor: self.actor.clone(),
@@ -249,13 +289,17 @@ async fn denials(
     q: &DenialListQuery,
 ) -> Result<DenialPage, SoulError> {
     let subject = subject(app, headers).await?;
-    let query = query_of(subject.tenant.clone(), &q.as_listing())?;
+    let (tenant, whole) = tenant_to_read(app, &subject, q.tenant.as_deref()).await?;
+    let query = query_of(tenant, &q.as_listing())?;
     query.validate_denials()?;
     let Some(p) = &app.persistence else {
         return Ok(DenialPage::default());
     };
     drained(app).await;
     let mut page = p.evidence.list_denials(&query).await?;
+    if whole {
+        return Ok(page);
+    }
     page.denials = readable_denials(app, &subject, page.denials, &mut HashMap::new()).await?;
     Ok(page)
 }
@@ -298,7 +342,7 @@ pub(crate) async fn list_denials(
     let Ok(Query(q)) = query else {
         return error_response(&convert::invalid(
             "query",
-            "unknown or malformed query parameter (tool, actor, code, from, to, limit, after)",
+            "unknown or malformed query parameter (tenant, tool, actor, code, from, to, limit, after)",
         ));
     };
     match denials(&app, &headers, &q).await {

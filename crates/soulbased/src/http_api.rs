@@ -928,12 +928,29 @@ pub(crate) fn no_evidence() -> SoulError {
 /// `GET /api/evidence/{call_id}`: the records of one call of the caller's tenant
 /// (another tenant's call answers 404 exactly like an unknown one) and what replay
 /// rebuilds from them; needs action `read_evidence` on the call's tool.
+/// `GET /api/evidence/{call_id}` query.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceReadQuery {
+    /// Another tenant's call: for a caller of the `global` tenant with
+    /// `read_evidence` on `soulbase.server.evidence` (default: the caller's).
+    #[schemars(with = "Option<TenantId>")]
+    pub tenant: Option<String>,
+}
+
 async fn read_evidence(
     State(app): State<Arc<App>>,
     Param(call_id): Param,
     headers: HeaderMap,
+    query: Result<Query<EvidenceReadQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    match evidence_body(&app, &call_id, &headers).await {
+    let Ok(Query(q)) = query else {
+        return error_response(&convert::invalid(
+            "query",
+            "unknown or malformed query parameter (tenant)",
+        ));
+    };
+    match evidence_body(&app, &call_id, &headers, q.tenant.as_deref()).await {
         Ok(body) => typed_response(StatusCode::OK, &body),
         Err(e) => {
             app.metrics.refused(Surface::Http, e.code());
@@ -946,14 +963,17 @@ async fn evidence_body(
     app: &App,
     call_id: &str,
     headers: &HeaderMap,
+    asked_tenant: Option<&str>,
 ) -> Result<EvidenceBody, SoulError> {
     let subject = app.auth.resolve(headers).await?;
     let call_id = CallId::new(call_id)
         .map_err(|_| convert::invalid("call_id", "the call id is malformed"))?;
+    let (read_tenant, whole) =
+        crate::evidence_api::tenant_to_read(app, &subject, asked_tenant).await?;
     let Some(p) = &app.persistence else {
         return Err(no_evidence());
     };
-    let tenant = Some(&subject.tenant);
+    let tenant = Some(&read_tenant);
     let mut evidence = p.evidence.call(tenant, &call_id).await?;
     // A call that just ran may still be on its way from the spool to the store
     // (a keyed call's Begin and End are stored with its idempotency key, so its
@@ -965,10 +985,17 @@ async fn evidence_body(
         evidence = p.evidence.call(tenant, &call_id).await?;
     }
     if soulbase_observe::is_conversation(&evidence) {
-        return conversation_body(app, &subject, &call_id, evidence).await;
+        let reading = Reading {
+            subject: &subject,
+            tenant: &read_tenant,
+            whole,
+        };
+        return conversation_body(app, reading, &call_id, evidence).await;
     }
     let tool = call_tool(&evidence).ok_or_else(no_evidence)?;
-    may_read_evidence(app, &subject, &tool).await?;
+    if !whole {
+        may_read_evidence(app, &subject, &tool).await?;
+    }
     let replay = soulbase_observe::replay(&evidence)?;
     Ok(EvidenceBody::Call(CallEvidenceBody {
         call_id,
@@ -1016,18 +1043,30 @@ pub(crate) async fn may_read_evidence(
 /// `soulbase.server.conversations`): its records and its replay, each call it
 /// made replayed when the caller may read that call's evidence (else marked
 /// `withheld`).
+/// Whose conversation [`conversation_body`] reads: `tenant`'s, checked call by
+/// call for `subject`, or all of it (`whole`: the operator reading another
+/// tenant, see [`crate::evidence_api::tenant_to_read`]).
+struct Reading<'a> {
+    subject: &'a Subject,
+    tenant: &'a soulbase_types::TenantId,
+    whole: bool,
+}
+
 async fn conversation_body(
     app: &App,
-    subject: &Subject,
+    reading: Reading<'_>,
     id: &CallId,
     mut evidence: soulbase_observe::CallEvidence,
 ) -> Result<EvidenceBody, SoulError> {
-    let resource = ToolId::new(Action::CONVERSATION_RESOURCE).map_err(SoulError::internal)?;
-    may_read_evidence(app, subject, &resource).await?;
+    let subject = reading.subject;
+    if !reading.whole {
+        let resource = ToolId::new(Action::CONVERSATION_RESOURCE).map_err(SoulError::internal)?;
+        may_read_evidence(app, subject, &resource).await?;
+    }
     let Some(p) = &app.persistence else {
         return Err(no_evidence());
     };
-    let tenant = Some(&subject.tenant);
+    let tenant = Some(reading.tenant);
     let ended = |e: &soulbase_observe::CallEvidence| {
         e.records.iter().any(|r| {
             matches!(&r.payload, EvidenceEvent::Conversation(c)
@@ -1045,6 +1084,7 @@ async fn conversation_body(
     for call in soulbase_observe::conversation_calls(&evidence) {
         let ev = p.evidence.call(tenant, &call).await?;
         let readable = match call_tool(&ev) {
+            Some(_) if reading.whole => true,
             Some(tool) => may_read_evidence(app, subject, &tool).await.is_ok(),
             None => true,
         };

@@ -63,6 +63,7 @@ policy:
     - {{ effect: allow, tenant: acme, actors: [ana], tools: ["soulbase.server.consent", "skills.memo.*"], actions: [consent_issue] }}
     - {{ effect: allow, tenant: beta, tools: ["*"], actions: [list, invoke, read_evidence] }}
     - {{ effect: allow, tenant: global, tools: ["soulbase.server.quarantine"], actions: [read_evidence, update] }}
+    - {{ effect: allow, tenant: global, tools: ["soulbase.server.evidence"], actions: [read_evidence] }}
 model:
   upstream: {{ base_url: "{model}", timeout_ms: 10000 }}
   allow:
@@ -661,6 +662,9 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         refused.contains("authorization"),
         "the deciding stage: {refused}"
     );
+    // The operator, naming the tenant, finds and opens its refused call.
+    let operator = found["operator-call"]["text"].as_str().unwrap();
+    assert!(operator.contains(&format!("Refused: {code}")), "{operator}");
     let other = found["other-tenant"]["text"].as_str().unwrap();
     assert!(other.contains("EVIDENCE.NOT_FOUND"), "{other}");
     assert!(
@@ -815,6 +819,7 @@ async fn the_console_in_a_browser_shows_and_steers_only_the_callers_tenant() {
         "skills.png",
         "consent.png",
         "consent-approved.png",
+        "operator-evidence.png",
     ] {
         assert!(shots.join(shot).metadata().unwrap().len() > 1000, "{shot}");
     }
@@ -1016,6 +1021,56 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
     );
     let beta_calls = list(beta.clone()).await;
     assert_eq!(beta_calls, [("beta".to_owned(), BETA_CALL.to_owned())]);
+    // The operator (global tenant, `read_evidence` on `soulbase.server.evidence`)
+    // reads a tenant's evidence by naming it; a tenant naming another is refused.
+    let ops = bearer("ops");
+    let get = |path: String, auth: String| {
+        let addr = server.http.clone();
+        async move {
+            let (status, body) = http(&addr, "GET", &path, &[("authorization", &auth)], "").await;
+            (status, serde_json::from_str::<Value>(&body).unwrap())
+        }
+    };
+    let (status, page) = get("/api/evidence?tenant=acme".into(), ops.clone()).await;
+    assert_eq!(status, 200, "{page}");
+    let seen: Vec<&str> = page["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["call_id"].as_str().unwrap())
+        .collect();
+    assert!(seen.contains(&acme_calls[0].1.as_str()), "{page}");
+    assert!(!seen.contains(&BETA_CALL), "{page}");
+    let (status, call) = get(
+        format!("/api/evidence/{}?tenant=acme", acme_calls[0].1),
+        ops.clone(),
+    )
+    .await;
+    assert_eq!(
+        (status, &call["call_id"]),
+        (200, &json!(acme_calls[0].1)),
+        "{call}"
+    );
+    let (status, denials) = get("/api/denials?tenant=acme".into(), ops.clone()).await;
+    assert_eq!(status, 200, "{denials}");
+    assert!(
+        denials["denials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["call_id"] == refused["call_id"]),
+        "{denials}"
+    );
+    for path in [
+        "/api/evidence?tenant=acme".to_owned(),
+        "/api/denials?tenant=acme".to_owned(),
+        format!("/api/evidence/{}?tenant=acme", acme_calls[0].1),
+    ] {
+        let (status, refused) = get(path.clone(), beta.clone()).await;
+        assert_eq!(status, 403, "{path}: {refused}");
+        assert_eq!(refused["error"]["code"], "AUTH.FORBIDDEN", "{path}");
+        assert_eq!(refused["error"]["fields"]["field"], "tenant", "{path}");
+    }
     let (status, _) = http(
         &server.http,
         "GET",

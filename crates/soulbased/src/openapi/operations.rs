@@ -23,7 +23,9 @@ use crate::bodies::{
 };
 use crate::consent_api::{ApproveBody, ConsentRequestList, DeclineBody, RequestsQuery};
 use crate::evidence_api::{DenialListQuery, EvidenceListQuery};
-use crate::http_api::{ConsentBody, ListQuery, PreflightAs, Route, SkillPatch, SkillsQuery};
+use crate::http_api::{
+    ConsentBody, EvidenceReadQuery, ListQuery, PreflightAs, Route, SkillPatch, SkillsQuery,
+};
 use crate::model_api::{PromptQuery, ToolsQuery};
 use crate::overview_api::{Overview, OverviewQuery};
 use crate::quarantine_api::{QuarantineList, QuarantineRetry};
@@ -341,17 +343,18 @@ pub(crate) fn operation(route: &Route, spec: &mut Spec) -> Option<Op> {
             .json(200, "What the retry did.", spec.response::<QuarantineRetry>())
             .fails(&[403, 503]),
         ("GET", "/api/evidence") => Op::authenticated("listEvidence", "evidence", "The caller's tenant's calls")
-            .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. `actor` and `code` narrow it to one actor's calls and to calls that ended with one stable error code. Calls refused before they began (denials) have no Begin and are listed by `/api/denials`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .describe("The calls of the caller's tenant, newest first, one page at a time: each call's Begin joined with its End (`status`, `error_code`, `duration_us` absent while it runs). Only calls of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; the others are left out of the page, so a page may hold fewer than `limit` calls while `next` still leads on. `actor` and `code` narrow it to one actor's calls and to calls that ended with one stable error code. Calls refused before they began (denials) have no Begin and are listed by `/api/denials`. `tenant` lists another tenant's calls: only for a caller of the `global` tenant with `read_evidence` on `soulbase.server.evidence` (all of them, no per-tool check; anyone else naming another tenant is `AUTH.FORBIDDEN`, `fields.field`: `tenant`). A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
             .params(spec.query::<EvidenceListQuery>())
             .json(200, "A page of calls, newest first; pass `next` as `after` for the next one.", spec.response::<soulbase_observe::CallPage>())
-            .fails(&[400, 503]),
+            .fails(&[400, 403, 503]),
         ("GET", "/api/denials") => Op::authenticated("listDenials", "evidence", "The caller's tenant's refused calls")
-            .describe("The calls of the caller's tenant refused before they ran (their Denial records: tool as requested, actor, origin, code, when), newest first, one page at a time, filtered by tool, actor, stable error code and time. Only denials of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; a denial naming no tool id at all is listed for callers who may read the audit log (`read_evidence` on `soulbase.server.audit`). Read one whole at `/api/evidence/{call_id}`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
+            .describe("The calls of the caller's tenant refused before they ran (their Denial records: tool as requested, actor, origin, code, when), newest first, one page at a time, filtered by tool, actor, stable error code and time. Only denials of tools whose evidence the caller may read (action `read_evidence` on the tool) are listed; a denial naming no tool id at all is listed for callers who may read the audit log (`read_evidence` on `soulbase.server.audit`). Read one whole at `/api/evidence/{call_id}`. `tenant` as for `/api/evidence`. A bad query value is `SCHEMA.VALIDATION_FAILED` naming it in `fields.field`.")
             .params(spec.query::<DenialListQuery>())
             .json(200, "A page of denials, newest first; pass `next` as `after` for the next one.", spec.response::<soulbase_observe::DenialPage>())
-            .fails(&[400, 503]),
+            .fails(&[400, 403, 503]),
         ("GET", "/api/evidence/{call_id}") => Op::authenticated("readEvidence", "evidence", "A call's evidence and replay summary")
-            .describe("The records of one call of the caller's tenant (another tenant's call answers 404 exactly like an unknown one); needs action `read_evidence` on the call's tool. Given an agent-loop conversation's id (`conv_…`, answered as `soulbase.conversation_id`), the conversation's records and its replay; needs `read_evidence` on `soulbase.server.conversations`.")
+            .describe("The records of one call of the caller's tenant (another tenant's call answers 404 exactly like an unknown one); needs action `read_evidence` on the call's tool. Given an agent-loop conversation's id (`conv_…`, answered as `soulbase.conversation_id`), the conversation's records and its replay; needs `read_evidence` on `soulbase.server.conversations`. `tenant` reads another tenant's call: only for a caller of the `global` tenant with `read_evidence` on `soulbase.server.evidence` (then no per-tool check; anyone else naming another tenant is `AUTH.FORBIDDEN`, `fields.field`: `tenant`).")
+            .params(spec.query::<EvidenceReadQuery>())
             .params([json!({
                 "name": "call_id",
                 "in": "path",

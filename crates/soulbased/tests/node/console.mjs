@@ -329,5 +329,19 @@ async function scenario(url, apiKey, deniedCall, otherCall, shots, conversation,
   });
   await page.screenshot({ path: `${shots}/quarantine-retried.png`, fullPage: true });
 
+  // The operator reads a tenant's evidence by naming it: acme's refused call
+  // among its denials, then opened with its deciding stage.
+  await page.goto("about:blank");
+  await page.goto(`${url}/ui#/evidence`);
+  await page.getByLabel("Tenant").fill("acme");
+  await page.getByLabel("Status").selectOption("denied");
+  await page.getByRole("button", { name: "Show" }).click();
+  const row = page.locator(`#calls tbody tr[data-call="${deniedCall}"]`);
+  await row.waitFor();
+  await row.getByRole("link").click();
+  await page.locator("#timeline li").first().waitFor();
+  emit({ label: "operator-call", text: await page.locator("#timeline").innerText() });
+  await page.screenshot({ path: `${shots}/operator-evidence.png`, fullPage: true });
+
   emit({ label: "problems", problems });
 }
