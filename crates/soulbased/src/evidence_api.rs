@@ -192,26 +192,26 @@ async fn list(
     if whole {
         return Ok(page);
     }
-    // Each tool's answer once per page.
-    let mut readable: HashMap<ToolId, bool> = HashMap::new();
-    let mut kept = Vec::with_capacity(page.calls.len());
-    for call in page.calls {
-        let may = match readable.get(&call.tool_id) {
-            Some(may) => *may,
-            None => {
-                let may = may_read_evidence(app, &subject, &call.tool_id)
-                    .await
-                    .is_ok();
-                readable.insert(call.tool_id.clone(), may);
-                may
-            }
-        };
-        if may {
-            kept.push(call);
+    page.calls = readable(
+        app,
+        &subject,
+        page.calls,
+        |c| c.tool_id.clone(),
+        &mut HashMap::new(),
+    )
+    .await;
+    Ok(page)
+}
+
+/// A listing's answer: `200` with the page, or the refusal (counted).
+fn answer<T: serde::Serialize>(app: &App, page: Result<T, SoulError>) -> Response {
+    match page {
+        Ok(page) => typed_response(StatusCode::OK, &page),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
         }
     }
-    page.calls = kept;
-    Ok(page)
 }
 
 /// `GET /api/evidence?tool=&status=&actor=&code=&from=&to=&limit=&after=`: the caller's
@@ -227,13 +227,7 @@ pub(crate) async fn list_evidence(
             "unknown or malformed query parameter (tenant, tool, status, actor, code, from, to, limit, after)",
         ));
     };
-    match list(&app, &headers, &q).await {
-        Ok(page) => typed_response(StatusCode::OK, &page),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, list(&app, &headers, &q).await)
 }
 
 /// `GET /api/denials` query: the listing's filters, without `status` (a
@@ -304,19 +298,20 @@ async fn denials(
     Ok(page)
 }
 
-/// The `denials` whose evidence `subject` may read: those of tools it may
-/// read the evidence of; a name that is no tool id is asked about as the audit
-/// log. `cache` keeps each resource's answer (one question per resource).
-pub(crate) async fn readable_denials(
+/// The `items` whose evidence `subject` may read: those whose resource (the
+/// tool, as `resource_of` names it) it may read the evidence of (action
+/// `read_evidence`). `cache` keeps each resource's answer, so a page asks once
+/// per tool.
+pub(crate) async fn readable<T>(
     app: &App,
     subject: &soulbase_types::Subject,
-    denials: Vec<DenialSummary>,
+    items: Vec<T>,
+    resource_of: impl Fn(&T) -> ToolId,
     cache: &mut HashMap<ToolId, bool>,
-) -> Result<Vec<DenialSummary>, SoulError> {
-    let audit = ToolId::new(Action::AUDIT_RESOURCE).map_err(SoulError::internal)?;
-    let mut kept = Vec::with_capacity(denials.len());
-    for denial in denials {
-        let resource = ToolId::new(denial.tool.as_str()).unwrap_or_else(|_| audit.clone());
+) -> Vec<T> {
+    let mut kept = Vec::with_capacity(items.len());
+    for item in items {
+        let resource = resource_of(&item);
         let may = match cache.get(&resource) {
             Some(may) => *may,
             None => {
@@ -326,10 +321,24 @@ pub(crate) async fn readable_denials(
             }
         };
         if may {
-            kept.push(denial);
+            kept.push(item);
         }
     }
-    Ok(kept)
+    kept
+}
+
+/// The `denials` whose evidence `subject` may read ([`readable`]); a denial
+/// naming no tool id is asked about as the audit log.
+pub(crate) async fn readable_denials(
+    app: &App,
+    subject: &soulbase_types::Subject,
+    denials: Vec<DenialSummary>,
+    cache: &mut HashMap<ToolId, bool>,
+) -> Result<Vec<DenialSummary>, SoulError> {
+    let audit = ToolId::new(Action::AUDIT_RESOURCE).map_err(SoulError::internal)?;
+    let resource_of =
+        |d: &DenialSummary| ToolId::new(d.tool.as_str()).unwrap_or_else(|_| audit.clone());
+    Ok(readable(app, subject, denials, resource_of, cache).await)
 }
 
 /// `GET /api/denials?tool=&actor=&code=&from=&to=&limit=&after=`: the caller's
@@ -345,13 +354,7 @@ pub(crate) async fn list_denials(
             "unknown or malformed query parameter (tenant, tool, actor, code, from, to, limit, after)",
         ));
     };
-    match denials(&app, &headers, &q).await {
-        Ok(page) => typed_response(StatusCode::OK, &page),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, denials(&app, &headers, &q).await)
 }
 
 #[cfg(test)]

@@ -25,8 +25,8 @@ use soulbase_observe::{EndStatus, EvidenceQuery, MAX_PAGE};
 use soulbase_types::{TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
-use crate::evidence_api::readable_denials;
-use crate::http_api::{error_response, may_read_evidence, subject, typed_response};
+use crate::evidence_api::{readable, readable_denials};
+use crate::http_api::{error_response, subject, typed_response};
 
 /// The window without `window_s`: five minutes.
 pub const DEFAULT_WINDOW_S: u64 = 300;
@@ -193,26 +193,20 @@ async fn overview(
             }
         }
     }
-    let mut readable: HashMap<ToolId, bool> = HashMap::new();
+    let calls = readable(
+        app,
+        &subject,
+        calls,
+        |c| c.tool_id.clone(),
+        &mut HashMap::new(),
+    )
+    .await;
     let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_code: BTreeMap<String, u64> = BTreeMap::new();
     let mut per_tool: HashMap<ToolId, (u64, u64, Vec<u64>)> = HashMap::new();
     let mut per_surface: HashMap<String, (u64, u64, Vec<u64>)> = HashMap::new();
     let mut counted = 0u64;
     for call in calls {
-        let may = match readable.get(&call.tool_id) {
-            Some(may) => *may,
-            None => {
-                let may = may_read_evidence(app, &subject, &call.tool_id)
-                    .await
-                    .is_ok();
-                readable.insert(call.tool_id.clone(), may);
-                may
-            }
-        };
-        if !may {
-            continue;
-        }
         counted += 1;
         let status = call.status.map_or_else(|| "open".to_owned(), status_text);
         let failed = call.status.is_some_and(|s| s != EndStatus::Ok);
