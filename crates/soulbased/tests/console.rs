@@ -980,6 +980,27 @@ async fn console_routes_hold_no_data_and_the_api_they_call_is_governed() {
         body.contains("AUTH.FORBIDDEN") && body.contains("\"tenant\""),
         "{body}"
     );
+    // Without the simulator's action (the operator here holds only the
+    // quarantine's and the evidence's), asking about another actor is refused
+    // before any stage, naming `actor`.
+    let (status, body) = http(
+        &server.http,
+        "POST",
+        "/api/tools/soulbase.builtin.echo/preflight?actor=someone",
+        &[
+            ("authorization", &bearer("ops")),
+            ("content-type", "application/json"),
+        ],
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("AUTH.FORBIDDEN")
+            && body.contains("\"actor\"")
+            && body.contains("soulbase.server.simulator"),
+        "{body}"
+    );
     let (status, body) = http(&server.http, "POST", "/api/quarantine/retry", &[], "").await;
     assert_eq!(status, 401, "{body}");
     let list = |auth: String| {
