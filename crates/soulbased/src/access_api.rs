@@ -20,15 +20,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use soulbase_edge::{CallObserver, Surface};
-use soulbase_errors::SoulError;
 use soulbase_grpc::convert;
 use soulbase_tools::registry::TenantOverride;
-use soulbase_tools::registry::access::{self, AccessView};
+use soulbase_tools::registry::access::{self};
 use soulbase_types::ToolId;
 
 use crate::app::App;
-use crate::http_api::{Param, error_response, subject, typed_response};
+use crate::http_api::{Param, answer, error_response, subject, typed_response};
 
 /// `PUT /api/access/allow-list` body.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -62,16 +60,6 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(d)
-}
-
-fn answer(result: Result<AccessView, SoulError>, app: &App) -> Response {
-    match result {
-        Ok(view) => typed_response(StatusCode::OK, &view),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
 }
 
 /// `GET /api/access`.
@@ -122,7 +110,7 @@ pub(crate) async fn put_allow_list(
         Ok(s) => access::set_allow_list(app.authorizer.as_ref(), &app.admin, &s, allow).await,
         Err(e) => Err(e),
     };
-    answer(result, &app)
+    answer(&app, StatusCode::OK, result)
 }
 
 /// `PUT /api/access/overrides/{id}`.
@@ -157,5 +145,5 @@ pub(crate) async fn put_override(
         Ok(s) => access::set_override(app.authorizer.as_ref(), &app.admin, &s, &id, state).await,
         Err(e) => Err(e),
     };
-    answer(result, &app)
+    answer(&app, StatusCode::OK, result)
 }

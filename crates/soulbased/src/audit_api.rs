@@ -15,7 +15,6 @@ use axum::response::Response;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use soulbase_auth::{Action, AuthzRequest};
-use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert;
 use soulbase_observe::{AuditFilter, AuditKind, MAX_AUDIT_PAGE};
@@ -23,7 +22,7 @@ use soulbase_types::{Subject, TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
 use crate::bodies::AuditList;
-use crate::http_api::{error_response, subject, typed_response};
+use crate::http_api::{answer, error_response, subject};
 
 /// How many records a listing returns without `limit`.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -164,13 +163,7 @@ pub(crate) async fn list_audit(
             "unknown or malformed query parameter (tenant, kind, target, since, until, limit)",
         ));
     };
-    match list(&app, &headers, &q).await {
-        Ok(body) => typed_response(StatusCode::OK, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, StatusCode::OK, list(&app, &headers, &q).await)
 }
 
 #[cfg(test)]

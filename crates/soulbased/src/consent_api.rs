@@ -19,12 +19,12 @@ use axum::response::Response;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use soulbase_auth::{ApprovalScope, ConsentRequestStatus};
-use soulbase_edge::{CallObserver, ConsentRequestView, Surface};
+use soulbase_edge::ConsentRequestView;
 use soulbase_errors::SoulError;
 use soulbase_grpc::convert;
 
 use crate::app::App;
-use crate::http_api::{Param, error_response, subject, typed_response};
+use crate::http_api::{Param, answer, error_response, subject};
 
 /// How many requests a listing returns without `limit`.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -90,16 +90,6 @@ fn body_of<T: Default + for<'de> Deserialize<'de>>(
     }
     serde_json::from_slice(body)
         .map_err(|e| convert::invalid("body", format!("expected {shape}")).with_note(e.to_string()))
-}
-
-fn answer(app: &App, status: StatusCode, result: Result<impl Serialize, SoulError>) -> Response {
-    match result {
-        Ok(body) => typed_response(status, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
 }
 
 async fn list(

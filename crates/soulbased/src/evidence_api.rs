@@ -19,7 +19,6 @@ use axum::response::Response;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use soulbase_auth::Action;
-use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_grpc::convert;
 use soulbase_observe::{
@@ -28,7 +27,7 @@ use soulbase_observe::{
 use soulbase_types::{ActorId, TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
-use crate::http_api::{error_response, may_read_evidence, subject, typed_response};
+use crate::http_api::{answer, error_response, may_read_evidence, subject};
 
 /// How many calls a page holds without `limit`.
 pub const DEFAULT_LIMIT: u32 = 50;
@@ -203,17 +202,6 @@ async fn list(
     Ok(page)
 }
 
-/// A listing's answer: `200` with the page, or the refusal (counted).
-fn answer<T: serde::Serialize>(app: &App, page: Result<T, SoulError>) -> Response {
-    match page {
-        Ok(page) => typed_response(StatusCode::OK, &page),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
-}
-
 /// `GET /api/evidence?tool=&status=&actor=&code=&from=&to=&limit=&after=`: the caller's
 /// tenant's calls whose evidence it may read, newest first.
 pub(crate) async fn list_evidence(
@@ -227,7 +215,7 @@ pub(crate) async fn list_evidence(
             "unknown or malformed query parameter (tenant, tool, status, actor, code, from, to, limit, after)",
         ));
     };
-    answer(&app, list(&app, &headers, &q).await)
+    answer(&app, StatusCode::OK, list(&app, &headers, &q).await)
 }
 
 /// `GET /api/denials` query: the listing's filters, without `status` (a
@@ -354,7 +342,7 @@ pub(crate) async fn list_denials(
             "unknown or malformed query parameter (tenant, tool, actor, code, from, to, limit, after)",
         ));
     };
-    answer(&app, denials(&app, &headers, &q).await)
+    answer(&app, StatusCode::OK, denials(&app, &headers, &q).await)
 }
 
 #[cfg(test)]

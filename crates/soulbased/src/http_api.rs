@@ -84,6 +84,22 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// `body` (one of [`crate::bodies`], whose schemas the OpenAPI document derives)
 /// as a JSON response with `status`.
+/// A route's answer: `status` with `result`'s body, or its refusal (counted in
+/// the metrics by code).
+pub(crate) fn answer(
+    app: &App,
+    status: StatusCode,
+    result: Result<impl Serialize, SoulError>,
+) -> Response {
+    match result {
+        Ok(body) => typed_response(status, &body),
+        Err(e) => {
+            app.metrics.refused(Surface::Http, e.code());
+            error_response(&e)
+        }
+    }
+}
+
 pub(crate) fn typed_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
     match serde_json::to_string(body) {
         Ok(text) => (status, [(header::CONTENT_TYPE, "application/json")], text).into_response(),
@@ -950,13 +966,11 @@ async fn read_evidence(
             "unknown or malformed query parameter (tenant)",
         ));
     };
-    match evidence_body(&app, &call_id, &headers, q.tenant.as_deref()).await {
-        Ok(body) => typed_response(StatusCode::OK, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(
+        &app,
+        StatusCode::OK,
+        evidence_body(&app, &call_id, &headers, q.tenant.as_deref()).await,
+    )
 }
 
 async fn evidence_body(

@@ -18,7 +18,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::SoulError;
 use soulbase_grpc::convert;
 use soulbase_observe::{EndStatus, EvidenceQuery, MAX_PAGE};
@@ -26,7 +25,7 @@ use soulbase_types::{TenantId, ToolId, UnixMillis};
 
 use crate::app::App;
 use crate::evidence_api::{readable, readable_denials};
-use crate::http_api::{error_response, subject, typed_response};
+use crate::http_api::{answer, error_response, subject};
 
 /// The window without `window_s`: five minutes.
 pub const DEFAULT_WINDOW_S: u64 = 300;
@@ -331,13 +330,7 @@ pub(crate) async fn get_overview(
             "unknown or malformed query parameter (window_s)",
         ));
     };
-    match overview(&app, &headers, &q).await {
-        Ok(body) => typed_response(StatusCode::OK, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, StatusCode::OK, overview(&app, &headers, &q).await)
 }
 
 #[cfg(test)]

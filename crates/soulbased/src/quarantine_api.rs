@@ -28,12 +28,11 @@ use axum::response::Response;
 use schemars::JsonSchema;
 use serde::Serialize;
 use soulbase_auth::{Action, AuthzRequest};
-use soulbase_edge::{CallObserver, Surface};
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::{TenantId, ToolId};
 
 use crate::app::App;
-use crate::http_api::{error_response, subject, typed_response};
+use crate::http_api::{answer, subject};
 
 /// How the records leave the quarantine.
 pub const RETRY: &str = "an operator (a caller of the global tenant with action `update` on \
@@ -133,13 +132,7 @@ async fn list(app: &App, headers: &HeaderMap) -> Result<QuarantineList, SoulErro
 
 /// `GET /api/quarantine`: the quarantined evidence records the caller may see.
 pub(crate) async fn list_quarantine(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    match list(&app, &headers).await {
-        Ok(body) => typed_response(StatusCode::OK, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, StatusCode::OK, list(&app, &headers).await)
 }
 
 /// `POST /api/quarantine/retry`: what offering the quarantine again did.
@@ -179,11 +172,5 @@ async fn retry(app: &App, headers: &HeaderMap) -> Result<QuarantineRetry, SoulEr
 /// `POST /api/quarantine/retry`: offers the quarantined records to the
 /// database again (operators only), through the running sink.
 pub(crate) async fn retry_quarantine(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    match retry(&app, &headers).await {
-        Ok(body) => typed_response(StatusCode::OK, &body),
-        Err(e) => {
-            app.metrics.refused(Surface::Http, e.code());
-            error_response(&e)
-        }
-    }
+    answer(&app, StatusCode::OK, retry(&app, &headers).await)
 }
