@@ -343,7 +343,10 @@ pub struct SkillsConfig {
     pub dir: PathBuf,
     /// Whether to apply changes while running.
     pub watch: bool,
-    /// Polling interval for the fallback when file events are unavailable.
+    /// How often the skills directory (and the configuration file) is checked
+    /// for changes besides file events: the fallback where events are unavailable
+    /// or lost, such as a shared NFS volume changed from another machine. Each
+    /// check wakes an idle server (5 s by default: well under 1 ms of CPU a second).
     pub poll_interval_ms: u64,
     /// Subscriptions to skills whose exports require one (seed 000 `access`).
     pub subscriptions: Vec<SkillSubscription>,
@@ -354,7 +357,7 @@ impl Default for SkillsConfig {
         Self {
             dir: PathBuf::from("./skills"),
             watch: true,
-            poll_interval_ms: 500,
+            poll_interval_ms: 5_000,
             subscriptions: Vec::new(),
         }
     }

@@ -70,16 +70,7 @@ fn file_events(file: &Path, tx: mpsc::Sender<Msg>) -> Option<notify::Recommended
     };
     let name = file.file_name()?.to_owned();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        // Opening and reading the file are events too (inotify's OPEN and
-        // CLOSE_NOWRITE): taken as changes, the watcher's own read of the file
-        // would wake it again, every debounce, forever.
-        if let Ok(event) = res
-            && !event.kind.is_access()
-            && event
-                .paths
-                .iter()
-                .any(|p| p.file_name() == Some(name.as_os_str()))
-        {
+        if relevant(&res, &name) {
             let _ = tx.send(Msg::Changed);
         }
     })
@@ -90,6 +81,29 @@ fn file_events(file: &Path, tx: mpsc::Sender<Msg>) -> Option<notify::Recommended
         .map_err(|e| tracing::warn!(error = %e, dir = %dir.display(), "cannot watch config dir; polling only"))
         .ok()?;
     Some(watcher)
+}
+
+/// Whether a file event in the config file's directory may have changed the file.
+///
+/// Opening and reading files are events too (inotify's OPEN and CLOSE_NOWRITE):
+/// taken as changes, the watcher's own read of the file would wake it again, every
+/// debounce, forever (and so would anything else reading the directory). Besides
+/// events naming the file, those naming `..`-prefixed entries count: a Kubernetes
+/// ConfigMap volume updates its files by swapping a `..data` symlink, and no event
+/// names the file itself. An error (such as the event queue overflowing) or a
+/// rescan request may hide a change, so it counts too.
+fn relevant(event: &notify::Result<notify::Event>, name: &std::ffi::OsStr) -> bool {
+    let Ok(event) = event else {
+        return true;
+    };
+    if event.need_rescan() {
+        return true;
+    }
+    !event.kind.is_access()
+        && event.paths.iter().any(|p| {
+            p.file_name()
+                .is_some_and(|n| n == name || n.as_encoded_bytes().starts_with(b".."))
+        })
 }
 
 fn run(

@@ -33,7 +33,7 @@ fn file_overrides_defaults_field_by_field() {
     let snap = ConfigLoader::new().with_file(&path).load().unwrap();
     assert_eq!(snap.skills.dir, PathBuf::from("/srv/skills"));
     assert_eq!(
-        snap.skills.poll_interval_ms, 500,
+        snap.skills.poll_interval_ms, 5_000,
         "untouched sibling keeps its default"
     );
     assert_eq!(snap.server.roles, vec![Role::Tools, Role::Auth]);

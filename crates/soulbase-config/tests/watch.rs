@@ -134,8 +134,50 @@ fn an_unchanged_file_is_not_read_again_and_again() {
     .unwrap();
     spy.watch(dir.path(), RecursiveMode::NonRecursive).unwrap();
     let _watcher = watch(handle, loader, Duration::from_secs(3600));
+    // Others reading the directory are not changes either (the skills watcher
+    // scanning `./skills` beside `./config.yaml` woke it twice a second).
+    std::fs::create_dir(dir.path().join("skills")).unwrap();
+    std::fs::write(dir.path().join("other.txt"), "x").unwrap();
+    for _ in 0..5 {
+        let _ = std::fs::read_dir(dir.path().join("skills"))
+            .unwrap()
+            .count();
+        let _ = std::fs::read(dir.path().join("other.txt")).unwrap();
+    }
     // A measurement window: ten debounces.
     std::thread::sleep(Duration::from_millis(500));
     let read = opens.load(Ordering::SeqCst);
     assert!(read <= 1, "the unchanged file was opened {read} times");
+}
+
+/// A Kubernetes ConfigMap volume: `config.yaml` is a symlink into `..data`, and an
+/// update swaps the `..data` symlink (no event names `config.yaml`). The swap is
+/// applied from its file events, not by polling (the interval here is an hour).
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_is_applied_from_events() {
+    use std::os::unix::fs::symlink;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("..v1")).unwrap();
+    std::fs::write(root.join("..v1/config.yaml"), "skills:\n  dir: /one\n").unwrap();
+    symlink("..v1", root.join("..data")).unwrap();
+    symlink("..data/config.yaml", root.join("config.yaml")).unwrap();
+    let loader = ConfigLoader::new().with_file(root.join("config.yaml"));
+    let handle = ConfigHandle::new(loader.load().unwrap());
+    let mut rx = handle.subscribe();
+    let _watcher = watch(handle.clone(), loader, Duration::from_secs(3600));
+
+    // What kubelet's atomic writer does: a new version directory, a temporary
+    // symlink to it, renamed over `..data`.
+    std::fs::create_dir(root.join("..v2")).unwrap();
+    std::fs::write(root.join("..v2/config.yaml"), "skills:\n  dir: /two\n").unwrap();
+    symlink("..v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    assert!(matches!(next(&mut rx).await, ReloadStatus::Applied { .. }));
+    assert_eq!(
+        handle.current().skills.dir,
+        std::path::PathBuf::from("/two")
+    );
 }

@@ -5,7 +5,8 @@
 //! written in pieces is read once) and reloads the catalog. Independently, every
 //! `poll` interval it fingerprints the directory (names, sizes, modification
 //! times) and reloads when that changed — which also covers file systems where
-//! events are unavailable or lost.
+//! events are unavailable or lost (a shared NFS volume sends none for changes
+//! made on another machine).
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -91,9 +92,13 @@ fn file_events(root: &Path, tx: mpsc::Sender<Msg>) -> Option<notify::Recommended
     let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher = notify::RecommendedWatcher::new(
         move |res: notify::Result<notify::Event>| {
-            if let Ok(event) = res
-                && !event.kind.is_access()
-            {
+            // Reads are not changes; an error (the event queue overflowed) or a
+            // rescan request may hide one.
+            let changed = match &res {
+                Ok(event) => event.need_rescan() || !event.kind.is_access(),
+                Err(_) => true,
+            };
+            if changed {
                 let _ = tx.send(Msg::Changed);
             }
         },

@@ -795,7 +795,7 @@ const WATCHER: &str = "soulbase-skills";
 /// `skills.watch` and `skills.poll_interval_ms`: with `watch: true` the watcher
 /// thread runs and wakes every `poll_interval_ms` to fingerprint the directory —
 /// at 50 ms its thread switches 60 times in under 2 s (measured: ~35 a second),
-/// where the default 500 ms gives ~20 in 6 s (measured: ~3.5 a second); with
+/// where the default 5 s gives a handful in 6 s; with
 /// `watch: false` there is no watcher, and a new skill file is served only after
 /// an explicit reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
