@@ -50,16 +50,21 @@ pub struct DrainOptions {
     /// Shortest interval between checkpoint writes (a write in place and an
     /// `fdatasync` each, on the disk the spool fsyncs to), except on reaching a new
     /// segment and at shutdown; the last position is written once this much time
-    /// has passed, also when idle. The drained position is published with each
-    /// checkpoint. A checkpoint lost to a crash only makes batches be re-sent,
-    /// which the store skips.
+    /// has passed, also when idle; after every batch while appends are failing (a
+    /// full disk), whose space the checkpoint's retirement of drained segments
+    /// frees. The drained position is published after each batch (with each
+    /// checkpoint while appends are failing: see `persist`). A
+    /// checkpoint lost to a crash only makes batches be re-sent, which the store
+    /// skips.
     pub checkpoint_every: Duration,
     /// Shortest interval between the starts of two store writes while the drainer
     /// keeps up (a batch smaller than `batch`). Records are durable in the spool
     /// already; lingering gathers them into fewer, larger writes, so the database
     /// commits (and fsyncs its log) tens of times a second instead of once per
-    /// handful of calls, and takes less CPU from the request path. A backlog is
-    /// drained back to back.
+    /// handful of calls, and takes less CPU from the request path; at low rates it
+    /// gathers a call's Begin and End, and several calls, into one write. A backlog
+    /// is drained back to back, and a reader waiting for the store to catch up
+    /// ([`crate::DurableSink::wait_drained`]) cuts the linger short.
     pub linger: Duration,
     /// Fewest records per concurrent store write: a batch is split over `parallel`
     /// connections only when every slice gets at least this many.
@@ -73,8 +78,8 @@ impl Default for DrainOptions {
             parallel: 2,
             min_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(250),
-            checkpoint_every: Duration::from_millis(100),
-            linger: Duration::from_millis(20),
+            checkpoint_every: Duration::from_secs(1),
+            linger: Duration::from_millis(100),
             min_slice: 500,
         }
     }
@@ -212,6 +217,31 @@ const CLOSING: &str = "the evidence sink is closing";
 /// A read of the spool in progress: the records and the position after them.
 type Read = tokio::task::JoinHandle<std::io::Result<(Vec<EncodedRecord>, Pos)>>;
 
+/// Most bytes waiting in the active segment that the drainer reads in place rather
+/// than on the blocking pool: a read of that much from the page cache takes
+/// microseconds, while a hand-off to the blocking pool and back costs two thread
+/// wakeups, which at low rates were most of a call's drain cost.
+const READ_IN_PLACE: u64 = 256 << 10;
+
+/// Reads the next batch after `pos` (see [`spawn_read`]): in place when little is
+/// waiting in the active segment ([`READ_IN_PLACE`]), else on the blocking pool.
+async fn read(
+    shared: &Arc<Shared>,
+    pos: Pos,
+    max: usize,
+) -> Result<std::io::Result<(Vec<EncodedRecord>, Pos)>, tokio::task::JoinError> {
+    let committed = *lock(&shared.committed);
+    if committed.segment == pos.segment
+        && committed.offset.saturating_sub(pos.offset) <= READ_IN_PLACE
+    {
+        return Ok(match shared.try_hold() {
+            Some(held) => next_batch(&held, pos, max),
+            None => Err(std::io::Error::other(CLOSING)),
+        });
+    }
+    spawn_read(shared, pos, max).await
+}
+
 /// Reads the next batch after `pos` on the blocking pool (records as their text:
 /// the store reads only the fields it indexes).
 fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
@@ -230,7 +260,8 @@ fn spawn_read(shared: &Arc<Shared>, pos: Pos, max: usize) -> Read {
 /// durable. Keeping up, it lingers so writes start at most every `linger`. Checkpoints are
 /// persisted in order, each after its batch landed, at most every
 /// `checkpoint_every` (sooner on reaching a new segment, and at shutdown); the
-/// drained position is published with each checkpoint.
+/// drained position is published after each batch (with the checkpoint while
+/// appends are failing).
 ///
 /// `wake` reaches the writer without keeping it alive: a missing active segment is
 /// restored by the writer's next round, so the drainer asks for one (an empty
@@ -275,7 +306,7 @@ pub async fn run(
         };
         let read = match early {
             Some(r) => Ok(Ok(r)),
-            None => spawn_read(&shared, pos, opts.batch).await,
+            None => read(&shared, pos, opts.batch).await,
         };
         let (records, next) = match read {
             Ok(Ok(r)) => r,
@@ -330,7 +361,12 @@ pub async fn run(
             }
             let due = persisted_at + opts.checkpoint_every;
             tokio::select! {
-                () = notified => {}
+                () = notified => {
+                    // The first record after a pause: the rest of its call (its
+                    // End), and other calls, are gathered into the same write.
+                    let until = tokio::time::Instant::now() + opts.linger;
+                    linger(&shared, store.as_ref(), until, &mut retries).await;
+                }
                 () = &mut stop => {}
                 () = tokio::time::sleep_until(due), if pending => {}
                 Some(request) = retries.recv() => {
@@ -390,7 +426,19 @@ pub async fn run(
             }
         }
         pos = next;
-        if pos.segment != persisted.segment || persisted_at.elapsed() >= opts.checkpoint_every {
+        // Published now, not with the next checkpoint: readers waiting for the
+        // store (listings) go on at once. Not while appends fail: then the
+        // checkpoint publishes it, after the segments it frees are retired and the
+        // writer has seen the room (see `persist`).
+        let broken = shared.broken.load(Ordering::Acquire);
+        if !broken {
+            shared.set_drained(pos);
+            shared.drained_notify.notify_waiters();
+        }
+        if broken
+            || pos.segment != persisted.segment
+            || persisted_at.elapsed() >= opts.checkpoint_every
+        {
             // The previous checkpoint first (in order), then this one in the background.
             finish(checkpoint.take()).await;
             let s = shared.clone();
@@ -398,15 +446,42 @@ pub async fn run(
             checkpoint = Some(tokio::spawn(async move { persist(&s, pos, &w).await }));
             (persisted, persisted_at) = (pos, tokio::time::Instant::now());
         }
-        if !backlog && !shared.stopping.load(Ordering::Acquire) {
-            let resume = write_started + opts.linger;
-            tokio::select! {
-                () = tokio::time::sleep_until(resume) => {}
-                () = shared.stop_notify.notified() => {}
-                Some(request) = retries.recv() => {
-                    serve_retry(&shared, store.as_ref(), request).await;
-                }
-            }
+        if !backlog {
+            linger(
+                &shared,
+                store.as_ref(),
+                write_started + opts.linger,
+                &mut retries,
+            )
+            .await;
+        }
+    }
+}
+
+/// Waits until `until` ([`DrainOptions::linger`]), or less: not at all once the
+/// sink is stopping, and no longer once a reader waits for the store
+/// ([`Shared::drain_now`]). Requests to offer the quarantine again are served
+/// meanwhile.
+async fn linger(
+    shared: &Arc<Shared>,
+    store: &dyn EvidenceStore,
+    until: tokio::time::Instant,
+    retries: &mut mpsc::Receiver<RetryRequest>,
+) {
+    // Registered before `stopping` is read (`notify_waiters` only wakes
+    // registered waiters).
+    let stop = shared.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
+    if shared.stopping.load(Ordering::Acquire) {
+        return;
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(until) => {}
+        () = &mut stop => {}
+        () = shared.drain_now.notified() => {}
+        Some(request) = retries.recv() => {
+            serve_retry(shared, store, request).await;
         }
     }
 }

@@ -66,6 +66,9 @@ pub struct Shared {
     pub drained: Mutex<Pos>,
     /// Signalled by the drainer after each batch.
     pub drained_notify: Notify,
+    /// Someone waits for the store to catch up ([`crate::DurableSink::wait_drained`]):
+    /// the drainer stops lingering and writes what it has at once.
+    pub drain_now: Notify,
     /// Since when the store has been behind the spool (records durable in the
     /// spool and not yet in the store), `None` while it is caught up: the drain
     /// lag ([`Shared::drain_lag`]) is measured from it.
@@ -218,10 +221,17 @@ impl Shared {
         }
     }
 
-    /// Moves the drained position (the drainer, after a batch is in the store);
-    /// once it reaches the committed one the store is caught up.
+    /// Moves the drained position forward (the drainer, after a batch is in the
+    /// store; never back: a checkpoint written in the background may finish after
+    /// a later batch was published); once it reaches the committed one the store is
+    /// caught up.
     pub fn set_drained(&self, pos: Pos) {
-        *lock(&self.drained) = pos;
+        let mut drained = lock(&self.drained);
+        if pos > *drained {
+            *drained = pos;
+        }
+        let pos = *drained;
+        drop(drained);
         if pos >= *lock(&self.committed) {
             *lock(&self.behind_since) = None;
         }

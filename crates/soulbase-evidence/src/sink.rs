@@ -240,6 +240,7 @@ impl DurableSink {
             committed_notify: Notify::new(),
             drained: Mutex::new(report.resume_at),
             drained_notify: Notify::new(),
+            drain_now: Notify::new(),
             behind_since: Mutex::new(None),
             active: AtomicU64::new(report.active_segment),
             min_pin: AtomicU64::new(u64::MAX),
@@ -337,6 +338,8 @@ impl DurableSink {
                 if *lock(&shared.drained) >= target {
                     return;
                 }
+                // A lingering drainer writes what it has now.
+                shared.drain_now.notify_one();
                 notified.await;
             }
         })
