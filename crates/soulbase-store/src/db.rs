@@ -75,8 +75,12 @@ impl Db {
                 // The spool checkpoint advances after a commit: the commit must be durable.
                 .synchronous(SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(10));
+            // No ping before each use: a file connection does not go stale, and
+            // the ping is a round trip to the connection's thread (two thread
+            // wakeups) before every query.
             let pool = SqlitePoolOptions::new()
                 .max_connections(4)
+                .test_before_acquire(false)
                 .connect_with(opts)
                 .await
                 .map_err(|e| db_error("opening SQLite", e))?;
