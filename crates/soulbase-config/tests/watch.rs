@@ -135,7 +135,7 @@ fn an_unchanged_file_is_not_read_again_and_again() {
     spy.watch(dir.path(), RecursiveMode::NonRecursive).unwrap();
     let _watcher = watch(handle, loader, Duration::from_secs(3600));
     // Others reading the directory are not changes either (the skills watcher
-    // scanning `./skills` beside `./config.yaml` woke it twice a second).
+    // scans `./skills` beside `./config.yaml` at every poll).
     std::fs::create_dir(dir.path().join("skills")).unwrap();
     std::fs::write(dir.path().join("other.txt"), "x").unwrap();
     for _ in 0..5 {
