@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use soulbase_errors::SoulError;
 use soulbase_observe::{
     CallEvidence, CallPage, DenialPage, EncodedRecord, EndStatus, EvidenceQuery, EvidenceRecord,
-    EvidenceStore, PageCursor, store_refusal, summarize, summarize_denial,
+    EvidenceStore, PageCursor, RecordHead, store_refusal, summarize, summarize_denial,
 };
 use soulbase_types::{CallId, TenantId, UnixMillis};
 use sqlx::QueryBuilder;
@@ -21,21 +21,23 @@ const DAY_MS: i64 = 86_400_000;
 /// Rows per SQLite insert statement (9 parameters each, under SQLite's limit).
 const SQLITE_CHUNK: usize = 500;
 
-/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite.
-fn sqlite_insert(rows: &[Row]) -> QueryBuilder<sqlx::Sqlite> {
+/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite (each
+/// value copied once, into the statement's arguments).
+fn sqlite_insert(rows: &[Headed<'_>]) -> QueryBuilder<sqlx::Sqlite> {
     let mut qb = QueryBuilder::new(
         "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
     );
     qb.push_values(rows, |mut b, r| {
-        b.push_bind(r.id.clone())
-            .push_bind(r.at_ms)
-            .push_bind(r.tenant.clone())
-            .push_bind(r.kind)
-            .push_bind(r.call_id.clone())
-            .push_bind(r.tool_id.clone())
-            .push_bind(r.begin_id.clone())
-            .push_bind(r.status)
-            .push_bind(r.record.clone());
+        let h = &r.head;
+        b.push_bind(h.id.as_ref())
+            .push_bind(h.at_ms)
+            .push_bind(h.tenant.as_ref())
+            .push_bind(h.kind)
+            .push_bind(h.call_id.as_ref())
+            .push_bind(h.tool_id.as_deref())
+            .push_bind(h.begin_id.as_deref())
+            .push_bind(h.status.map(status_name))
+            .push_bind(r.text);
     });
     qb.push(" ON CONFLICT DO NOTHING");
     qb
@@ -94,19 +96,39 @@ pub fn status_name(s: EndStatus) -> &'static str {
     }
 }
 
-fn row(r: &EncodedRecord) -> Result<Row, SoulError> {
-    let h = r.head()?;
-    Ok(Row {
-        id: h.id.into_owned(),
+/// A record of a batch with its indexed fields, read once per batch.
+struct Headed<'a> {
+    text: &'a str,
+    head: RecordHead<'a>,
+}
+
+/// The heads of `records`; text that is not a record refuses the batch (a
+/// [`store_refusal`], which the drain isolates and quarantines).
+fn headed(records: &[EncodedRecord]) -> Result<Vec<Headed<'_>>, SoulError> {
+    records
+        .iter()
+        .map(|r| {
+            Ok(Headed {
+                text: r.as_str(),
+                head: r.head()?,
+            })
+        })
+        .collect()
+}
+
+fn row(r: &Headed<'_>) -> Row {
+    let h = &r.head;
+    Row {
+        id: h.id.to_string(),
         at_ms: h.at_ms,
-        tenant: h.tenant.into_owned(),
+        tenant: h.tenant.to_string(),
         kind: h.kind,
-        call_id: h.call_id.into_owned(),
-        tool_id: h.tool_id.map(|t| t.into_owned()),
-        begin_id: h.begin_id.map(|t| t.into_owned()),
+        call_id: h.call_id.to_string(),
+        tool_id: h.tool_id.as_deref().map(str::to_owned),
+        begin_id: h.begin_id.as_deref().map(str::to_owned),
         status: h.status.map(status_name),
-        record: r.as_str().to_owned(),
-    })
+        record: r.text.to_owned(),
+    }
 }
 
 /// Postgres refusing the data itself, which no retry changes: a character it
@@ -148,15 +170,15 @@ fn put_text(buf: &mut Vec<u8>, value: Option<&str>) -> Result<(), SoulError> {
 /// text, copied as it is), the trailer. Only the indexed fields are read from each
 /// record; no per-row strings, no text-format escaping for the server to undo.
 /// Also returns the days (partitions) the records fall in.
-fn copy_binary(records: &[EncodedRecord]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulError> {
+fn copy_binary(records: &[Headed<'_>]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulError> {
     let mut days = BTreeSet::new();
-    let size: usize = records.iter().map(|r| r.as_str().len() + 256).sum();
+    let size: usize = records.iter().map(|r| r.text.len() + 256).sum();
     let mut buf = Vec::with_capacity(size + 32);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes()); // flags
     buf.extend_from_slice(&0i32.to_be_bytes()); // header extension length
     for r in records {
-        let h = r.head()?;
+        let h = &r.head;
         days.insert(h.at_ms.div_euclid(DAY_MS));
         buf.extend_from_slice(&9i16.to_be_bytes());
         put_text(&mut buf, Some(h.id.as_ref()))?;
@@ -168,7 +190,7 @@ fn copy_binary(records: &[EncodedRecord]) -> Result<(Vec<u8>, BTreeSet<i64>), So
         put_text(&mut buf, h.tool_id.as_deref())?;
         put_text(&mut buf, h.begin_id.as_deref())?;
         put_text(&mut buf, h.status.map(status_name))?;
-        put_text(&mut buf, Some(r.as_str()))?;
+        put_text(&mut buf, Some(r.text))?;
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     Ok((buf, days))
@@ -259,7 +281,10 @@ pub(crate) async fn ensure_partition(pool: &sqlx::PgPool, at_ms: i64) -> Result<
 /// On Postgres its day's partition must exist ([`ensure_partition`]).
 pub(crate) async fn insert_in(conn: DbConn<'_>, record: &EvidenceRecord) -> Result<(), SoulError> {
     let encoded = EncodedRecord::encode(record)?;
-    let r = row(&encoded)?;
+    let r = row(&Headed {
+        text: encoded.as_str(),
+        head: encoded.head()?,
+    });
     let written = match conn {
         DbConn::Postgres(c) => {
             sqlx::query(
@@ -364,19 +389,6 @@ pub(crate) enum DbConn<'a> {
     Sqlite(&'a mut sqlx::SqliteConnection),
 }
 
-/// The call ids of the `aborted` Ends in `records` (Ends written by the spool's
-/// recovery for a Begin it found open).
-fn aborted_calls(records: &[EncodedRecord]) -> Result<Vec<String>, SoulError> {
-    let mut calls = Vec::new();
-    for r in records {
-        let h = r.head()?;
-        if h.status == Some(EndStatus::Aborted) {
-            calls.push(h.call_id.into_owned());
-        }
-    }
-    Ok(calls)
-}
-
 impl SqlEvidenceStore {
     /// A store on `db` (migrated).
     pub fn new(db: Db) -> Self {
@@ -465,40 +477,32 @@ impl EvidenceStore for SqlEvidenceStore {
         if records.is_empty() {
             return Ok(());
         }
+        let mut batch = headed(records)?;
         // An `aborted` End (spool recovery) for a call that already has an End is
         // left out: a keyed call's End is stored with its idempotent outcome before
         // it reaches the spool, so a crash in between leaves its Begin open there.
-        let aborted = aborted_calls(records)?;
-        let kept;
-        let records = if aborted.is_empty() {
-            records
-        } else {
-            let ended = self.ended_calls(&aborted).await?;
-            kept = records
-                .iter()
-                .filter(|r| {
-                    // A record whose head cannot be read is kept: the write below
-                    // refuses it (to quarantine), as it did before.
-                    r.head().map_or(true, |h| {
-                        h.status != Some(EndStatus::Aborted) || !ended.contains(h.call_id.as_ref())
-                    })
-                })
-                .cloned()
-                .collect::<Vec<_>>();
-            if kept.is_empty() {
+        let aborted = |r: &Headed<'_>| r.head.status == Some(EndStatus::Aborted);
+        let calls: Vec<String> = batch
+            .iter()
+            .filter(|r| aborted(r))
+            .map(|r| r.head.call_id.to_string())
+            .collect();
+        if !calls.is_empty() {
+            let ended = self.ended_calls(&calls).await?;
+            batch.retain(|r| !aborted(r) || !ended.contains(r.head.call_id.as_ref()));
+            if batch.is_empty() {
                 return Ok(());
             }
-            &kept[..]
-        };
+        }
+        let records = &batch[..];
         match &self.db {
             Db::Postgres(pool) => {
-                // Encoding first also checks every record (a refusal names it).
                 let (data, days) = copy_binary(records)?;
                 self.ensure_partitions(pool, days).await?;
-                let rows = || records.iter().map(row).collect::<Result<Vec<_>, _>>();
+                let rows = || records.iter().map(row).collect::<Vec<_>>();
                 let written = if data.len() < COPY_MIN_BYTES {
                     // One write per round trip: no Nagle stall (see COPY_MIN_BYTES).
-                    insert_skipping_stored(pool, rows()?).await
+                    insert_skipping_stored(pool, rows()).await
                 } else {
                     match copy_in(pool, data).await {
                         Ok(()) => Ok(()),
@@ -506,7 +510,7 @@ impl EvidenceStore for SqlEvidenceStore {
                         // a crash or a lost acknowledgement): the COPY wrote nothing,
                         // so write the batch again, skipping what is there.
                         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                            insert_skipping_stored(pool, rows()?).await
+                            insert_skipping_stored(pool, rows()).await
                         }
                         Err(e) => Err(e),
                     }
@@ -522,11 +526,10 @@ impl EvidenceStore for SqlEvidenceStore {
                 Ok(())
             }
             Db::Sqlite(pool) => {
-                let rows = records.iter().map(row).collect::<Result<Vec<_>, _>>()?;
                 // One statement is atomic by itself: no BEGIN and COMMIT round
                 // trips to the connection's thread for a batch that fits in one.
-                if rows.len() <= SQLITE_CHUNK {
-                    return sqlite_insert(&rows)
+                if records.len() <= SQLITE_CHUNK {
+                    return sqlite_insert(records)
                         .build()
                         .execute(pool)
                         .await
@@ -537,7 +540,7 @@ impl EvidenceStore for SqlEvidenceStore {
                     .begin()
                     .await
                     .map_err(|e| db_error("writing evidence", e))?;
-                for chunk in rows.chunks(SQLITE_CHUNK) {
+                for chunk in records.chunks(SQLITE_CHUNK) {
                     sqlite_insert(chunk)
                         .build()
                         .execute(&mut *tx)
