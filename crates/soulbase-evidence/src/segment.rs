@@ -365,12 +365,15 @@ pub fn scan(path: &Path) -> io::Result<Scan> {
 
 /// Reads records from `from` (within one segment) up to `limit` bytes into the
 /// segment (`None`: to its end) or `max` records, whichever comes first.
-/// Returns the records and the offset just past the last one read.
+/// Returns the records and the offset just past the last one read. `own`: the
+/// frames were written by this process (from `from` on), so an intact one is a
+/// record it serialized and is not decoded again.
 pub fn read_range(
     dir: &Path,
     from: Pos,
     limit: Option<u64>,
     max: usize,
+    own: bool,
 ) -> io::Result<(Vec<EncodedRecord>, u64, bool)> {
     let mut file = File::open(segment_path(dir, from.segment))?;
     let len = file.metadata()?.len();
@@ -418,12 +421,17 @@ pub fn read_range(
             break;
         };
         offset += n as u64;
-        // Checked here (decoded whole, off the request path) and passed on as its
-        // text, which the store keeps without encoding it again. What is not a
-        // record goes on unchecked: every store refuses it, so the drain
-        // quarantines it. A frame that is not UTF-8 goes on as a JSON string of
-        // its text, which is not a record either.
+        // Passed on as its text, which the store keeps without encoding it again.
+        // A frame of this process's own is a record it serialized (its checksum
+        // is intact). Any other is checked here (decoded whole, off the request
+        // path); what is not a record goes on unchecked: every store refuses it,
+        // so the drain quarantines it. A frame that is not UTF-8 goes on as a JSON
+        // string of its text, which is not a record either.
         let text = match std::str::from_utf8(payload) {
+            Ok(t) if own => {
+                out.push(EncodedRecord::known(t.to_owned()));
+                continue;
+            }
             Ok(t) => t.to_owned(),
             Err(_) => serde_json::to_string(&String::from_utf8_lossy(payload))
                 .map_err(io::Error::other)?,
@@ -554,10 +562,10 @@ mod tests {
             offset: 0,
         };
         segment_with_tail(dir.path(), &[0; 5]);
-        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10).unwrap();
+        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10, false).unwrap();
         assert_eq!((records.len(), offset, corrupt), (1, 10, false));
         segment_with_tail(dir.path(), &[0, 0, 7, 0, 0]);
-        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10).unwrap();
+        let (records, offset, corrupt) = read_range(dir.path(), from, None, 10, false).unwrap();
         assert_eq!((records.len(), offset, corrupt), (1, 10, true));
     }
 

@@ -60,6 +60,11 @@ pub struct Shared {
     pub acct: Mutex<Accounting>,
     /// Everything before this is durable in the spool.
     pub committed: Mutex<Pos>,
+    /// Where this process's writer began appending: every frame from here on is a
+    /// record this process serialized, so the drain takes it without decoding it
+    /// again ([`EncodedRecord::known`](soulbase_observe::EncodedRecord::known));
+    /// frames before it (left by an earlier process) are checked whole.
+    pub own_from: Pos,
     /// Signalled by the writer after each commit.
     pub committed_notify: Notify,
     /// Everything before this is in the store.
@@ -101,6 +106,8 @@ pub struct Shared {
     pub records_drained: AtomicU64,
     /// Records the store refused for good, kept in the quarantine file instead.
     pub records_quarantined: AtomicU64,
+    /// Rounds the writer made durable (one `write` and one `fdatasync` each).
+    pub rounds: AtomicU64,
     /// Data bytes of the segments sealed by this process, by id: a sealed segment
     /// keeps its zeros after the data, and the drainer takes only the data off the
     /// accounting when it retires it.

@@ -53,6 +53,9 @@ pub struct SpoolOptions {
     pub disk_reserve: u64,
     /// Requests queued for the writer before callers wait.
     pub queue: usize,
+    /// Longest a round of submitted Begins only waits for another request
+    /// ([`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) by default).
+    pub submitted_wait: Duration,
     /// Drainer tuning.
     pub drain: DrainOptions,
 }
@@ -68,6 +71,7 @@ impl SpoolOptions {
             end_reserve: 2 << 10,
             disk_reserve: 1 << 20,
             queue: 65_536,
+            submitted_wait: writer::SUBMITTED_WAIT,
             drain: DrainOptions::default(),
         }
     }
@@ -170,6 +174,11 @@ pub struct SpoolStats {
     /// Records the store refused for good, kept in `quarantine.jsonl` in the spool
     /// directory instead (by this process).
     pub records_quarantined: u64,
+    /// Append rounds made durable by this process, each one `write` and one
+    /// `fdatasync` of everything queued (group commit): fewer than records under
+    /// load, and one per quick call that changes nothing (its Begin waits for its
+    /// End, see [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT)).
+    pub rounds: u64,
     /// How long the store has been behind the spool: an upper bound on the age of
     /// the oldest record not yet in the store (zero while caught up).
     pub drain_lag: Duration,
@@ -237,6 +246,10 @@ impl DurableSink {
                 segment: report.active_segment,
                 offset: active_file.1,
             }),
+            own_from: Pos {
+                segment: report.active_segment,
+                offset: active_file.1,
+            },
             committed_notify: Notify::new(),
             drained: Mutex::new(report.resume_at),
             drained_notify: Notify::new(),
@@ -255,6 +268,7 @@ impl DurableSink {
             store_error: Mutex::new(None),
             records_drained: AtomicU64::new(0),
             records_quarantined: AtomicU64::new(0),
+            rounds: AtomicU64::new(0),
             sealed: Mutex::new(HashMap::new()),
             // Durable: the directory was synced after recovery (`prepare`).
             spares: Mutex::new(segment::spares(&options.dir).unwrap_or_default()),
@@ -280,10 +294,13 @@ impl DurableSink {
             chunk: 0,
         };
         let w_shared = shared.clone();
-        let segment_bytes = options.segment_bytes;
+        let tuning = writer::Tuning {
+            segment_bytes: options.segment_bytes,
+            submitted_wait: options.submitted_wait,
+        };
         let writer = std::thread::Builder::new()
             .name("evidence-spool".into())
-            .spawn(move || writer::run(w_shared, rx, active, segment_bytes, lock_file))
+            .spawn(move || writer::run(w_shared, rx, active, tuning, lock_file))
             .map_err(|e| unavailable("cannot start the spool writer").with_note(e.to_string()))?;
         let (retries, retry_rx) = mpsc::channel(16);
         let drainer = tokio::spawn(drain::run(
@@ -387,6 +404,7 @@ impl DurableSink {
             drained: *lock(&s.drained),
             records_drained: s.records_drained.load(Ordering::Relaxed),
             records_quarantined: s.records_quarantined.load(Ordering::Relaxed),
+            rounds: s.rounds.load(Ordering::Relaxed),
             drain_lag: s.drain_lag(),
             store_error: lock(&s.store_error).clone(),
             broken: s.broken.load(Ordering::Acquire),

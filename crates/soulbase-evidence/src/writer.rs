@@ -2,7 +2,10 @@
 //!
 //! Requests queue up while an fsync is in flight; the next round takes all of them,
 //! writes them with one `write` and makes them durable with one `fdatasync`. Under
-//! load many callers share one fsync; idle, a lone caller pays one fsync.
+//! load many callers share one fsync; idle, a lone caller pays one fsync. A round
+//! of submitted Begins only — Begins of calls that change nothing, whose callers
+//! wait for them only with their End — waits up to [`SUBMITTED_WAIT`] for more:
+//! a quick call's Begin and End are then one round, not two.
 //!
 //! Rounds overwrite zeros written ahead of the data, so their `fdatasync` flushes
 //! data only — no file-size change or block allocation for the filesystem to
@@ -42,6 +45,20 @@ use crate::shared::{FENCED, Kind, Request, Shared, lock, unavailable};
 
 /// Most requests taken in one round.
 const MAX_ROUND: usize = 32_768;
+/// What [`run`] is told of the spool's options.
+pub struct Tuning {
+    /// Size at which a new segment is started.
+    pub segment_bytes: u64,
+    /// How long a round of submitted Begins only waits for more ([`SUBMITTED_WAIT`]).
+    pub submitted_wait: Duration,
+}
+
+/// Longest a round of submitted Begins only waits for another request before it
+/// is written, by default. Nobody waits on such a Begin until the call's End is recorded, so
+/// a call that ends sooner has its Begin and End in one round (one `fdatasync`
+/// and one wake-up of this thread instead of two); a longer call's Begin is
+/// durable this much later, while the call runs (its result waits for it).
+pub const SUBMITTED_WAIT: Duration = Duration::from_millis(2);
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
 
@@ -287,9 +304,10 @@ pub fn run(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<Request>,
     mut active: Active,
-    segment_bytes: u64,
+    tuning: Tuning,
     mut dir_lock: File,
 ) {
+    let segment_bytes = tuning.segment_bytes;
     active.chunk = chunk_for(segment_bytes);
     let prepared_bytes = prepared_len(segment_bytes);
     let mut prepared = Prepared { job: None };
@@ -343,10 +361,18 @@ pub fn run(
         while shared.hold_rounds.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
-        while batch.len() < MAX_ROUND && closed_at.is_none() {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+        take_queued(&mut rx, &mut batch);
+        if closed_at.is_none() && batch.iter().all(|r| r.submitted) {
+            let until = Instant::now() + tuning.submitted_wait;
+            while batch.len() < MAX_ROUND
+                && let Ok(Some(r)) = recv_until(&mut rx, until)
+            {
+                let from = batch.len();
+                batch.push(r);
+                take_queued(&mut rx, &mut batch);
+                if batch[from..].iter().any(|r| !r.submitted) {
+                    break;
+                }
             }
         }
         // A probe queued before this point is in this round (or behind it).
@@ -456,16 +482,47 @@ const PENDING_RETRY_MAX: Duration = Duration::from_millis(500);
 /// pending, never that they succeeded.
 const PENDING_KEPT_AFTER_CLOSE: Duration = Duration::from_secs(5);
 
+/// Moves what is queued into `batch`, up to [`MAX_ROUND`] requests in all.
+fn take_queued(rx: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>) {
+    while batch.len() < MAX_ROUND {
+        match rx.try_recv() {
+            Ok(r) => batch.push(r),
+            Err(_) => break,
+        }
+    }
+}
+
 /// The next request, if one comes within `within`; `Err` once every sender is gone.
 fn recv_within(rx: &mut mpsc::Receiver<Request>, within: Duration) -> Result<Option<Request>, ()> {
-    let until = Instant::now() + within;
+    recv_until(rx, Instant::now() + within)
+}
+
+/// Unparks the writer thread when the channel has something for it.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The next request, if one comes before `until` (the thread parks meanwhile and
+/// is woken by the sender); `Err` once every sender is gone.
+fn recv_until(rx: &mut mpsc::Receiver<Request>, until: Instant) -> Result<Option<Request>, ()> {
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
     loop {
-        match rx.try_recv() {
-            Ok(r) => return Ok(Some(r)),
-            Err(mpsc::error::TryRecvError::Disconnected) => return Err(()),
-            Err(mpsc::error::TryRecvError::Empty) if Instant::now() >= until => return Ok(None),
-            Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+        match rx.poll_recv(&mut cx) {
+            std::task::Poll::Ready(Some(r)) => return Ok(Some(r)),
+            std::task::Poll::Ready(None) => return Err(()),
+            std::task::Poll::Pending => {}
         }
+        let now = Instant::now();
+        if now >= until {
+            return Ok(None);
+        }
+        // Returns on an unpark, at `until`, or spuriously: the channel is polled again.
+        std::thread::park_timeout(until - now);
     }
 }
 
@@ -660,6 +717,7 @@ fn commit(
         segment: active.id,
         offset: active.len,
     });
+    shared.rounds.fetch_add(1, Ordering::Relaxed);
     shared.committed_notify.notify_one();
     for r in batch.drain(..) {
         if let Some(ack) = r.ack {

@@ -155,6 +155,45 @@ async fn sync_records_drain_to_the_store_exactly_once() {
     assert_eq!(stats.records_drained, 400);
 }
 
+/// A call that changes nothing has its Begin submitted (nobody waits on it until
+/// the End is recorded): the writer holds it for the End, and both are one round —
+/// one `fdatasync`, not two. A submitted Begin with no End coming is made durable
+/// on its own once the wait is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_begin_waits_for_its_end_and_both_are_one_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let mut opts = SpoolOptions::new(dir.path());
+    // Far longer than any scheduling delay: the Begin is written only with its End.
+    opts.submitted_wait = Duration::from_secs(600);
+    let (sink, _) = DurableSink::open(opts, store.clone()).await.unwrap();
+    let before = sink.stats().rounds;
+    for _ in 0..5 {
+        let b = begin();
+        let durable = sink.submit(b.clone()).await.unwrap();
+        sink.record(end(&b)).await.unwrap();
+        durable.await.unwrap();
+    }
+    assert_eq!(sink.stats().rounds - before, 5, "one round per call");
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (5, 5, 0));
+
+    // The default wait: a lone submitted Begin becomes durable by itself.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
+        .await
+        .unwrap();
+    let b = begin();
+    let durable = sink.submit(b.clone()).await.unwrap();
+    tokio::time::timeout(LIMIT, durable).await.unwrap().unwrap();
+    assert_eq!(sink.stats().rounds, 1);
+    assert_eq!(sink.stats().open_calls, 1);
+    sink.record(end(&b)).await.unwrap();
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (1, 1, 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
     let dir = tempfile::tempdir().unwrap();
