@@ -45,6 +45,7 @@ use crate::shared::{FENCED, Kind, Request, Shared, lock, unavailable};
 
 /// Most requests taken in one round.
 const MAX_ROUND: usize = 32_768;
+
 /// What [`run`] is told of the spool's options.
 pub struct Tuning {
     /// Size at which a new segment is started.
@@ -54,10 +55,10 @@ pub struct Tuning {
 }
 
 /// Longest a round of submitted Begins only waits for another request before it
-/// is written, by default. Nobody waits on such a Begin until the call's End is recorded, so
-/// a call that ends sooner has its Begin and End in one round (one `fdatasync`
-/// and one wake-up of this thread instead of two); a longer call's Begin is
-/// durable this much later, while the call runs (its result waits for it).
+/// is written, by default. Nobody waits on such a Begin until the call's End is
+/// recorded, so a call that ends sooner has its Begin and End in one round (one
+/// `fdatasync` instead of two); a longer call's Begin is durable this much
+/// later, while the call runs (its result waits for it).
 pub const SUBMITTED_WAIT: Duration = Duration::from_millis(2);
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
