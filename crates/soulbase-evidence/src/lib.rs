@@ -10,7 +10,8 @@
 //!   in the spool. Concurrent callers share one `fdatasync` (group commit), so a
 //!   Begin is durable before its call executes at the cost of one batched fsync.
 //!   `submit` queues a Begin without waiting (for calls that can change nothing):
-//!   it is written in order, and if it is refused its End is refused too.
+//!   it is written in order — held up to [`SUBMITTED_WAIT`] for its End, so a
+//!   quick call is one `fdatasync` — and if it is refused its End is refused too.
 //! - **async** durability: `record` returns once queued; the writer commits within
 //!   milliseconds. A crash can lose that window — for those who accept it.
 //! - a **store outage** loses nothing: records accumulate in the spool and drain
@@ -26,7 +27,9 @@
 //! - a record the **store refuses** for good (a
 //!   [`store_refusal`](soulbase_observe::store_refusal), not an outage) is isolated
 //!   from its batch and kept in `quarantine.jsonl` in the spool directory, so it
-//!   never blocks the drain; so is an intact spool frame that is not a record.
+//!   never blocks the drain; so is an intact spool frame that is not a record
+//!   (frames left by an earlier process are decoded whole to find out; this
+//!   process's own are records it serialized, and are not decoded again).
 //!   Once the cause is fixed, those records are offered to the store again: by
 //!   the running sink's drainer ([`DurableSink::retry_quarantine`], `POST
 //!   /api/quarantine/retry`), or with the server stopped
