@@ -89,6 +89,14 @@ fn count(store: &MemoryStore) -> (usize, usize, usize) {
 
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// Opens a sink with the default options in `dir`, draining into `store`.
+async fn open_in(dir: &std::path::Path, store: Arc<dyn EvidenceStore>) -> DurableSink {
+    DurableSink::open(SpoolOptions::new(dir), store)
+        .await
+        .unwrap()
+        .0
+}
+
 /// Opens a sink with `opts` in front of a store that is down (records stay in
 /// the spool until the test brings it up).
 async fn open_with_store_down(opts: SpoolOptions) -> (DurableSink, Arc<Flaky>) {
@@ -181,9 +189,7 @@ async fn a_submitted_begin_waits_for_its_end_and_both_are_one_round() {
     // The default wait: a lone submitted Begin becomes durable by itself.
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemoryStore::new());
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     let b = begin();
     let durable = sink.submit(b.clone()).await.unwrap();
     tokio::time::timeout(LIMIT, durable).await.unwrap().unwrap();
@@ -198,9 +204,7 @@ async fn a_submitted_begin_waits_for_its_end_and_both_are_one_round() {
 async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Flaky::default());
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     let mut refused_id = None;
     for i in 0..50 {
         let b = begin();
@@ -487,9 +491,7 @@ async fn a_batch_resent_after_a_lost_ack_lands_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Flaky::default());
     store.lose_acks.store(2, Ordering::SeqCst);
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     record_calls(&sink, 50).await;
     sink.wait_drained(LIMIT).await.unwrap();
     assert_eq!(count(&store.inner), (50, 50, 0));
@@ -587,9 +589,7 @@ fn spare_inodes(dir: &std::path::Path) -> std::collections::HashSet<u64> {
 async fn one_process_per_spool() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemoryStore::new());
-    let (_sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let _sink = open_in(dir.path(), store.clone()).await;
     let err = DurableSink::open(SpoolOptions::new(dir.path()), store)
         .await
         .err()
@@ -785,9 +785,7 @@ async fn a_sink_whose_deleted_directory_another_process_took_stops_using_it() {
 async fn a_sink_whose_deleted_lock_another_process_took_refuses_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let first_store = Arc::new(MemoryStore::new());
-    let (first, _) = DurableSink::open(SpoolOptions::new(dir.path()), first_store.clone())
-        .await
-        .unwrap();
+    let first = open_in(dir.path(), first_store.clone()).await;
     let b = begin();
     first.record(b.clone()).await.unwrap();
     first.record(end(&b)).await.unwrap();
@@ -795,9 +793,7 @@ async fn a_sink_whose_deleted_lock_another_process_took_refuses_and_writes_nothi
     // Only LOCK deleted: a second sink can open the directory while the first runs.
     std::fs::remove_file(dir.path().join("LOCK")).unwrap();
     let second_store = Arc::new(MemoryStore::new());
-    let (second, _) = DurableSink::open(SpoolOptions::new(dir.path()), second_store.clone())
-        .await
-        .unwrap();
+    let second = open_in(dir.path(), second_store.clone()).await;
     let err = first.record(begin()).await.err().unwrap();
     assert_eq!(err.code(), ErrorCode::EvidenceUnavailable);
     // The refused Begin is nowhere in the directory: reopened, the second spool
@@ -821,9 +817,7 @@ async fn requeue_when_released(
 async fn quarantined_records_are_offered_again_once_the_store_takes_them() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Flaky::default());
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     let (mut refused_begin, mut refused_end) = (None, None);
     for i in 0..20 {
         let b = begin();
@@ -1026,9 +1020,7 @@ async fn a_quarantine_longer_than_a_batch_keeps_exactly_the_refused_lines() {
 async fn the_running_sink_offers_its_quarantine_again_beside_the_drain() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Flaky::default());
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     let (mut refused_begin, mut refused_end) = (None, None);
     for i in 0..20 {
         let b = begin();
@@ -1159,9 +1151,7 @@ async fn the_running_sink_offers_its_quarantine_again_beside_the_drain() {
 async fn the_running_sink_refuses_a_retry_while_the_store_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Flaky::default());
-    let (sink, _) = DurableSink::open(SpoolOptions::new(dir.path()), store.clone())
-        .await
-        .unwrap();
+    let sink = open_in(dir.path(), store.clone()).await;
     let b = begin();
     store.refused.lock().unwrap().push(b.id.clone());
     sink.record(b.clone()).await.unwrap();
