@@ -10,8 +10,9 @@
 //!   in the spool. Concurrent callers share one `fdatasync` (group commit), so a
 //!   Begin is durable before its call executes at the cost of one batched fsync.
 //!   `submit` queues a Begin without waiting (for calls that can change nothing):
-//!   it is written in order — held up to [`SUBMITTED_WAIT`] for its End, so a
-//!   quick call is one `fdatasync` — and if it is refused its End is refused too.
+//!   it is written in order — held for the next round without waking the writer,
+//!   at most [`SUBMITTED_WAIT`] into its call, so a quick call is one `fdatasync`
+//!   and one wake-up of the writer — and if it is refused its End is refused too.
 //! - **async** durability: `record` returns once queued; the writer commits within
 //!   milliseconds. A crash can lose that window — for those who accept it.
 //! - a **store outage** loses nothing: records accumulate in the spool and drain

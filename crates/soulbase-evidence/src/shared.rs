@@ -65,6 +65,14 @@ pub struct Shared {
     /// again ([`EncodedRecord::known`](soulbase_observe::EncodedRecord::known));
     /// frames before it (left by an earlier process) are checked whole.
     pub own_from: Pos,
+    /// Submitted Begins (sync durability) not yet taken by a round. They are not
+    /// sent to the writer, so queueing one wakes nobody: the next round takes
+    /// them all, ahead of its other requests — the round of the call's End at the
+    /// latest, since the Begin is held before its End is sent — or a flush asked
+    /// for by the Begin's answer once it has waited
+    /// [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) (see `sink::held_durable`).
+    /// Bounded by the open calls the spool admits.
+    pub held: Mutex<Vec<Request>>,
     /// Signalled by the writer after each commit.
     pub committed_notify: Notify,
     /// Everything before this is in the store.

@@ -53,8 +53,8 @@ pub struct SpoolOptions {
     pub disk_reserve: u64,
     /// Requests queued for the writer before callers wait.
     pub queue: usize,
-    /// Longest a round of submitted Begins only waits for another request
-    /// ([`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) by default).
+    /// Longest a submitted Begin waits for a round to take it while its call
+    /// runs ([`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) by default).
     pub submitted_wait: Duration,
     /// Drainer tuning.
     pub drain: DrainOptions,
@@ -176,8 +176,8 @@ pub struct SpoolStats {
     pub records_quarantined: u64,
     /// Append rounds made durable by this process, each one `write` and one
     /// `fdatasync` of everything queued (group commit): fewer than records under
-    /// load, and one per quick call that changes nothing (its Begin waits for its
-    /// End, see [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT)).
+    /// load, and one per quick call that changes nothing (its Begin is held for
+    /// its End's round, see [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT)).
     pub rounds: u64,
     /// How long the store has been behind the spool: an upper bound on the age of
     /// the oldest record not yet in the store (zero while caught up).
@@ -195,6 +195,8 @@ struct Inner {
     /// Requests to the drainer to offer the quarantine file again.
     retries: mpsc::Sender<RetryRequest>,
     durability: Durability,
+    /// How long a held Begin's answer waits before it asks for a round itself.
+    submitted_wait: Duration,
     drainer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Stops the drainer on drop, even after a `shutdown` that was cancelled while
     /// it waited for the drainer.
@@ -250,6 +252,7 @@ impl DurableSink {
                 segment: report.active_segment,
                 offset: active_file.1,
             },
+            held: Mutex::new(Vec::new()),
             committed_notify: Notify::new(),
             drained: Mutex::new(report.resume_at),
             drained_notify: Notify::new(),
@@ -317,6 +320,7 @@ impl DurableSink {
                     tx,
                     retries,
                     durability: options.durability,
+                    submitted_wait: options.submitted_wait,
                     drainer_abort: drainer.abort_handle(),
                     drainer: Mutex::new(Some(drainer)),
                     writer: Mutex::new(Some(writer)),
@@ -501,14 +505,54 @@ impl EvidenceSink for DurableSink {
     }
 
     /// Queues the Begin and returns: the writer writes it in order with what follows,
-    /// and refuses its End if the Begin itself is refused.
+    /// and refuses its End if the Begin itself is refused. With sync durability the
+    /// Begin is held for the next round without waking the writer (see
+    /// [`Shared::held`]); its answer, while awaited, asks for a round of its own
+    /// once it has waited `submitted_wait`.
     async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
         let submitted = matches!(begin.payload, EvidenceEvent::Begin(_));
         Ok(match self.enqueue(begin, submitted).await? {
+            Some(rx) if submitted => Box::pin(held_durable(
+                rx,
+                self.inner.tx.downgrade(),
+                self.inner.submitted_wait,
+            )),
             Some(rx) => Box::pin(durable(rx)),
             None => Box::pin(std::future::ready(Ok(()))),
         })
     }
+}
+
+/// The answer to a held Begin: it comes with the next round, which is the call's
+/// End's at the latest. A longer call's answer is awaited while it runs: once it
+/// has waited `wait` it asks the writer for a round (a flush nobody waits on), so
+/// the Begin of a call still running is durable that much later, as the writer
+/// would have held it. Nothing is asked for a call that ends sooner, and a timer
+/// that never fires wakes nobody.
+async fn held_durable(
+    mut rx: oneshot::Receiver<Result<(), SoulError>>,
+    writer: mpsc::WeakSender<Request>,
+    wait: Duration,
+) -> Result<(), SoulError> {
+    tokio::select! {
+        biased;
+        answer = &mut rx => return answer.map_err(|_| unavailable("the spool writer has stopped"))?,
+        () = tokio::time::sleep(wait) => {}
+    }
+    // With the sink gone, the writer takes what is held in its last round.
+    if let Some(tx) = writer.upgrade() {
+        let flush = Request {
+            bytes: Vec::new(),
+            kind: Kind::Flush,
+            ack: None,
+            submitted: false,
+        };
+        // A full queue means a round is coming anyway.
+        if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(flush) {
+            return Err(unavailable("the spool writer has stopped"));
+        }
+    }
+    durable(rx).await
 }
 
 /// The writer's answer to a queued record.
@@ -572,6 +616,14 @@ impl DurableSink {
             ack,
             submitted,
         };
+        if submitted && request.ack.is_some() {
+            if self.inner.tx.is_closed() {
+                shared.unadmit(&unadmit, len);
+                return Err(unavailable("the spool writer has stopped"));
+            }
+            lock(&shared.held).push(request);
+            return Ok(rx);
+        }
         if self.inner.tx.send(request).await.is_err() {
             shared.unadmit(&unadmit, len);
             return Err(unavailable("the spool writer has stopped"));

@@ -2,10 +2,13 @@
 //!
 //! Requests queue up while an fsync is in flight; the next round takes all of them,
 //! writes them with one `write` and makes them durable with one `fdatasync`. Under
-//! load many callers share one fsync; idle, a lone caller pays one fsync. A round
-//! of submitted Begins only — Begins of calls that change nothing, whose callers
-//! wait for them only with their End — waits up to [`SUBMITTED_WAIT`] for more:
-//! a quick call's Begin and End are then one round, not two.
+//! load many callers share one fsync; idle, a lone caller pays one fsync. Submitted
+//! Begins — Begins of calls that change nothing, whose callers wait for them only
+//! with their End — are not sent but held (see [`Shared::held`]): every round
+//! takes those held so far, ahead of its other requests, so a quick call's Begin
+//! and End are one round and wake the writer once. With async durability they are
+//! sent, and a round of submitted Begins only waits up to [`SUBMITTED_WAIT`] for
+//! more.
 //!
 //! Rounds overwrite zeros written ahead of the data, so their `fdatasync` flushes
 //! data only — no file-size change or block allocation for the filesystem to
@@ -54,8 +57,10 @@ pub struct Tuning {
     pub submitted_wait: Duration,
 }
 
-/// Longest a round of submitted Begins only waits for another request before it
-/// is written, by default. Nobody waits on such a Begin until the call's End is
+/// Longest a submitted Begin waits for a round to take it, by default: a held
+/// Begin's answer, awaited while its call runs, then asks the writer for a round
+/// (async durability: a round of submitted Begins only waits this long for
+/// another request). Nobody waits on such a Begin until the call's End is
 /// recorded, so a call that ends sooner has its Begin and End in one round (one
 /// `fdatasync` instead of two); a longer call's Begin is durable this much
 /// later, while the call runs (its result waits for it).
@@ -329,6 +334,8 @@ pub fn run(
         let first = if pending.is_empty() {
             match rx.blocking_recv() {
                 Some(r) => Some(r),
+                // Every sender is gone: a last round for what is held.
+                None if !lock(&shared.held).is_empty() => None,
                 None => break,
             }
         } else if let Some(at) = closed_at {
@@ -355,7 +362,7 @@ pub fn run(
         if let Some(first) = first {
             batch.push(first);
         }
-        if batch.is_empty() {
+        if batch.is_empty() && lock(&shared.held).is_empty() {
             continue;
         }
         #[cfg(test)]
@@ -376,6 +383,7 @@ pub fn run(
                 }
             }
         }
+        take_held(&shared, &mut batch);
         // A probe queued before this point is in this round (or behind it).
         shared.probe_queued.store(false, Ordering::Release);
         if !refused.is_empty() {
@@ -482,6 +490,16 @@ const PENDING_RETRY_MAX: Duration = Duration::from_millis(500);
 /// closes their calls as aborted — calls whose callers were told their End was
 /// pending, never that they succeeded.
 const PENDING_KEPT_AFTER_CLOSE: Duration = Duration::from_secs(5);
+
+/// Puts the held Begins (see [`Shared::held`]) at the head of `batch`. Taken after
+/// the round's requests were received, so every End in the round finds its Begin
+/// ahead of it (a Begin is held before its End is sent).
+fn take_held(shared: &Shared, batch: &mut Vec<Request>) {
+    let mut held = lock(&shared.held);
+    if !held.is_empty() {
+        batch.splice(0..0, held.drain(..));
+    }
+}
 
 /// Moves what is queued into `batch`, up to [`MAX_ROUND`] requests in all.
 fn take_queued(rx: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>) {

@@ -200,6 +200,87 @@ async fn a_submitted_begin_waits_for_its_end_and_both_are_one_round() {
     assert_eq!(count(&store), (1, 1, 0));
 }
 
+/// A submitted Begin is held for the next round, not sent to the writer: nothing
+/// is written for it alone while nobody awaits its answer, whatever the wait, and
+/// the round of anything recorded next takes it, ahead of that record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_begin_goes_with_the_next_round_ahead_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let mut opts = SpoolOptions::new(dir.path());
+    opts.submitted_wait = Duration::ZERO;
+    let (sink, _) = DurableSink::open(opts, store.clone()).await.unwrap();
+    let b = begin();
+    let durable = sink.submit(b.clone()).await.unwrap();
+    // The writer is not woken for it: without a wait, it would have written the
+    // Begin at once (one `fdatasync`, well within the time given here).
+    let written = tokio::time::timeout(Duration::from_millis(200), async {
+        while sink.stats().rounds == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(written.is_err(), "nothing is written for a held Begin");
+    let other = begin();
+    sink.record(other.clone()).await.unwrap();
+    assert_eq!(sink.stats().rounds, 1);
+    durable.await.unwrap();
+    sink.record(end(&b)).await.unwrap();
+    sink.record(end(&other)).await.unwrap();
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (2, 2, 0));
+    // In the spool, the held Begin is ahead of the record that took it.
+    let spooled = spool_bytes(dir.path());
+    let at = |id: &EnvelopeId| {
+        let id = id.to_string();
+        spooled
+            .windows(id.len())
+            .position(|w| w == id.as_bytes())
+            .unwrap()
+    };
+    assert!(at(&b.id) < at(&other.id), "held first");
+}
+
+/// Every segment of the spool in `dir`, in order, as one run of bytes.
+fn spool_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("seg-") && name.ends_with(".log")
+        })
+        .collect();
+    segments.sort();
+    segments
+        .iter()
+        .flat_map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
+/// A held Begin whose answer nobody awaits (its call was dropped) is still
+/// written when the sink goes away: the writer's last round takes it, and the
+/// next start closes the call as aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_begin_is_written_when_the_sink_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = SpoolOptions::new(dir.path());
+    opts.submitted_wait = Duration::from_secs(600);
+    let (sink, _down) = open_with_store_down(opts.clone()).await;
+    let b = begin();
+    drop(sink.submit(b.clone()).await.unwrap());
+    drop(sink);
+
+    let store = Arc::new(MemoryStore::new());
+    let (sink, report) = reopen(opts, store.clone()).await;
+    let EvidenceEvent::Begin(begun) = &b.payload else {
+        unreachable!()
+    };
+    assert_eq!(report.aborted, vec![begun.call_id.clone()]);
+    sink.wait_drained(LIMIT).await.unwrap();
+    assert_eq!(count(&store), (1, 1, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_the_store_refuses_is_quarantined_and_the_drain_goes_on() {
     let dir = tempfile::tempdir().unwrap();

@@ -35,6 +35,11 @@ pub trait EvidenceSink: Send + Sync + 'static {
     /// durable: once the End is recorded, the Begin is durable too or the End
     /// failed. The default records the Begin before returning, which keeps both
     /// promises trivially.
+    ///
+    /// The pipeline awaits the [`Durable`] while the call runs (and after its End,
+    /// if it has not resolved by then), so a sink may have it do work of its own
+    /// once awaited — ask for the Begin to be written, say — instead of waking a
+    /// writer for every Begin.
     async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
         self.record(begin).await?;
         Ok(Box::pin(std::future::ready(Ok(()))))

@@ -1203,6 +1203,9 @@ struct GatedSink {
     lose_ends: Arc<std::sync::atomic::AtomicBool>,
     submitted: Arc<std::sync::Mutex<Vec<soulbase_types::EnvelopeId>>>,
     ended: Arc<tokio::sync::Notify>,
+    /// A submitted Begin is written once its answer is awaited, as the durable
+    /// spool asks for a round only then.
+    written_when_awaited: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn lost() -> SoulError {
@@ -1240,6 +1243,10 @@ impl EvidenceSink for GatedSink {
         self.submitted.lock().unwrap().push(id.clone());
         if self.lose_begins.load(Ordering::SeqCst) {
             return Ok(Box::pin(async { Err(lost()) }));
+        }
+        if self.written_when_awaited.load(Ordering::SeqCst) {
+            let memory = self.memory.clone();
+            return Ok(Box::pin(async move { memory.record(begin).await }));
         }
         self.memory.record(begin).await?;
         let (memory, notify) = (self.memory.clone(), self.ended.clone());
@@ -1298,6 +1305,34 @@ async fn a_call_that_changes_nothing_runs_while_its_begin_is_written() {
         1,
         "only the first was submitted"
     );
+}
+
+/// A sink may write a submitted Begin only once its answer is awaited (the
+/// durable spool then asks for a round, instead of waking its writer for every
+/// Begin): the pipeline awaits it while the call runs, so a call still running
+/// has its Begin written.
+#[tokio::test]
+async fn a_submitted_begin_is_awaited_while_its_call_runs() {
+    let gate = Arc::new(GatedSink::default());
+    gate.written_when_awaited.store(true, Ordering::SeqCst);
+    let h = harness_with(Some(gate.clone()));
+    let call = h.call("demo.slow.hold", json!({"text": "x"}));
+    let cid = call.call_id.clone();
+    let invoker = h.invoker.clone();
+    let running = tokio::spawn(async move { invoker.invoke(call).await });
+    let begun = tokio::time::timeout(Duration::from_secs(20), async {
+        while h.evidence(&cid).0.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(begun.is_ok(), "the Begin is written while the call runs");
+    assert!(!running.is_finished(), "the tool still holds");
+    assert_eq!(gate.submitted.lock().unwrap().len(), 1, "it was submitted");
+    assert_eq!(h.invoker.abandon_running(), 1);
+    let r = running.await.unwrap();
+    assert_eq!(r.error_code, Some(ErrorCode::ProviderUnavailable), "{r:?}");
+    assert_eq!(h.end_status(&cid), EndStatus::Cancelled);
 }
 
 /// If the Begin written while such a call ran does not land, the call is refused:

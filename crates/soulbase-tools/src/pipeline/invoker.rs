@@ -2,6 +2,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -1215,14 +1216,33 @@ impl Invoker {
             }
         };
         // Abandoned by a stopping server: the run is dropped and the End says
-        // `cancelled`.
+        // `cancelled`. A submitted Begin's answer is awaited while the tool runs
+        // (a sink may write the Begin only once its answer has waited a while, see
+        // `EvidenceSink::submit`) and kept for after the End.
         let mut abandoned = false;
-        let outcome: Result<ExecOutput, SoulError> = tokio::select! {
-            r = stage::run(stage_span!("execute"), execute) => r,
-            () = s.inflight.abandoned() => {
-                abandoned = true;
-                Err(cut_off())
-            }
+        let mut begin_durable = begin_durable;
+        let mut begin_landed: Option<Result<(), SoulError>> = None;
+        let outcome: Result<ExecOutput, SoulError> = {
+            let run = stage::run(stage_span!("execute"), execute);
+            let stopping = s.inflight.abandoned();
+            tokio::pin!(run, stopping);
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = run.as_mut().poll(cx) {
+                    return Poll::Ready(r);
+                }
+                if stopping.as_mut().poll(cx).is_ready() {
+                    abandoned = true;
+                    return Poll::Ready(Err(cut_off()));
+                }
+                if let Some(durable) = begin_durable.as_mut()
+                    && let Poll::Ready(landed) = durable.as_mut().poll(cx)
+                {
+                    begin_landed = Some(landed);
+                    begin_durable = None;
+                }
+                Poll::Pending
+            })
+            .await
         };
         drop(permit);
         if keyed.is_some() {
@@ -1387,9 +1407,12 @@ impl Invoker {
         // nothing and its evidence is not there, so it counts as refused (its End
         // was refused with it) and its result is withheld. (No span of its own: the
         // Begin is written before the End, so this answer is in by now.)
-        if let Some(durable) = begin_durable
-            && let Err(e) = durable.await
-        {
+        let begin_landed = match (begin_landed, begin_durable) {
+            (Some(landed), _) => Some(landed),
+            (None, Some(durable)) => Some(durable.await),
+            (None, None) => None,
+        };
+        if let Some(Err(e)) = begin_landed {
             quota_terms::refund(spent).await;
             return Err(SoulError::new(
                 ErrorCode::EvidenceUnavailable,
