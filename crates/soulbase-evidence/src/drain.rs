@@ -326,6 +326,7 @@ pub async fn run(
                         kind: Kind::Flush,
                         ack: None,
                         submitted: false,
+                        seq: 0,
                     });
                 }
                 *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));
@@ -642,6 +643,7 @@ async fn room_freed(shared: &Shared, wake: &mpsc::WeakSender<Request>) {
         kind: Kind::Flush,
         ack: Some(ack),
         submitted: false,
+        seq: 0,
     };
     let sent = writer.send(probe).await;
     // Not kept while waiting: the writer must see the channel close once the sink

@@ -35,6 +35,10 @@ pub struct Request {
     /// A Begin accepted by `submit`: its End may be queued before it is durable, so
     /// if it is refused, its End must be refused too (the writer remembers it).
     pub submitted: bool,
+    /// Where a record stands in the order records were accepted
+    /// ([`Shared::next_seq`]); a round writes its records in this order, so a held
+    /// Begin never goes ahead of a record accepted before it. Zero for a flush.
+    pub seq: u64,
 }
 
 /// Space accounting against the spool cap.
@@ -67,12 +71,18 @@ pub struct Shared {
     pub own_from: Pos,
     /// Submitted Begins (sync durability) not yet taken by a round. They are not
     /// sent to the writer, so queueing one wakes nobody: the next round takes
-    /// them all, ahead of its other requests — the round of the call's End at the
-    /// latest, since the Begin is held before its End is sent — or a flush asked
+    /// them all, each in the order records were accepted ([`Request::seq`]) — the
+    /// round of the call's End at the latest, since the Begin is held before its
+    /// End is sent — or a flush asked
     /// for by the Begin's answer once it has waited
     /// [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) (see `sink::held_durable`).
     /// Bounded by the open calls the spool admits.
     pub held: Mutex<Vec<Request>>,
+    /// The next record's [`Request::seq`]. A held Begin takes its number with the
+    /// `held` lock, which the writer holds while it empties the channel and takes
+    /// what is held: whatever was accepted before a Begin the round takes is in
+    /// the round too.
+    pub next_seq: AtomicU64,
     /// Signalled by the writer after each commit.
     pub committed_notify: Notify,
     /// Everything before this is in the store.

@@ -253,6 +253,7 @@ impl DurableSink {
                 offset: active_file.1,
             },
             held: Mutex::new(Vec::new()),
+            next_seq: AtomicU64::new(1),
             committed_notify: Notify::new(),
             drained: Mutex::new(report.resume_at),
             drained_notify: Notify::new(),
@@ -340,6 +341,7 @@ impl DurableSink {
                 kind: Kind::Flush,
                 ack: Some(ack),
                 submitted: false,
+                seq: 0,
             })
             .await
             .map_err(|_| unavailable("the spool writer has stopped"))?;
@@ -546,6 +548,7 @@ async fn held_durable(
             kind: Kind::Flush,
             ack: None,
             submitted: false,
+            seq: 0,
         };
         // A full queue means a round is coming anyway.
         if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(flush) {
@@ -592,6 +595,7 @@ impl DurableSink {
                     kind: Kind::Flush,
                     ack: None,
                     submitted: false,
+                    seq: 0,
                 };
                 if self.inner.tx.try_send(probe).is_err() {
                     shared.probe_queued.store(false, Ordering::Release);
@@ -610,20 +614,24 @@ impl DurableSink {
             Kind::Begin(id) => Kind::Begin(id.clone()),
             _ => Kind::Other,
         };
-        let request = Request {
+        let mut request = Request {
             bytes,
             kind,
             ack,
             submitted,
+            seq: 0,
         };
         if submitted && request.ack.is_some() {
             if self.inner.tx.is_closed() {
                 shared.unadmit(&unadmit, len);
                 return Err(unavailable("the spool writer has stopped"));
             }
-            lock(&shared.held).push(request);
+            let mut held = lock(&shared.held);
+            request.seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
+            held.push(request);
             return Ok(rx);
         }
+        request.seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
         if self.inner.tx.send(request).await.is_err() {
             shared.unadmit(&unadmit, len);
             return Err(unavailable("the spool writer has stopped"));
@@ -645,6 +653,50 @@ mod tests {
         let begin = sample_begin();
         let end = sample_end(&begin);
         (begin, end)
+    }
+
+    /// A held Begin never goes ahead of a record accepted before it: a round
+    /// that takes the Begin takes that record too, and writes them in the order
+    /// they were accepted, though the Begin was held and the record sent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_begin_is_written_after_what_was_accepted_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sink, _) =
+            DurableSink::open(SpoolOptions::new(dir.path()), Arc::new(MemoryStore::new()))
+                .await
+                .unwrap();
+        let shared = sink.inner.shared.clone();
+        // The writer takes its first request and holds the round until all three
+        // are queued or held.
+        shared.hold_rounds.store(true, Ordering::Release);
+        let (first, _) = call();
+        let (before, _) = call();
+        let (held, _) = call();
+        let first_rx = sink.enqueue(first.clone(), false).await.unwrap().unwrap();
+        let before_rx = sink.enqueue(before.clone(), false).await.unwrap().unwrap();
+        let held_durable = sink.submit(held.clone()).await.unwrap();
+        shared.hold_rounds.store(false, Ordering::Release);
+        durable(first_rx).await.unwrap();
+        durable(before_rx).await.unwrap();
+        held_durable.await.unwrap();
+        assert_eq!(sink.stats().rounds, 1, "one round took all three");
+        let spooled = std::fs::read(segment::segment_path(
+            dir.path(),
+            shared.active.load(Ordering::Acquire),
+        ))
+        .unwrap();
+        let at = |r: &EvidenceRecord| {
+            let id = r.id.to_string();
+            spooled
+                .windows(id.len())
+                .position(|w| w == id.as_bytes())
+                .unwrap()
+        };
+        assert!(at(&first) < at(&before), "in the order accepted");
+        assert!(
+            at(&before) < at(&held),
+            "the held Begin after the record sent before it"
+        );
     }
 
     /// A full disk: the End of an accepted call is still written (the reserve is

@@ -5,8 +5,9 @@
 //! load many callers share one fsync; idle, a lone caller pays one fsync. Submitted
 //! Begins — Begins of calls that change nothing, whose callers wait for them only
 //! with their End — are not sent but held (see [`Shared::held`]): every round
-//! takes those held so far, ahead of its other requests, so a quick call's Begin
-//! and End are one round and wake the writer once. With async durability they are
+//! takes those held so far and writes its records in the order they were
+//! accepted, so a quick call's Begin and End are one round and wake the writer
+//! once. With async durability they are
 //! sent, and a round of submitted Begins only waits up to [`SUBMITTED_WAIT`] for
 //! more.
 //!
@@ -383,7 +384,7 @@ pub fn run(
                 }
             }
         }
-        take_held(&shared, &mut batch);
+        take_held(&shared, &mut rx, &mut batch);
         // A probe queued before this point is in this round (or behind it).
         shared.probe_queued.store(false, Ordering::Release);
         if !refused.is_empty() {
@@ -491,14 +492,24 @@ const PENDING_RETRY_MAX: Duration = Duration::from_millis(500);
 /// pending, never that they succeeded.
 const PENDING_KEPT_AFTER_CLOSE: Duration = Duration::from_secs(5);
 
-/// Puts the held Begins (see [`Shared::held`]) at the head of `batch`. Taken after
-/// the round's requests were received, so every End in the round finds its Begin
-/// ahead of it (a Begin is held before its End is sent).
-fn take_held(shared: &Shared, batch: &mut Vec<Request>) {
+/// Adds the held Begins (see [`Shared::held`]) and everything still queued to
+/// `batch`, and puts the round in the order its records were accepted
+/// ([`Request::seq`]). The channel is emptied under the `held` lock, after the
+/// round's other requests were received: a Begin is held before its End is
+/// sent, so every End in the round finds its Begin in it (or in an earlier
+/// round), and a record sent before a Begin was held is in the channel by then,
+/// so a Begin the round takes never goes ahead of it. (The queue's capacity
+/// bounds how much this takes beyond [`MAX_ROUND`].)
+fn take_held(shared: &Shared, rx: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>) {
     let mut held = lock(&shared.held);
-    if !held.is_empty() {
-        batch.splice(0..0, held.drain(..));
+    while let Ok(r) = rx.try_recv() {
+        batch.push(r);
     }
+    if !held.is_empty() {
+        batch.append(&mut held);
+    }
+    drop(held);
+    batch.sort_by_key(|r| r.seq);
 }
 
 /// Moves what is queued into `batch`, up to [`MAX_ROUND`] requests in all.
