@@ -70,11 +70,10 @@ pub struct Shared {
     /// frames before it (left by an earlier process) are checked whole.
     pub own_from: Pos,
     /// Submitted Begins (sync durability) not yet taken by a round. They are not
-    /// sent to the writer, so queueing one wakes nobody: the next round takes
-    /// them all, each in the order records were accepted ([`Request::seq`]) — the
-    /// round of the call's End at the latest, since the Begin is held before its
-    /// End is sent — or a flush asked
-    /// for by the Begin's answer once it has waited
+    /// sent to the writer, so queueing one wakes nobody. The next round takes them
+    /// all and writes each in the order records were accepted ([`Request::seq`]):
+    /// the round of the call's End at the latest (the Begin is held before its End
+    /// is sent), or the flush its answer asks for once it has waited
     /// [`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) (see `sink::held_durable`).
     /// Bounded by the open calls the spool admits.
     pub held: Mutex<Vec<Request>>,
