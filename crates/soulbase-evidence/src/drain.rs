@@ -321,13 +321,7 @@ pub async fn run(
                 if e.kind() == std::io::ErrorKind::NotFound
                     && let Some(writer) = wake.upgrade()
                 {
-                    let _ = writer.try_send(Request {
-                        bytes: Vec::new(),
-                        kind: Kind::Flush,
-                        ack: None,
-                        submitted: false,
-                        seq: 0,
-                    });
+                    let _ = writer.try_send(Request::flush());
                 }
                 *lock(&shared.store_error) = Some(format!("reading the spool: {e}"));
                 if wait_or_stop(&shared, backoff, &mut retries).await {

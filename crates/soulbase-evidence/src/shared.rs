@@ -41,6 +41,20 @@ pub struct Request {
     pub seq: u64,
 }
 
+impl Request {
+    /// A flush nobody waits on: has the writer make a round (of what is queued and
+    /// held), as a probe or a wake-up.
+    pub fn flush() -> Self {
+        Request {
+            bytes: Vec::new(),
+            kind: Kind::Flush,
+            ack: None,
+            submitted: false,
+            seq: 0,
+        }
+    }
+}
+
 /// Space accounting against the spool cap.
 #[derive(Default)]
 pub struct Accounting {

@@ -543,13 +543,7 @@ async fn held_durable(
     }
     // With the sink gone, the writer takes what is held in its last round.
     if let Some(tx) = writer.upgrade() {
-        let flush = Request {
-            bytes: Vec::new(),
-            kind: Kind::Flush,
-            ack: None,
-            submitted: false,
-            seq: 0,
-        };
+        let flush = Request::flush();
         // A full queue means a round is coming anyway.
         if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(flush) {
             return Err(unavailable("the spool writer has stopped"));
@@ -590,13 +584,7 @@ impl DurableSink {
                 && !shared.fenced.load(Ordering::Acquire)
                 && !shared.probe_queued.swap(true, Ordering::AcqRel)
             {
-                let probe = Request {
-                    bytes: Vec::new(),
-                    kind: Kind::Flush,
-                    ack: None,
-                    submitted: false,
-                    seq: 0,
-                };
+                let probe = Request::flush();
                 if self.inner.tx.try_send(probe).is_err() {
                     shared.probe_queued.store(false, Ordering::Release);
                 }
@@ -632,11 +620,40 @@ impl DurableSink {
             return Ok(rx);
         }
         request.seq = shared.next_seq.fetch_add(1, Ordering::Relaxed);
+        // A caller dropped while the queue is full has its admission undone.
+        let mut admitted = Admitted {
+            shared,
+            kind: unadmit,
+            len,
+            queued: false,
+        };
         if self.inner.tx.send(request).await.is_err() {
-            shared.unadmit(&unadmit, len);
             return Err(unavailable("the spool writer has stopped"));
         }
+        admitted.queued = true;
         Ok(rx)
+    }
+}
+
+/// A record admitted against the cap ([`Shared::admit`]) on its way to the
+/// writer's queue: the admission is undone unless it got there (its caller was
+/// dropped while the queue was full, or the writer has stopped). Left undone,
+/// the bytes and the open Begin would count against the cap and the disk
+/// reserve for as long as the sink lives.
+struct Admitted<'a> {
+    shared: &'a Shared,
+    /// What was admitted (a Begin's id, or `Other`).
+    kind: Kind,
+    len: u64,
+    /// In the queue: the writer accounts for it from here on.
+    queued: bool,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.queued {
+            self.shared.unadmit(&self.kind, self.len);
+        }
     }
 }
 
@@ -696,6 +713,50 @@ mod tests {
         assert!(
             at(&before) < at(&held),
             "the held Begin after the record sent before it"
+        );
+    }
+
+    /// A caller dropped while the writer's queue is full leaves nothing behind:
+    /// its admission against the cap and the disk reserve is undone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_dropped_while_the_queue_is_full_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SpoolOptions::new(dir.path());
+        options.queue = 1;
+        let (sink, _) = DurableSink::open(options, Arc::new(MemoryStore::new()))
+            .await
+            .unwrap();
+        let shared = sink.inner.shared.clone();
+        let accounted = || {
+            let a = lock(&shared.acct);
+            (a.disk, a.reserved, a.open.len())
+        };
+        // The writer takes one record and holds its round; one more fills the queue.
+        shared.hold_rounds.store(true, Ordering::Release);
+        let taken = sink.enqueue(call().0, false).await.unwrap().unwrap();
+        let tx = sink.inner.tx.clone();
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while tx.capacity() != tx.max_capacity() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the writer took the first record");
+        let queued = sink.enqueue(call().0, false).await.unwrap().unwrap();
+        let before = accounted();
+        let stuck = tokio::time::timeout(Duration::from_millis(50), sink.record(call().0)).await;
+        assert!(stuck.is_err(), "the record waited for room in the queue");
+        assert_eq!(accounted(), before, "its admission was undone");
+        shared.hold_rounds.store(false, Ordering::Release);
+        durable(taken).await.unwrap();
+        durable(queued).await.unwrap();
+        let (begin, end) = call();
+        sink.record(begin).await.unwrap();
+        sink.record(end).await.unwrap();
+        assert_eq!(
+            sink.stats().reserved_bytes,
+            2 * SpoolOptions::new(dir.path()).end_reserve,
+            "only the two Begins still open are reserved for"
         );
     }
 
