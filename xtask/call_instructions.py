@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Instructions per HTTP invoke of the builtin echo, under callgrind: the governed
+`soulbased` against the bare axum floor of the `http_load` bench (docs/performance.md).
+
+usage: python3 xtask/call_instructions.py SOULBASED HTTP_LOAD_BENCH_BINARY [CALLS=1000] [TOP=25]
+
+HTTP_LOAD_BENCH_BINARY is `target/release/deps/http_load-<hash>` (built by
+`cargo build --release -p soulbased --benches`); it serves the floor when run with
+`BENCH_ROLE=floor-http`. Each server runs under `valgrind --tool=callgrind` with
+instrumentation off; after 200 warm-up calls over one keep-alive connection it is
+switched on (`callgrind_control -i on`) for CALLS calls one after another and half a
+second more (so the drain's lingering write of those calls' evidence is counted),
+then dumped. Reported: user-space instructions per call (valgrind sees no kernel
+work), their ratio, and the governed server's TOP functions by their own
+instructions per call. Counts are exact for the same build and load, so two builds
+compare without the noise of timing on a shared VM.
+"""
+import http.client, os, re, subprocess, sys, tempfile, time
+from collections import defaultdict
+
+soulbased, floor_bin = sys.argv[1], sys.argv[2]
+calls = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+top = int(sys.argv[4]) if len(sys.argv) > 4 else 25
+CONFIG = """server:
+  dev_insecure: true
+policy:
+  rules:
+    - { effect: allow, tenant: acme, tools: ["*"] }
+"""
+HEADERS = {"content-type": "application/json", "x-soulbase-tenant": "acme", "x-soulbase-actor": "bench"}
+
+
+def profile(governed):
+    d = tempfile.mkdtemp()
+    open(f"{d}/config.yaml", "w").write(CONFIG)
+    os.mkdir(f"{d}/skills")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOULBASE_")}
+    env["RUST_LOG"] = "error"
+    vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.%p", "--instr-atstart=no"]
+    if governed:
+        cmd = vg + [os.path.abspath(soulbased), "--config", f"{d}/config.yaml",
+                    "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"]
+    else:
+        env["BENCH_ROLE"] = "floor-http"
+        cmd = vg + [os.path.abspath(floor_bin)]
+    p = subprocess.Popen(cmd, cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=env, stderr=open(f"{d}/valgrind.log", "w"))
+    addr = None
+    for line in p.stdout:
+        if line.startswith(("soulbased: http listening on ", "floor listening on ")):
+            addr = line.split()[-1]
+            if not governed:
+                break
+        if line.strip() == "soulbased: ready":
+            break
+    if addr is None:
+        sys.exit(f"the server did not start; see {d}/valgrind.log")
+    conn = http.client.HTTPConnection(addr, timeout=120)
+
+    def call():
+        conn.request("POST", "/api/tools/soulbase.builtin.echo/invoke", body=b'{"x":1}', headers=HEADERS)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+
+    for _ in range(200):
+        call()
+
+    def ctl(*args):
+        subprocess.run(["callgrind_control", *args, str(p.pid)], check=True, capture_output=True)
+
+    ctl("-i", "on")
+    for _ in range(calls):
+        call()
+    time.sleep(0.5)
+    ctl("-d")
+    conn.close()
+    p.terminate()
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    dumps = [f for f in os.listdir(d) if re.fullmatch(r"cg\.\d+\.\d+", f)]
+    if not dumps:
+        sys.exit(f"no callgrind dump; see {d}/valgrind.log")
+    out = subprocess.run(["callgrind_annotate", "--threshold=100", os.path.join(d, dumps[0])],
+                         check=True, capture_output=True, text=True).stdout
+    total, funcs = 0, []
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$", line)
+        if not m:
+            continue
+        n = int(m.group(1).replace(",", ""))
+        if m.group(2).startswith("PROGRAM TOTALS"):
+            total = n
+        else:
+            funcs.append((n, m.group(2)))
+    return total, funcs
+
+
+def crate_of(name):
+    """The crate of a `file:function [object]` line (a shared library's name for C code)."""
+    m = re.match(r"(.*?) \[(.*)\]$", name)
+    entry, obj = (m.group(1), m.group(2)) if m else (name, "")
+    # `file:function`: the file part never holds `::`.
+    fn = re.sub(r"^[^:]*:(?!:)", "", entry, count=1).lstrip("<&*")
+    m = re.match(r"(?:dyn )?([a-z_][a-z0-9_]*)::", fn)
+    if m:
+        return m.group(1)
+    if obj and not obj.endswith(os.path.basename(soulbased)):
+        return os.path.basename(obj)
+    return "other: " + fn[:40]
+
+
+governed, gfuncs = profile(True)
+floor, _ = profile(False)
+print(f"instructions per call: governed {governed / calls:,.0f}, floor {floor / calls:,.0f}, "
+      f"ratio {governed / max(floor, 1):.2f}")
+by_crate = defaultdict(int)
+for n, name in gfuncs:
+    by_crate[crate_of(name)] += n
+print("governed, by crate (self instructions per call):")
+for c, n in sorted(by_crate.items(), key=lambda kv: -kv[1])[:top]:
+    print(f"  {n / calls:>9,.0f}  {c}")
+print("governed, by function:")
+for n, name in sorted(gfuncs, reverse=True)[:top]:
+    print(f"  {n / calls:>9,.0f}  {name[:150]}")
