@@ -15,31 +15,21 @@ work), their ratio, and the governed server's TOP functions by their own
 instructions per call. Counts are exact for the same build and load, so two builds
 compare without the noise of timing on a shared VM.
 """
-import http.client, os, re, subprocess, sys, tempfile, time
+import http.client, os, re, subprocess, sys, time
 from collections import defaultdict
+
+from dev_server import echo, server_args, workspace
 
 soulbased, floor_bin = sys.argv[1], sys.argv[2]
 calls = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 top = int(sys.argv[4]) if len(sys.argv) > 4 else 25
-CONFIG = """server:
-  dev_insecure: true
-policy:
-  rules:
-    - { effect: allow, tenant: acme, tools: ["*"] }
-"""
-HEADERS = {"content-type": "application/json", "x-soulbase-tenant": "acme", "x-soulbase-actor": "bench"}
 
 
 def profile(governed):
-    d = tempfile.mkdtemp()
-    open(f"{d}/config.yaml", "w").write(CONFIG)
-    os.mkdir(f"{d}/skills")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SOULBASE_")}
-    env["RUST_LOG"] = "error"
+    d, env = workspace()
     vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={d}/cg.%p", "--instr-atstart=no"]
     if governed:
-        cmd = vg + [os.path.abspath(soulbased), "--config", f"{d}/config.yaml",
-                    "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"]
+        cmd = vg + server_args(soulbased, d)
     else:
         env["BENCH_ROLE"] = "floor-http"
         cmd = vg + [os.path.abspath(floor_bin)]
@@ -58,10 +48,7 @@ def profile(governed):
     conn = http.client.HTTPConnection(addr, timeout=120)
 
     def call():
-        conn.request("POST", "/api/tools/soulbase.builtin.echo/invoke", body=b'{"x":1}', headers=HEADERS)
-        r = conn.getresponse()
-        r.read()
-        assert r.status == 200, r.status
+        echo(conn)
 
     for _ in range(200):
         call()

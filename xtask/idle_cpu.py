@@ -11,27 +11,18 @@ Starts BINARY on loopback with a dev config in a temporary directory (with an em
   connection for RATE_SECONDS: server CPU per call, and per thread;
 - flat out: the same connection one call after another for RATE_SECONDS / 2.
 """
-import http.client, os, subprocess, sys, tempfile, time
+import http.client, os, subprocess, sys, time
+
+from dev_server import echo, server_args, workspace
 
 binary = sys.argv[1]
 idle_s = float(sys.argv[2]) if len(sys.argv) > 2 else 10
 rate_s = float(sys.argv[3]) if len(sys.argv) > 3 else 10
 rate = float(sys.argv[4]) if len(sys.argv) > 4 else 20
 TCK = os.sysconf("SC_CLK_TCK")
-CONFIG = """server:
-  dev_insecure: true
-policy:
-  rules:
-    - { effect: allow, tenant: acme, tools: ["*"] }
-"""
 
-d = tempfile.mkdtemp()
-open(f"{d}/config.yaml", "w").write(CONFIG)
-os.mkdir(f"{d}/skills")
-env = {k: v for k, v in os.environ.items() if not k.startswith("SOULBASE_")}
-env["RUST_LOG"] = "error"
-p = subprocess.Popen([binary, "--config", f"{d}/config.yaml", "--grpc-addr", "127.0.0.1:0",
-                      "--http-addr", "127.0.0.1:0"], cwd=d, stdout=subprocess.PIPE, text=True, env=env)
+d, env = workspace()
+p = subprocess.Popen(server_args(binary, d), cwd=d, stdout=subprocess.PIPE, text=True, env=env)
 addr = None
 for line in p.stdout:
     if line.startswith("soulbased: http listening on "):
@@ -80,14 +71,10 @@ print(f"idle: {1000 * (c1 - c0) / el:.1f} ms CPU/s over {el:.1f} s, {switches / 
 report(t0, t1, el, "second")
 
 conn = http.client.HTTPConnection(addr)
-HEADERS = {"content-type": "application/json", "x-soulbase-tenant": "acme", "x-soulbase-actor": "bench"}
 
 
 def call():
-    conn.request("POST", "/api/tools/soulbase.builtin.echo/invoke", body=b'{"x":1}', headers=HEADERS)
-    r = conn.getresponse()
-    r.read()
-    assert r.status == 200, r.status
+    echo(conn)
 
 
 for _ in range(20):
