@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Instructions per HTTP invoke of the builtin echo, under callgrind: the governed
-`soulbased` against the bare axum floor of the `http_load` bench (docs/performance.md).
+"""Instructions per call of the builtin echo, under callgrind: the governed `soulbased`
+against the bare floor of the `http_load` bench (HTTP invoke against axum) or, with
+`--mcp`, of the `mcp_load` bench (MCP `tools/call` against rmcp) (docs/performance.md).
 
-usage: python3 xtask/call_instructions.py SOULBASED HTTP_LOAD_BENCH_BINARY [CALLS=1000] [TOP=25]
+usage: python3 xtask/call_instructions.py [--mcp] SOULBASED BENCH_BINARY [CALLS=1000] [TOP=25]
 
-HTTP_LOAD_BENCH_BINARY is `target/release/deps/http_load-<hash>` (built by
-`cargo build --release -p soulbased --benches`); it serves the floor when run with
-`BENCH_ROLE=floor-http`. Each server runs under `valgrind --tool=callgrind` with
-instrumentation off; after 200 warm-up calls over one keep-alive connection it is
+BENCH_BINARY is `target/release/deps/http_load-<hash>` (or `mcp_load-<hash>` with
+`--mcp`), built by `cargo build --release -p soulbased --benches`; it serves the floor
+when run with `BENCH_ROLE=floor-http` (`floor-mcp`). Each server runs under
+`valgrind --tool=callgrind` with instrumentation off; MCP calls go on one session,
+initialized first. After 200 warm-up calls over one keep-alive connection it is
 switched on (`callgrind_control -i on`) for CALLS calls one after another and half a
 second more (so the drain's lingering write of those calls' evidence is counted),
 then dumped. Reported: user-space instructions per call (valgrind sees no kernel
@@ -15,14 +17,66 @@ work), their ratio, and the governed server's TOP functions by their own
 instructions per call. Counts are exact for the same build and load, so two builds
 compare without the noise of timing on a shared VM.
 """
-import http.client, os, re, subprocess, sys, time
+import http.client, json, os, re, subprocess, sys, time
 from collections import defaultdict
 
-from dev_server import echo, server_args, workspace
+from dev_server import HEADERS, echo, server_args, workspace
 
-soulbased, floor_bin = sys.argv[1], sys.argv[2]
-calls = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
-top = int(sys.argv[4]) if len(sys.argv) > 4 else 25
+args = sys.argv[1:]
+mcp = args[:1] == ["--mcp"]
+if mcp:
+    args = args[1:]
+if len(args) < 2:
+    sys.exit(__doc__)
+soulbased, floor_bin = args[0], args[1]
+calls = int(args[2]) if len(args) > 2 else 1000
+top = int(args[3]) if len(args) > 3 else 25
+
+MCP_HEADERS = dict(HEADERS, accept="application/json, text/event-stream")
+
+
+def mcp_message(r, rid):
+    """The JSON-RPC message with id `rid` in a response, JSON or server-sent events."""
+    body = r.read().decode()
+    assert r.status == 200, (r.status, body)
+    if r.getheader("content-type", "").startswith("text/event-stream"):
+        texts = [l[5:].strip() for l in body.splitlines() if l.startswith("data:")]
+    else:
+        texts = [body]
+    for t in texts:
+        if t:
+            msg = json.loads(t)
+            if msg.get("id") == rid:
+                return msg
+    raise AssertionError(f"no message with id {rid} in {body!r}")
+
+
+class McpSession:
+    """An MCP session on one connection: initialized, then `tools/call` of the echo."""
+
+    def __init__(self, conn):
+        self.conn, self.id = conn, 0
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "call_instructions", "version": "0"}}}
+        conn.request("POST", "/mcp", body=json.dumps(init), headers=MCP_HEADERS)
+        r = conn.getresponse()
+        assert "result" in mcp_message(r, 0)
+        self.headers = dict(MCP_HEADERS, **{"mcp-session-id": r.getheader("mcp-session-id"),
+                                            "mcp-protocol-version": "2025-06-18"})
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        conn.request("POST", "/mcp", body=json.dumps(note), headers=self.headers)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 202, r.status
+
+    def call(self):
+        self.id += 1
+        body = ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":'
+                '{"name":"soulbase.builtin.echo","arguments":{"x":1}}}' % self.id)
+        self.conn.request("POST", "/mcp", body=body, headers=self.headers)
+        msg = mcp_message(self.conn.getresponse(), self.id)
+        assert msg["result"]["isError"] is False, msg
 
 
 def profile(governed):
@@ -31,7 +85,7 @@ def profile(governed):
     if governed:
         cmd = vg + server_args(soulbased, d)
     else:
-        env["BENCH_ROLE"] = "floor-http"
+        env["BENCH_ROLE"] = "floor-mcp" if mcp else "floor-http"
         cmd = vg + [os.path.abspath(floor_bin)]
     p = subprocess.Popen(cmd, cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          env=env, stderr=open(f"{d}/valgrind.log", "w"))
@@ -47,8 +101,11 @@ def profile(governed):
         sys.exit(f"the server did not start; see {d}/valgrind.log")
     conn = http.client.HTTPConnection(addr, timeout=120)
 
-    def call():
-        echo(conn)
+    if mcp:
+        call = McpSession(conn).call
+    else:
+        def call():
+            echo(conn)
 
     for _ in range(200):
         call()

@@ -10,21 +10,50 @@ pub const HEADER: usize = 8;
 /// Largest payload accepted (a record is a few hundred bytes; this only bounds garbage).
 pub const MAX_PAYLOAD: usize = 16 << 20;
 
-/// CRC-32C, slice-by-16: every record is checksummed once when spooled and once
-/// when drained, and the byte-at-a-time table cost a few per cent of a loaded
-/// server's CPU.
+/// CRC-32C, slice-by-16, where the processor has no CRC-32C instruction: every
+/// record is checksummed once when spooled and once when drained, and the
+/// byte-at-a-time table cost a few per cent of a loaded server's CPU.
 const CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
-/// The CRC-32C of `bytes` (frames, and the drain checkpoint).
+/// The CRC-32C of `bytes` (frames, and the drain checkpoint): the processor's
+/// `crc32` instruction on x86-64 with SSE 4.2 (eight bytes an instruction; the
+/// tables took ~9,000 instructions per governed call), else the tables.
 pub fn checksum(bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the processor has SSE 4.2, the only feature `crc32c_sse42` is
+        // compiled to use.
+        #[allow(unsafe_code)]
+        return unsafe { crc32c_sse42(bytes) };
+    }
     CRC.checksum(bytes)
+}
+
+/// CRC-32C with SSE 4.2's `crc32` instruction: eight bytes at a time, then the
+/// tail byte by byte (the instruction applies the reflected Castagnoli polynomial,
+/// so the result equals the tables').
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn crc32c_sse42(bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u8, _mm_crc32_u64};
+    let (words, tail) = bytes.as_chunks::<8>();
+    let mut crc = u64::from(u32::MAX);
+    for word in words {
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(*word));
+    }
+    // The instruction leaves the upper half zero.
+    let mut crc = crc as u32;
+    for &b in tail {
+        crc = _mm_crc32_u8(crc, b);
+    }
+    !crc
 }
 
 /// Appends one frame holding `payload` to `out`.
 pub fn encode_into(payload: &[u8], out: &mut Vec<u8>) {
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&CRC.checksum(payload).to_le_bytes());
+    out.extend_from_slice(&checksum(payload).to_le_bytes());
     out.extend_from_slice(payload);
 }
 
@@ -57,7 +86,7 @@ pub fn decode(buf: &[u8]) -> Decoded<'_> {
     let Some(payload) = rest.get(..len) else {
         return Decoded::Incomplete;
     };
-    if CRC.checksum(payload) != crc {
+    if checksum(payload) != crc {
         return Decoded::Corrupt;
     }
     Decoded::Frame(payload, HEADER + len)
@@ -71,6 +100,19 @@ mod tests {
     fn the_checksum_is_crc32c() {
         // The standard check value: spools written by any build stay readable.
         assert_eq!(CRC.checksum(b"123456789"), 0xE306_9283);
+        assert_eq!(checksum(b"123456789"), 0xE306_9283);
+    }
+
+    #[test]
+    fn the_instruction_and_the_tables_agree() {
+        // Every tail length and start offset, on bytes that are not all alike.
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 131 + 7) as u8).collect();
+        for start in 0..9 {
+            for end in start..bytes.len() {
+                let s = &bytes[start..end];
+                assert_eq!(checksum(s), CRC.checksum(s), "bytes {start}..{end}");
+            }
+        }
     }
 
     #[test]
