@@ -1463,6 +1463,32 @@ pub struct Mcp {
     pub sessions: Arc<McpSessions>,
 }
 
+/// `/mcp`: rmcp's service behind an `Arc`, answering through its `handle`. The
+/// router and its layers clone the service they hold for every request, and a
+/// clone of rmcp's copies its configuration (the allowed hosts and origins):
+/// mounted as it is, ~16 copies and 32 allocations a call; shared, a count.
+#[derive(Clone)]
+struct SharedMcp(Arc<McpService>);
+
+impl tower::Service<Request> for SharedMcp {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.handle(request).await.into_response()) })
+    }
+}
+
 /// The MCP streamable HTTP service type (rmcp's local sessions, with SSE
 /// polling: `soulbase_mcp::polling`).
 pub type McpService = soulbase_mcp::transport::StreamableHttpService<
@@ -1489,10 +1515,13 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         )
     };
     let max_body = body.max;
+    // Around the whole router, not each route (`Router::layer`): axum clones a
+    // route's boxed service, every layer of it, for each request it serves.
     let limit = |router: Router| {
-        router
-            .layer(DefaultBodyLimit::max(max_body))
-            .layer(middleware::from_fn_with_state(body, body_limit))
+        use tower::Layer;
+        let limited = middleware::from_fn_with_state(body, body_limit)
+            .layer(DefaultBodyLimit::max(max_body).layer(router));
+        Router::new().fallback_service(limited)
     };
     if !tools_role {
         // A role-only process (auth, qos, sandbox, evidence) answers other
@@ -1509,9 +1538,13 @@ pub fn router(app: Arc<App>, mcp: Mcp) -> Router {
         sessions: mcp.sessions,
         max_body,
     };
-    let mcp_routes = Router::new()
-        .route_service("/mcp", mcp.service)
-        .layer(middleware::from_fn_with_state(gate, mcp_gate));
+    let mcp_routes = Router::new().route_service(
+        "/mcp",
+        tower::Layer::layer(
+            &middleware::from_fn_with_state(gate, mcp_gate),
+            SharedMcp(Arc::new(mcp.service)),
+        ),
+    );
     let all = api_routes(true)
         .merge(crate::console::routes())
         .with_state(app)
