@@ -429,7 +429,7 @@ pub fn read_range(
         // string of its text, which is not a record either.
         let text = match std::str::from_utf8(payload) {
             Ok(t) if own => {
-                out.push(EncodedRecord::known(t.to_owned()));
+                out.push(EncodedRecord::known(t));
                 continue;
             }
             Ok(t) => t.to_owned(),

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
@@ -28,7 +29,9 @@ use crate::{EndStatus, EvidenceRecord};
 /// read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncodedRecord {
-    json: String,
+    /// Shared: a store that must own what it binds (SQLite's) takes a count,
+    /// not a copy.
+    json: Arc<str>,
     verified: bool,
 }
 
@@ -37,7 +40,7 @@ impl EncodedRecord {
     pub fn encode(record: &EvidenceRecord) -> Result<Self, SoulError> {
         serde_json::to_string(record)
             .map(|json| Self {
-                json,
+                json: json.into(),
                 verified: true,
             })
             .map_err(SoulError::internal)
@@ -52,7 +55,7 @@ impl EncodedRecord {
     /// Text that should be a serialized [`EvidenceRecord`], not checked yet.
     pub fn from_json(json: String) -> Self {
         Self {
-            json,
+            json: json.into(),
             verified: false,
         }
     }
@@ -61,9 +64,9 @@ impl EncodedRecord {
     /// [`EvidenceRecord`] made by this process — the durable sink's own spool
     /// frames, read back with their checksum intact — taken without decoding it
     /// again. Text from anywhere else goes through [`verified`](Self::verified).
-    pub fn known(json: String) -> Self {
+    pub fn known(json: &str) -> Self {
         Self {
-            json,
+            json: json.into(),
             verified: true,
         }
     }
@@ -85,6 +88,11 @@ impl EncodedRecord {
     /// The JSON text.
     pub fn as_str(&self) -> &str {
         &self.json
+    }
+
+    /// The JSON text, shared: for a store that owns what it binds.
+    pub fn shared(&self) -> Arc<str> {
+        self.json.clone()
     }
 
     /// The record, decoded whole. Text that is not a record is a

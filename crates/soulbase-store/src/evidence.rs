@@ -1,7 +1,7 @@
 //! [`EvidenceStore`] on Postgres (partitioned by day) and SQLite.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use soulbase_errors::SoulError;
@@ -39,23 +39,29 @@ fn sqlite_statements<'r, 'a>(mut rows: &'r [Headed<'a>]) -> Vec<&'r [Headed<'a>]
     parts
 }
 
-/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite (each
-/// value copied once, into the statement's arguments).
+/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite.
+///
+/// sqlx's SQLite arguments own their text: a `&str` is copied into a `String`
+/// and that put in an `Arc` (two allocations a column). The record's text is
+/// bound shared (a count), the indexed fields as one `Arc<str>` each.
 fn sqlite_insert(rows: &[Headed<'_>]) -> QueryBuilder<sqlx::Sqlite> {
+    fn text(s: &str) -> Arc<str> {
+        Arc::from(s)
+    }
     let mut qb = QueryBuilder::new(
         "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
     );
     qb.push_values(rows, |mut b, r| {
         let h = &r.head;
-        b.push_bind(h.id.as_ref())
+        b.push_bind(text(&h.id))
             .push_bind(h.at_ms)
-            .push_bind(h.tenant.as_ref())
-            .push_bind(h.kind)
-            .push_bind(h.call_id.as_ref())
-            .push_bind(h.tool_id.as_deref())
-            .push_bind(h.begin_id.as_deref())
-            .push_bind(h.status.map(status_name))
-            .push_bind(r.text);
+            .push_bind(text(&h.tenant))
+            .push_bind(text(h.kind))
+            .push_bind(text(&h.call_id))
+            .push_bind(h.tool_id.as_deref().map(text))
+            .push_bind(h.begin_id.as_deref().map(text))
+            .push_bind(h.status.map(|s| text(status_name(s))))
+            .push_bind(r.record.shared());
     });
     qb.push(" ON CONFLICT DO NOTHING");
     qb
@@ -116,7 +122,7 @@ pub fn status_name(s: EndStatus) -> &'static str {
 
 /// A record of a batch with its indexed fields, read once per batch.
 struct Headed<'a> {
-    text: &'a str,
+    record: &'a EncodedRecord,
     head: RecordHead<'a>,
 }
 
@@ -127,7 +133,7 @@ fn headed(records: &[EncodedRecord]) -> Result<Vec<Headed<'_>>, SoulError> {
         .iter()
         .map(|r| {
             Ok(Headed {
-                text: r.as_str(),
+                record: r,
                 head: r.head()?,
             })
         })
@@ -145,7 +151,7 @@ fn row(r: &Headed<'_>) -> Row {
         tool_id: h.tool_id.as_deref().map(str::to_owned),
         begin_id: h.begin_id.as_deref().map(str::to_owned),
         status: h.status.map(status_name),
-        record: r.text.to_owned(),
+        record: r.record.as_str().to_owned(),
     }
 }
 
@@ -190,7 +196,7 @@ fn put_text(buf: &mut Vec<u8>, value: Option<&str>) -> Result<(), SoulError> {
 /// Also returns the days (partitions) the records fall in.
 fn copy_binary(records: &[Headed<'_>]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulError> {
     let mut days = BTreeSet::new();
-    let size: usize = records.iter().map(|r| r.text.len() + 256).sum();
+    let size: usize = records.iter().map(|r| r.record.as_str().len() + 256).sum();
     let mut buf = Vec::with_capacity(size + 32);
     buf.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     buf.extend_from_slice(&0i32.to_be_bytes()); // flags
@@ -208,7 +214,7 @@ fn copy_binary(records: &[Headed<'_>]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulE
         put_text(&mut buf, h.tool_id.as_deref())?;
         put_text(&mut buf, h.begin_id.as_deref())?;
         put_text(&mut buf, h.status.map(status_name))?;
-        put_text(&mut buf, Some(r.text))?;
+        put_text(&mut buf, Some(r.record.as_str()))?;
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
     Ok((buf, days))
@@ -300,7 +306,7 @@ pub(crate) async fn ensure_partition(pool: &sqlx::PgPool, at_ms: i64) -> Result<
 pub(crate) async fn insert_in(conn: DbConn<'_>, record: &EvidenceRecord) -> Result<(), SoulError> {
     let encoded = EncodedRecord::encode(record)?;
     let r = row(&Headed {
-        text: encoded.as_str(),
+        record: &encoded,
         head: encoded.head()?,
     });
     let written = match conn {

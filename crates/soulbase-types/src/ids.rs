@@ -71,9 +71,17 @@ macro_rules! string_id {
         $(#[$doc])*
         ///
         /// Shared and immutable: cloning is a reference-count increment, never a copy.
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+        #[serde(try_from = "String")]
         pub struct $name(Arc<str>);
+
+        /// As its string, written from the shared one (no copy, as
+        /// `into = "String"` would make for every record serialized).
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
 
         impl $name {
             /// Validates `s` and wraps it.
@@ -257,6 +265,10 @@ mod tests {
         assert_eq!(ok.as_str(), "acme");
         let err = serde_json::from_str::<TenantId>("\"bad tenant\"").unwrap_err();
         assert!(err.to_string().contains("invalid tenant"));
+        // Written as the plain string it was read from.
+        assert_eq!(serde_json::to_string(&ok).unwrap(), "\"acme\"");
+        let tool: crate::ToolId = serde_json::from_str("\"a.b.c\"").unwrap();
+        assert_eq!(serde_json::to_string(&tool).unwrap(), "\"a.b.c\"");
     }
 
     #[test]

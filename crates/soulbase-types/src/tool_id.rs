@@ -17,8 +17,8 @@ const KIND: &str = "tool id";
 /// Each segment is 1–64 characters of lowercase ASCII letters, digits, `_` and `-`,
 /// starting with a letter or digit. The whole id is at most 194 characters.
 /// Shared and immutable: cloning is a reference-count increment.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(try_from = "String")]
 pub struct ToolId {
     full: Arc<str>,
     /// Byte offsets of the two dots.
@@ -153,6 +153,13 @@ impl schemars::JsonSchema for ToolId {
             "A tool id, `<group>.<pkg>.<name>` (e.g. `soulbase.builtin.echo`).",
             r"^[a-z0-9][a-z0-9_-]{0,63}\.[a-z0-9][a-z0-9_-]{0,63}\.[a-z0-9][a-z0-9_-]{0,63}$",
         )
+    }
+}
+
+/// As its string, written from the shared one (no copy).
+impl Serialize for ToolId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.full)
     }
 }
 
