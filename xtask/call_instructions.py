@@ -13,8 +13,9 @@ initialized first. After 200 warm-up calls over one keep-alive connection it is
 switched on (`callgrind_control -i on`) for CALLS calls one after another and half a
 second more (so the drain's lingering write of those calls' evidence is counted),
 then dumped. Reported: user-space instructions per call (valgrind sees no kernel
-work), their ratio, and the governed server's TOP functions by their own
-instructions per call. Counts are exact for the same build and load, so two builds
+work), their ratio, the governed server's TOP crates and functions by their own
+instructions per call, and the TOP functions by how many more the governed server
+runs than the floor. Counts are exact for the same build and load, so two builds
 compare without the noise of timing on a shared VM.
 """
 import http.client, json, os, re, subprocess, sys, time
@@ -158,7 +159,7 @@ def crate_of(name):
 
 
 governed, gfuncs = profile(True)
-floor, _ = profile(False)
+floor, ffuncs = profile(False)
 print(f"instructions per call: governed {governed / calls:,.0f}, floor {floor / calls:,.0f}, "
       f"ratio {governed / max(floor, 1):.2f}")
 by_crate = defaultdict(int)
@@ -169,4 +170,22 @@ for c, n in sorted(by_crate.items(), key=lambda kv: -kv[1])[:top]:
     print(f"  {n / calls:>9,.0f}  {c}")
 print("governed, by function:")
 for n, name in sorted(gfuncs, reverse=True)[:top]:
+    print(f"  {n / calls:>9,.0f}  {name[:150]}")
+
+
+def by_function(funcs):
+    """Self instructions by function, named without the binary it is in (so the
+    governed server's and the floor's copies of a library function meet)."""
+    out = defaultdict(int)
+    for n, name in funcs:
+        out[re.sub(r"^\?\?\?:", "", re.sub(r" \[.*\]$", "", name))] += n
+    return out
+
+
+# Approximate: the two binaries inline differently, so a function's work may sit
+# under another name in one of them; read it as where to look.
+g, f = by_function(gfuncs), by_function(ffuncs)
+excess = sorted(((g.get(k, 0) - f.get(k, 0), k) for k in set(g) | set(f)), reverse=True)
+print("excess over the floor, by function (governed - floor, self instructions per call):")
+for n, name in excess[:top]:
     print(f"  {n / calls:>9,.0f}  {name[:150]}")
