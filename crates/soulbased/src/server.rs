@@ -436,20 +436,40 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let term = signal(SignalKind::terminate()).ok();
-        let int = signal(SignalKind::interrupt()).ok();
+        // A handler that cannot be installed is logged; SIGINT then falls back
+        // to `ctrl_c` (which tries again when polled), so the server always has
+        // a way to be stopped cleanly.
+        let installed = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot install the {name} handler");
+                None
+            }
+        };
+        let term = installed(SignalKind::terminate(), "SIGTERM");
+        let int = installed(SignalKind::interrupt(), "SIGINT");
         async move {
-            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
-                match s {
+            let term = async move {
+                match term {
                     Some(mut s) => {
                         s.recv().await;
                     }
                     None => std::future::pending::<()>().await,
                 }
             };
+            let int = async move {
+                match int {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            };
             tokio::select! {
-                () = wait(term) => {}
-                () = wait(int) => {}
+                () = term => {}
+                () = int => {}
             }
         }
     }
