@@ -44,6 +44,7 @@ use soulbase_tools::pipeline::{
     Claim, IdempotencyKey, IdempotencyStore, StoredOutcome, interrupted_outcome,
 };
 use soulbase_types::{CallId, EnvelopeId, UnixMillis};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::db::{Db, db_error};
@@ -65,8 +66,19 @@ pub struct SqlIdempotency {
     /// Keys this instance owns and is working on, with the time until which the
     /// heartbeat renews each (a call whose future was dropped stops being renewed).
     held: Mutex<HashMap<IdempotencyKey, Instant>>,
+    /// Wakes the heartbeat when a first key is held (and when the store is
+    /// dropped): with nothing held it sleeps without a timer, so an idle server
+    /// does not wake for it.
+    woken: Arc<Notify>,
     /// The day (Unix ms / 86 400 000) whose evidence partition is known to exist.
     partition_day: AtomicI64,
+}
+
+impl Drop for SqlIdempotency {
+    /// Lets a waiting heartbeat see that the store is gone and end.
+    fn drop(&mut self) {
+        self.woken.notify_one();
+    }
 }
 
 /// Tries at storing an outcome before giving up (a database blip).
@@ -101,6 +113,7 @@ impl SqlIdempotency {
             lease: DEFAULT_LEASE,
             evidence: false,
             held: Mutex::new(HashMap::new()),
+            woken: Arc::new(Notify::new()),
             partition_day: AtomicI64::new(i64::MIN),
         }
     }
@@ -124,12 +137,26 @@ impl SqlIdempotency {
     }
 
     /// Renews the leases of the keys in progress here every quarter lease, until
-    /// the store is dropped.
+    /// the store is dropped. While no key is held it waits for one, on no timer.
     pub fn spawn_heartbeat(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let weak: Weak<Self> = Arc::downgrade(self);
+        let woken = self.woken.clone();
         let every = self.lease / 4;
         tokio::spawn(async move {
             loop {
+                let idle = match weak.upgrade() {
+                    Some(this) => this
+                        .held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_empty(),
+                    None => return,
+                };
+                if idle {
+                    // A key held meanwhile left a permit: this returns at once.
+                    woken.notified().await;
+                    continue;
+                }
                 tokio::time::sleep(every).await;
                 let Some(this) = weak.upgrade() else { return };
                 if let Err(e) = this.renew().await {
@@ -144,10 +171,14 @@ impl SqlIdempotency {
         // after its claim, twice that for the queue before it; renewals stop after
         // that, so a call whose future was dropped does not hold its key forever.
         let until = Instant::now() + wait.saturating_mul(2) + self.lease;
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), until);
+        let first = {
+            let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.insert(key.clone(), until);
+            held.len() == 1
+        };
+        if first {
+            self.woken.notify_one();
+        }
     }
 
     /// Whether this instance owns `key` and is still working on it.

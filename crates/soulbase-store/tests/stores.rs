@@ -721,7 +721,20 @@ async fn idempotency_across_a_crash(db: Db) {
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::IdempotencyConflict, "{err:?}");
-    beat.abort();
+    // A heartbeat ends with its store, busy or idle (waiting on no timer).
+    drop(live);
+    tokio::time::timeout(live_lease * 2, beat)
+        .await
+        .expect("a busy heartbeat ends with its store")
+        .unwrap();
+    let idle = Arc::new(SqlIdempotency::new(db.clone()));
+    let beat = idle.spawn_heartbeat();
+    tokio::task::yield_now().await;
+    drop(idle);
+    tokio::time::timeout(Duration::from_secs(5), beat)
+        .await
+        .expect("an idle heartbeat ends with its store")
+        .unwrap();
 
     // Completed with its End in one step: the End is in the evidence table, and
     // the aborted End recovery writes for the same call is left out.

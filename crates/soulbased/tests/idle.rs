@@ -1,13 +1,15 @@
 //! An idle server costs (next to) nothing: after some calls, a real `soulbased`
 //! left alone burns no more than 5 ms of CPU a second (the target is 2 ms/s; the
 //! bound is generous for a shared 2-core machine and a debug build) and wakes its
-//! threads no more than 20 times a second. (Before: ~16 ms/s and ~510 wakeups/s with a skills
+//! threads no more than 3 times a second. (Before: ~16 ms/s and ~510 wakeups/s with a skills
 //! directory — the WASM epoch ticker every 2 ms, the config watcher re-reading
-//! its file every 50 ms.)
+//! its file every 50 ms; then ~3.5 wakeups/s and up to 7 ms/s in a debug build
+//! on CI — the idempotency heartbeat ticking every second with no key held.)
 //!
 //! What still wakes: the config file's and the skills directory's fallback polls
-//! (every `skills.poll_interval_ms`, 500 ms) and their inotify threads, ~11 times
-//! a second, ~1 ms/s in a debug build.
+//! (every `skills.poll_interval_ms`, 5 s) and their inotify threads, ~1.3 times
+//! a second, ~1 ms/s in a debug build. A timer ticking once a second on a
+//! runtime worker adds two switches a second and breaks the wakeup bound.
 //!
 //! The test waits: the idle window is the measurement (10 s: the kernel counts CPU
 //! time in 10 ms ticks, so the bound is 5 ticks).
@@ -103,5 +105,5 @@ async fn an_idle_server_burns_next_to_no_cpu() {
     let woke = wakeups(&sw0, &sw1) as f64 / secs;
     eprintln!("idle: {per_s:.2} ms CPU/s, {woke:.1} wakeups/s over {secs:.1} s");
     assert!(per_s <= 5.0, "idle CPU {per_s:.1} ms/s over {secs:.1} s");
-    assert!(woke <= 20.0, "idle threads woke {woke:.0} times a second");
+    assert!(woke <= 3.0, "idle threads woke {woke:.1} times a second");
 }
