@@ -1281,6 +1281,36 @@ async fn bad_urls_are_config_errors() {
     let _ = Arc::new(());
 }
 
+/// Every SQLite connection keeps its temporary tables and statement journals in
+/// memory (no file created and deleted in the temp directory per drain commit),
+/// and commits durably in WAL mode.
+#[tokio::test]
+async fn sqlite_connections_keep_temporaries_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = fresh_sqlite(dir.path()).await;
+    let Db::Sqlite(pool) = &db else {
+        panic!("a sqlite: URL opens SQLite");
+    };
+    {
+        let mut conn = pool.acquire().await.unwrap();
+        let (temp_store,): (i64,) = sqlx::query_as("PRAGMA temp_store")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(temp_store, 2, "temp_store = MEMORY");
+        let (synchronous,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(synchronous, 2, "synchronous = FULL");
+        let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+}
+
 /// The zero-infrastructure default: SQLite and the spool under `data_dir`, from the
 /// configuration alone; evidence recorded before a restart is there after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
