@@ -12,9 +12,14 @@ this process, and its voluntary context switches.
 """
 import os, resource, sys, tempfile, time
 
-directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.gettempdir()
-rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
-size = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
+try:
+    directory = sys.argv[1] if len(sys.argv) > 1 else tempfile.gettempdir()
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    size = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
+    if rounds < 1 or size < 1 or not os.path.isdir(directory):
+        raise ValueError
+except ValueError:
+    sys.exit(__doc__)
 buf = b"x" * size
 
 
