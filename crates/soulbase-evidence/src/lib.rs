@@ -13,8 +13,10 @@
 //!   it is written in order — held for the next round without waking the writer,
 //!   at most [`SUBMITTED_WAIT`] into its call, so a quick call is one `fdatasync`
 //!   and one wake-up of the writer — and if it is refused its End is refused too.
-//! - **async** durability: `record` returns once queued; the writer commits within
-//!   milliseconds. A crash can lose that window — for those who accept it.
+//! - **async** durability: `record` returns once queued; the writer lets a round
+//!   gather for [`ASYNC_LINGER`] (queued records wake nobody meanwhile) and commits
+//!   it, so within a few milliseconds. A crash can lose that window — for those who
+//!   accept it.
 //! - a **store outage** loses nothing: records accumulate in the spool and drain
 //!   when the store returns; writes are idempotent by envelope id (exactly once).
 //! - a **crash** loses nothing acknowledged: on [`DurableSink::open`] the spool is
@@ -56,4 +58,4 @@ pub use drain::DrainOptions;
 pub use recovery::{RecoveryReport, aborted_end};
 pub use segment::Pos;
 pub use sink::{Durability, DurableSink, SpoolOptions, SpoolStats, default_max_bytes};
-pub use writer::SUBMITTED_WAIT;
+pub use writer::{ASYNC_LINGER, SUBMITTED_WAIT};

@@ -27,8 +27,9 @@ pub enum Durability {
     /// can change nothing, before its result returns), an End before its result returns.
     #[default]
     Sync,
-    /// `record` returns once the record is queued for the spool writer; a crash may
-    /// lose the last few milliseconds of evidence.
+    /// `record` returns once the record is queued for the spool writer, which
+    /// writes what is queued a millisecond at a time ([`SpoolOptions::async_linger`]);
+    /// a crash may lose the last few milliseconds of evidence.
     Async,
 }
 
@@ -56,6 +57,10 @@ pub struct SpoolOptions {
     /// Longest a submitted Begin waits for a round to take it while its call
     /// runs ([`SUBMITTED_WAIT`](crate::SUBMITTED_WAIT) by default).
     pub submitted_wait: Duration,
+    /// With async durability, how long a round nobody waits on gathers more
+    /// records before it is written ([`ASYNC_LINGER`](crate::ASYNC_LINGER) by
+    /// default); unused with sync durability.
+    pub async_linger: Duration,
     /// Drainer tuning.
     pub drain: DrainOptions,
 }
@@ -72,6 +77,7 @@ impl SpoolOptions {
             disk_reserve: 1 << 20,
             queue: 65_536,
             submitted_wait: writer::SUBMITTED_WAIT,
+            async_linger: writer::ASYNC_LINGER,
             drain: DrainOptions::default(),
         }
     }
@@ -301,6 +307,7 @@ impl DurableSink {
         let tuning = writer::Tuning {
             segment_bytes: options.segment_bytes,
             submitted_wait: options.submitted_wait,
+            async_linger: (options.durability == Durability::Async).then_some(options.async_linger),
         };
         let writer = std::thread::Builder::new()
             .name("evidence-spool".into())
@@ -713,6 +720,49 @@ mod tests {
         assert!(
             at(&before) < at(&held),
             "the held Begin after the record sent before it"
+        );
+    }
+
+    /// With async durability a round nobody waits on gathers for `async_linger`
+    /// before it is written, and what is queued meanwhile wakes nobody: the records
+    /// recorded within the linger, and a flush queued behind them, share one round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn async_records_queued_within_the_linger_share_one_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SpoolOptions::new(dir.path()).durability(Durability::Async);
+        // Far longer than queuing the records takes, even in a debug build on a
+        // busy machine.
+        let linger = Duration::from_millis(300);
+        options.async_linger = linger;
+        let (sink, _) = DurableSink::open(options, Arc::new(MemoryStore::new()))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..20 {
+            let (begin, end) = call();
+            sink.record(begin).await.unwrap();
+            sink.record(end).await.unwrap();
+        }
+        assert_eq!(
+            sink.stats().rounds,
+            0,
+            "nothing written while the round gathers"
+        );
+        sink.flush().await.unwrap();
+        assert!(
+            started.elapsed() >= linger,
+            "the round waited out the linger"
+        );
+        assert_eq!(
+            sink.stats().rounds,
+            1,
+            "one round took the 40 records and the flush"
+        );
+        sink.wait_drained(Duration::from_secs(30)).await.unwrap();
+        assert_eq!(
+            sink.stats().records_drained,
+            40,
+            "every record reached the store"
         );
     }
 

@@ -56,16 +56,27 @@ pub struct Tuning {
     pub segment_bytes: u64,
     /// How long a round of submitted Begins only waits for more ([`SUBMITTED_WAIT`]).
     pub submitted_wait: Duration,
+    /// With async durability, how long a round nobody waits on gathers more
+    /// ([`ASYNC_LINGER`]); `None` with sync durability.
+    pub async_linger: Option<Duration>,
 }
 
 /// Longest a submitted Begin waits for a round to take it, by default: a held
 /// Begin's answer, awaited while its call runs, then asks the writer for a round
-/// (async durability: a round of submitted Begins only waits this long for
-/// another request). Nobody waits on such a Begin until the call's End is
+/// (with async durability such a round gathers for [`ASYNC_LINGER`] instead).
+/// Nobody waits on such a Begin until the call's End is
 /// recorded, so a call that ends sooner has its Begin and End in one round (one
 /// `fdatasync` instead of two); a longer call's Begin is durable this much
 /// later, while the call runs (its result waits for it).
 pub const SUBMITTED_WAIT: Duration = Duration::from_millis(2);
+/// With async durability, how long the writer lets a round that nobody waits on
+/// gather more before writing it, by default. It sleeps meanwhile with no waker
+/// registered on its queue, so the records queued in that time wake nobody: under
+/// load a round holds a millisecond of records, and the writer is woken (and
+/// `fdatasync`s) about once per millisecond instead of once per record or two —
+/// each such wake-up preempts a runtime worker. A record is durable at most about
+/// this much later than it would be without it.
+pub const ASYNC_LINGER: Duration = Duration::from_millis(1);
 /// Bytes of zeros a segment is extended by ahead of its data.
 const CHUNK: u64 = 4 << 20;
 
@@ -371,7 +382,17 @@ pub fn run(
             std::thread::yield_now();
         }
         take_queued(&mut rx, &mut batch);
-        if closed_at.is_none() && batch.iter().all(|r| r.submitted) {
+        if let Some(linger) = tuning.async_linger
+            && closed_at.is_none()
+            && !batch.is_empty()
+            && batch.iter().all(|r| r.ack.is_none())
+        {
+            // Nobody waits on this round: let it gather. No waker is registered on
+            // the queue while the thread sleeps, so what is queued meanwhile wakes
+            // nobody (a request that waits is taken with the rest).
+            std::thread::sleep(linger);
+            take_queued(&mut rx, &mut batch);
+        } else if closed_at.is_none() && batch.iter().all(|r| r.submitted) {
             let until = Instant::now() + tuning.submitted_wait;
             while batch.len() < MAX_ROUND
                 && let Ok(Some(r)) = recv_until(&mut rx, until)
