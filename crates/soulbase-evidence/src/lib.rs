@@ -58,4 +58,4 @@ pub use drain::DrainOptions;
 pub use recovery::{RecoveryReport, aborted_end};
 pub use segment::Pos;
 pub use sink::{Durability, DurableSink, SpoolOptions, SpoolStats, default_max_bytes};
-pub use writer::{ASYNC_LINGER, SUBMITTED_WAIT};
+pub use writer::{ASYNC_LINGER, BUSY_LINGER, SUBMITTED_WAIT};

@@ -61,6 +61,10 @@ pub struct SpoolOptions {
     /// records before it is written ([`ASYNC_LINGER`](crate::ASYNC_LINGER) by
     /// default); unused with sync durability.
     pub async_linger: Duration,
+    /// How long a round callers wait on gathers more when its first request came
+    /// less than this after the last round ended ([`BUSY_LINGER`](crate::BUSY_LINGER)
+    /// by default; zero never).
+    pub busy_linger: Duration,
     /// Drainer tuning.
     pub drain: DrainOptions,
 }
@@ -78,6 +82,7 @@ impl SpoolOptions {
             queue: 65_536,
             submitted_wait: writer::SUBMITTED_WAIT,
             async_linger: writer::ASYNC_LINGER,
+            busy_linger: writer::BUSY_LINGER,
             drain: DrainOptions::default(),
         }
     }
@@ -308,6 +313,7 @@ impl DurableSink {
             segment_bytes: options.segment_bytes,
             submitted_wait: options.submitted_wait,
             async_linger: (options.durability == Durability::Async).then_some(options.async_linger),
+            busy_linger: options.busy_linger,
         };
         let writer = std::thread::Builder::new()
             .name("evidence-spool".into())
@@ -763,6 +769,56 @@ mod tests {
             sink.stats().records_drained,
             40,
             "every record reached the store"
+        );
+    }
+
+    /// A round callers wait on lingers for more only right behind a round that
+    /// answered two callers or more, within `busy_linger` of its end: a lone
+    /// caller's records, one after another, are written at once; a record right
+    /// behind a shared round waits out the linger, and what is queued meanwhile
+    /// joins its round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sync_round_lingers_only_right_behind_a_shared_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SpoolOptions::new(dir.path());
+        // Far longer than writing a record takes, even in a debug build on a busy
+        // machine.
+        let linger = Duration::from_secs(1);
+        options.busy_linger = linger;
+        let (sink, _) = DurableSink::open(options, Arc::new(MemoryStore::new()))
+            .await
+            .unwrap();
+        let shared = sink.inner.shared.clone();
+        let started = std::time::Instant::now();
+        for _ in 0..3 {
+            sink.record(call().0).await.unwrap();
+        }
+        assert!(
+            started.elapsed() < linger,
+            "a lone caller's rounds never linger"
+        );
+        assert_eq!(sink.stats().rounds, 3);
+        // A round that answers two callers.
+        shared.hold_rounds.store(true, Ordering::Release);
+        let a = sink.enqueue(call().0, false).await.unwrap().unwrap();
+        let b = sink.enqueue(call().0, false).await.unwrap().unwrap();
+        shared.hold_rounds.store(false, Ordering::Release);
+        durable(a).await.unwrap();
+        durable(b).await.unwrap();
+        assert_eq!(sink.stats().rounds, 4);
+        let started = std::time::Instant::now();
+        let behind = tokio::spawn({
+            let sink = sink.clone();
+            async move { sink.record(call().0).await }
+        });
+        // Queued while the round of `behind` lingers (or with it).
+        sink.record(call().0).await.unwrap();
+        behind.await.unwrap().unwrap();
+        assert!(started.elapsed() >= linger, "the round behind lingered");
+        assert_eq!(
+            sink.stats().rounds,
+            5,
+            "the record queued meanwhile joined it"
         );
     }
 
