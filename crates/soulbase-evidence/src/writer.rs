@@ -88,8 +88,8 @@ pub const ASYNC_LINGER: Duration = Duration::from_millis(1);
 /// As with [`ASYNC_LINGER`] the writer sleeps with no waker on its queue, so the
 /// requests queued meanwhile wake nobody. Under load a round then holds several
 /// calls, not one or two, and the writer wakes and `fdatasync`s that much less
-/// often (MCP saturated: 10–20 % more calls a second at 5–18 % less CPU per call,
-/// docs/performance.md); a call that comes alone, as from a lone caller or at a
+/// often (MCP saturated, 7 runs alternated with and without: 5–18 % less CPU per
+/// call in 6, 14–21 % more calls a second in 5; docs/performance.md); a call that comes alone, as from a lone caller or at a
 /// thousand calls a second, never waits.
 pub const BUSY_LINGER: Duration = Duration::from_micros(200);
 
