@@ -8,7 +8,9 @@
 //!
 //! - **sync** durability (the default): `record` returns once the record is fsynced
 //!   in the spool. Concurrent callers share one `fdatasync` (group commit), so a
-//!   Begin is durable before its call executes at the cost of one batched fsync.
+//!   Begin is durable before its call executes at the cost of one batched fsync;
+//!   under load a round gathers for [`BUSY_LINGER`] before it is written, a lone
+//!   caller's never.
 //!   `submit` queues a Begin without waiting (for calls that can change nothing):
 //!   it is written in order — held for the next round without waking the writer,
 //!   at most [`SUBMITTED_WAIT`] into its call, so a quick call is one `fdatasync`

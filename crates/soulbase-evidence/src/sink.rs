@@ -62,8 +62,8 @@ pub struct SpoolOptions {
     /// default); unused with sync durability.
     pub async_linger: Duration,
     /// How long a round callers wait on gathers more when its first request came
-    /// less than this after the last round ended ([`BUSY_LINGER`](crate::BUSY_LINGER)
-    /// by default; zero never).
+    /// less than this after the end of a round that answered two callers or more
+    /// ([`BUSY_LINGER`](crate::BUSY_LINGER) by default; zero never).
     pub busy_linger: Duration,
     /// Drainer tuning.
     pub drain: DrainOptions,

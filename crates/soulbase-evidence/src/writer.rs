@@ -59,8 +59,8 @@ pub struct Tuning {
     /// With async durability, how long a round nobody waits on gathers more
     /// ([`ASYNC_LINGER`]); `None` with sync durability.
     pub async_linger: Option<Duration>,
-    /// How long a round someone waits on gathers more while the writer is busy
-    /// ([`BUSY_LINGER`]); zero never.
+    /// How long a round someone waits on gathers more right behind a round that
+    /// answered two callers or more ([`BUSY_LINGER`], [`busy`]); zero never.
     pub busy_linger: Duration,
 }
 
@@ -89,8 +89,8 @@ pub const ASYNC_LINGER: Duration = Duration::from_millis(1);
 /// requests queued meanwhile wake nobody. Under load a round then holds several
 /// calls, not one or two, and the writer wakes and `fdatasync`s that much less
 /// often (MCP saturated, 7 runs alternated with and without: 5–18 % less CPU per
-/// call in 6, 14–21 % more calls a second in 5; docs/performance.md); a call that comes alone, as from a lone caller or at a
-/// thousand calls a second, never waits.
+/// call in 6, 14–21 % more calls a second in 5; docs/performance.md). A call that
+/// comes alone, as from a lone caller or at a thousand calls a second, never waits.
 pub const BUSY_LINGER: Duration = Duration::from_micros(200);
 
 /// Whether a round whose first request came at `now` is to linger: the last round,
