@@ -234,7 +234,8 @@ pub struct ServerConfig {
     /// connection closed. Streaming responses (MCP) are not limited by it.
     pub body_read_timeout_ms: u64,
     /// How long a connection (gRPC or HTTP) may stay open with no request in
-    /// progress (HTTP/1 keep-alive or HTTP/2); then it is closed.
+    /// progress (HTTP/1 keep-alive or HTTP/2); then it is closed, at most an
+    /// eighth of this later (it is checked on a timer, not on every request).
     pub idle_timeout_ms: u64,
     /// The largest request body accepted on any HTTP route (API and MCP); a larger
     /// one is answered 413 with the JSON error envelope.

@@ -47,7 +47,7 @@ use hyper_util::service::TowerToHyperService;
 use soulbase_config::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -193,7 +193,6 @@ pub struct Conn {
     served: AtomicBool,
     in_flight: AtomicUsize,
     idle_since: Mutex<Instant>,
-    changed: Notify,
     shed: CancellationToken,
     started: Instant,
 }
@@ -205,16 +204,20 @@ impl Conn {
             served: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
-            changed: Notify::new(),
             shed: CancellationToken::new(),
         }
     }
 
     /// Marks a request in progress until the returned guard is dropped.
+    ///
+    /// Neither this nor the guard's drop wakes anything: the request runs inside
+    /// the connection's own task, which [`idle_expired`](Self::idle_expired) is
+    /// part of, and a task woken while it is being polled is polled again and
+    /// wakes a parked runtime worker besides (twice a request, most of them for
+    /// nothing).
     pub fn begin_request(self: &Arc<Self>) -> RequestGuard {
         self.served.store(true, Ordering::Release);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_waiters();
         RequestGuard(self.clone())
     }
 
@@ -241,26 +244,34 @@ impl Conn {
         }
     }
 
-    /// Resolves once the connection has had no request in progress for `idle`.
+    /// Resolves once the connection has had no request in progress for `idle`
+    /// (at most [`busy_check`] of it later).
+    ///
+    /// It looks on a timer only, so requests wake nothing: idle, it sleeps until
+    /// `idle` after the last request ended and looks again; with a request in
+    /// progress, it looks again [`busy_check`] later.
     async fn idle_expired(&self, idle: Duration) {
         loop {
-            let changed = self.changed.notified();
             if !self.idle() {
-                changed.await;
+                tokio::time::sleep(busy_check(idle)).await;
                 continue;
             }
             let since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
-            tokio::select! {
-                () = tokio::time::sleep_until(since + idle) => {
-                    let now_since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
-                    if self.idle() && now_since == since {
-                        return;
-                    }
-                }
-                () = changed => {}
+            tokio::time::sleep_until(since + idle).await;
+            let now_since = *self.idle_since.lock().unwrap_or_else(|p| p.into_inner());
+            if self.idle() && now_since == since {
+                return;
             }
         }
     }
+}
+
+/// How often a connection with a request in progress looks again whether it has
+/// become idle: an eighth of the idle timeout (15 s by default), so a connection
+/// is closed at most that much after `idle` has passed since its last request,
+/// and one that is busy for good (an MCP event stream) wakes 8 times per timeout.
+fn busy_check(idle: Duration) -> Duration {
+    idle / 8
 }
 
 /// A request in progress on a [`Conn`].
@@ -269,10 +280,11 @@ pub struct RequestGuard(Arc<Conn>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
+        // The time first: a watcher that sees no request in progress reads it.
+        let mut since = self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner());
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            *self.0.idle_since.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            *since = Instant::now();
         }
-        self.0.changed.notify_waiters();
     }
 }
 
@@ -729,5 +741,6 @@ mod tests {
         let ended = Instant::now();
         expired.await;
         assert!(Instant::now() >= ended + idle);
+        assert!(Instant::now() <= ended + idle + busy_check(idle));
     }
 }
