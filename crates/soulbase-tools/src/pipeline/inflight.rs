@@ -8,21 +8,33 @@
 //! after it. [`InFlight::closed`] resolves when no Begin is left without its End, so
 //! a server can wait for those Ends before it flushes evidence and exits.
 
-use tokio::sync::watch;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{Notify, watch};
 
 /// The open calls of one invoker and its abandon signal.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     /// Begins taken without their End recorded yet.
-    open: watch::Sender<usize>,
+    open: Arc<Open>,
     /// Turns true once, when the process abandons its running calls.
     abandon: watch::Sender<bool>,
+}
+
+/// The count of open calls, and who waits for it to reach zero. A plain counter:
+/// every call changes it twice, and only a server that stops waits on it, so a
+/// change wakes nobody unless the count reaches zero.
+#[derive(Debug, Default)]
+struct Open {
+    count: AtomicUsize,
+    zero: Notify,
 }
 
 impl Default for InFlight {
     fn default() -> Self {
         Self {
-            open: watch::Sender::new(0),
+            open: Arc::default(),
             abandon: watch::Sender::new(false),
         }
     }
@@ -34,7 +46,7 @@ impl InFlight {
     /// before the abandon flag is read, so a call either sees the flag or is counted
     /// by [`closed`](Self::closed).
     pub(crate) fn open(&self) -> Option<OpenCall> {
-        self.open.send_modify(|n| *n += 1);
+        self.open.count.fetch_add(1, Ordering::SeqCst);
         let call = OpenCall {
             open: self.open.clone(),
         };
@@ -46,7 +58,7 @@ impl InFlight {
 
     /// How many calls have a Begin without their End.
     pub(crate) fn count(&self) -> usize {
-        *self.open.borrow()
+        self.open.count.load(Ordering::SeqCst)
     }
 
     /// Cuts every running call off; returns how many calls were open.
@@ -64,8 +76,16 @@ impl InFlight {
 
     /// Resolves when every Begin has its End recorded.
     pub(crate) async fn closed(&self) {
-        let mut rx = self.open.subscribe();
-        let _ = rx.wait_for(|n| *n == 0).await;
+        loop {
+            // Listening before looking: a call that ends in between still wakes us.
+            let zero = self.open.zero.notified();
+            tokio::pin!(zero);
+            zero.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            zero.await;
+        }
     }
 }
 
@@ -73,12 +93,14 @@ impl InFlight {
 /// call's End is recorded).
 #[derive(Debug)]
 pub(crate) struct OpenCall {
-    open: watch::Sender<usize>,
+    open: Arc<Open>,
 }
 
 impl Drop for OpenCall {
     fn drop(&mut self) {
-        self.open.send_modify(|n| *n = n.saturating_sub(1));
+        if self.open.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.open.zero.notify_waiters();
+        }
     }
 }
 
