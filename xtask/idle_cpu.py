@@ -54,6 +54,12 @@ def cpu(pid):
     return sum(run for run, _ in threads(pid).values())
 
 
+def used(t0, t1):
+    """CPU seconds the threads of snapshot `t1` ran since snapshot `t0` (a thread that
+    ended in between is in neither sum)."""
+    return sum(run - t0.get(k, (0, 0))[0] for k, (run, _) in t1.items())
+
+
 def report(t0, t1, per, unit):
     rows = []
     for k, (run, sw) in t1.items():
@@ -76,8 +82,7 @@ def paced(pid, conn, who):
         echo(conn)
     time.sleep(max(0, s0 + n / rate - time.monotonic()))
     t1, s1 = threads(pid), time.monotonic()
-    # A thread that ended meanwhile is missing from t1 (its time is lost to both).
-    total = 1000 * sum(t1[k][0] - t0.get(k, (0, 0))[0] for k in t1)
+    total = 1000 * used(t0, t1)
     print(f"{who}, {rate:g} calls/s: {n} calls in {s1 - s0:.1f} s, server CPU {total:.0f} ms = {total / n:.3f} ms/call")
     report(t0, t1, n, "call")
     return total / n
@@ -97,9 +102,9 @@ t0, s0 = threads(p.pid), time.monotonic()
 time.sleep(idle_s)
 t1, s1 = threads(p.pid), time.monotonic()
 el = s1 - s0
-used = sum(t1[k][0] - t0.get(k, (0, 0))[0] for k in t1)
+idle_cpu = used(t0, t1)
 switches = sum(sw - t0.get(k, (0, 0))[1] for k, (_, sw) in t1.items() if k in t0)
-print(f"idle: {1000 * used / el:.2f} ms CPU/s over {el:.1f} s, {switches / el:.1f} context switches/s")
+print(f"idle: {1000 * idle_cpu / el:.2f} ms CPU/s over {el:.1f} s, {switches / el:.1f} context switches/s")
 report(t0, t1, el, "second")
 
 conn = http.client.HTTPConnection(addr)

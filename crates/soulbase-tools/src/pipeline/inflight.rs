@@ -129,7 +129,11 @@ mod tests {
         tokio::pin!(closed);
         assert!((&mut closed).now_or_never().is_none());
         drop(b);
-        closed.await;
+        // Woken by the last call's end (already waiting when it ended): bounded,
+        // so a lost notification fails the test instead of hanging it.
+        tokio::time::timeout(std::time::Duration::from_secs(5), closed)
+            .await
+            .expect("closed resolves once the last open call ends");
         assert_eq!(f.count(), 0);
     }
 }
