@@ -21,20 +21,31 @@ const DAY_MS: i64 = 86_400_000;
 /// Most rows per SQLite insert statement (9 parameters each, under SQLite's
 /// limit); a power of two (see [`sqlite_statements`]).
 const SQLITE_CHUNK: usize = 512;
+/// Batches of up to this many rows go to SQLite as one statement of exactly their
+/// count (see [`sqlite_statements`]).
+const SQLITE_EXACT: usize = 32;
 
-/// `rows` cut into statements of power-of-two row counts, largest first. A
-/// multi-row `INSERT`'s text depends on its row count, and SQLite parses every
-/// text a connection has not prepared before: with a count of its own almost
-/// every batch, that was ~24,600 instructions a call, a tenth of it
-/// (`xtask/call_instructions.py`). These ten counts keep every text in the
-/// connection's statement cache.
-fn sqlite_statements<'r, 'a>(mut rows: &'r [Headed<'a>]) -> Vec<&'r [Headed<'a>]> {
+/// `rows` cut into the statements that insert them: up to [`SQLITE_EXACT`] rows
+/// one statement; more, statements of power-of-two row counts, largest first,
+/// until at most [`SQLITE_EXACT`] are left, which go as one. A multi-row
+/// `INSERT`'s text depends on its row count, and SQLite parses every text a
+/// connection has not prepared before: with a count of its own almost every
+/// batch, that was ~24,600 instructions a call, a tenth of it
+/// (`xtask/call_instructions.py`). These 36 counts stay in each connection's
+/// statement cache (sqlx keeps 100). The small batches of a low rate are one
+/// statement, which needs no transaction: one round trip to the connection's
+/// thread instead of four (`BEGIN`, two or more statements, `COMMIT`), each
+/// two thread wake-ups.
+fn sqlite_statements<T>(mut rows: &[T]) -> Vec<&[T]> {
     let mut parts = Vec::new();
-    while !rows.is_empty() {
+    while rows.len() > SQLITE_EXACT {
         let n = (1usize << rows.len().ilog2()).min(SQLITE_CHUNK);
         let (part, rest) = rows.split_at(n);
         parts.push(part);
         rows = rest;
+    }
+    if !rows.is_empty() {
+        parts.push(rows);
     }
     parts
 }
@@ -794,5 +805,34 @@ impl EvidenceStore for SqlEvidenceStore {
                 Ok(done.rows_affected())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(n: usize) -> Vec<usize> {
+        let rows = vec![(); n];
+        sqlite_statements(&rows).iter().map(|s| s.len()).collect()
+    }
+
+    #[test]
+    fn small_batches_are_one_statement_and_large_ones_use_few_texts() {
+        assert_eq!(counts(0), Vec::<usize>::new());
+        assert_eq!(counts(1), [1]);
+        assert_eq!(counts(10), [10]);
+        assert_eq!(counts(SQLITE_EXACT), [SQLITE_EXACT]);
+        assert_eq!(counts(33), [32, 1]);
+        assert_eq!(counts(100), [64, 32, 4]);
+        assert_eq!(counts(1_300), [512, 512, 256, 20]);
+        // Every row once, in order, and only the texts the cache is sized for.
+        let mut texts = std::collections::BTreeSet::new();
+        for n in 0..3_000 {
+            let c = counts(n);
+            assert_eq!(c.iter().sum::<usize>(), n);
+            texts.extend(c);
+        }
+        assert_eq!(texts.len(), SQLITE_EXACT + 4);
     }
 }
