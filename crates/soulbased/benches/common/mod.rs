@@ -19,6 +19,12 @@
 //!
 //! Every phase also reports the server's CPU time per 1,000 calls (utime + stime
 //! of its process from `/proc/<pid>/stat`, before and after) and the client's.
+//! For the governed server "after" is once the phase's evidence is in its store
+//! (`soulbase_evidence_queue_depth` 0 on `/metrics`; the time that took is
+//! printed): the drain lags behind a saturated phase, and its catching up would
+//! otherwise be counted in the next phase's CPU and disturb its latencies. So
+//! each phase pays for its own evidence, and each starts on a server with nothing
+//! left to do (the warm-up is drained too).
 //! Every response is checked; a failed, refused or missing call fails the bench.
 //!
 //! The floor — the same protocol with nothing behind it — is served by this bench
@@ -90,6 +96,8 @@ const MCP_VERSION: &str = "2025-06-18";
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Unmeasured load before the measured phases.
 const WARM_UP: Duration = Duration::from_secs(1);
+/// Longest the governed server may take to drain a phase's evidence into its store.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The governed server's configuration: as `mcp_call`'s (development headers, one
 /// rule letting tenant `acme` call every tool).
@@ -166,6 +174,44 @@ impl Target {
             Target::Floor { child, .. } => child.id(),
         }
     }
+}
+
+/// Waits until every evidence record the governed server accepted is in its store
+/// (`soulbase_evidence_queue_depth` 0 on `/metrics`) and returns how long that
+/// took; `None` for the floor, which keeps no evidence.
+async fn drained(target: &Target) -> Option<Duration> {
+    let Target::Governed(server) = target else {
+        return None;
+    };
+    let started = Instant::now();
+    loop {
+        let depth = queue_depth(&server.http).await;
+        if depth == Some(0) {
+            return Some(started.elapsed());
+        }
+        assert!(
+            started.elapsed() < DRAIN_TIMEOUT,
+            "the governed server's evidence queue is at {depth:?} after {DRAIN_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `soulbase_evidence_queue_depth` from the server's `/metrics` (`None` if it
+/// cannot be read).
+async fn queue_depth(addr: &str) -> Option<u64> {
+    let mut conn = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    tokio::time::timeout(CALL_TIMEOUT, conn.read_to_end(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&response)
+        .lines()
+        .find_map(|l| l.strip_prefix("soulbase_evidence_queue_depth "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 impl Drop for Target {
@@ -653,6 +699,7 @@ impl Phase {
         failures: usize,
         elapsed: Duration,
         cpu: &Cpu,
+        drain: Option<Duration>,
     ) -> Phase {
         let (server, client) = cpu.ms();
         let calls = samples.len();
@@ -666,8 +713,14 @@ impl Phase {
             server_cpu: per_k(server),
             client_cpu: per_k(client),
         };
+        let drain = drain.map_or(String::new(), |d| {
+            format!(
+                "; evidence in the store {:.0} ms after the last call",
+                ms(d)
+            )
+        });
         println!(
-            "{:<40} {:.0} calls/s ({calls} calls in {elapsed:.2?}, {failures} failed); CPU per 1,000 calls: server {:.1} ms, client {:.1} ms",
+            "{:<40} {:.0} calls/s ({calls} calls in {elapsed:.2?}, {failures} failed); CPU per 1,000 calls: server {:.1} ms, client {:.1} ms{drain}",
             "",
             p.rate(),
             p.server_cpu,
@@ -821,16 +874,19 @@ async fn one_round(surface: Surface, floor: bool, s: &Settings) -> Round {
     let ids = Cell::new(1);
     let (_, warm_failures, _) = saturated(&mut clients, &ids, WARM_UP).await;
     assert_eq!(warm_failures, 0, "{who}: calls failed while warming up");
+    drained(&target).await;
 
     let name = |what: &str| format!("{} {who}, {what}", surface.name());
     let cpu = Cpu::start(pid, s.hz);
     let (samples, failures, elapsed) = saturated(&mut clients, &ids, s.window).await;
+    let drain = drained(&target).await;
     let sat = Phase::new(
         &name(&format!("{} conns saturated", s.connections)),
         samples,
         failures,
         elapsed,
         &cpu,
+        drain,
     );
 
     for c in &mut clients {
@@ -838,12 +894,14 @@ async fn one_round(surface: Surface, floor: bool, s: &Settings) -> Round {
     }
     let cpu = Cpu::start(pid, s.hz);
     let (samples, failures, elapsed) = saturated(&mut clients, &ids, s.window).await;
+    let drain = drained(&target).await;
     let plain = Phase::new(
         &name("saturated, client Nagle on"),
         samples,
         failures,
         elapsed,
         &cpu,
+        drain,
     );
     for c in &mut clients {
         c.conn.set_plain(false).unwrap();
@@ -853,6 +911,7 @@ async fn one_round(surface: Surface, floor: bool, s: &Settings) -> Round {
     for &rate in &s.rates {
         let cpu = Cpu::start(pid, s.hz);
         let (samples, failures, elapsed) = paced(&mut clients, &ids, rate, s.paced_secs).await;
+        let drain = drained(&target).await;
         paced_phases.push((
             rate,
             Phase::new(
@@ -861,6 +920,7 @@ async fn one_round(surface: Surface, floor: bool, s: &Settings) -> Round {
                 failures,
                 elapsed,
                 &cpu,
+                drain,
             ),
         ));
     }
