@@ -180,13 +180,13 @@ impl Target {
 /// (`soulbase_evidence_queue_depth` 0 on `/metrics`) and returns how long that
 /// took; `None` for the floor, which keeps no evidence.
 async fn drained(target: &Target) -> Option<Duration> {
-    let Target::Governed(server) = target else {
+    let Target::Governed(governed) = target else {
         return None;
     };
     let started = Instant::now();
     loop {
-        let depth = queue_depth(&server.http).await;
-        if depth == Some(0) {
+        let depth = server::metric(&governed.http, "soulbase_evidence_queue_depth").await;
+        if depth.is_some_and(|d| d < 0.5) {
             return Some(started.elapsed());
         }
         assert!(
@@ -195,23 +195,6 @@ async fn drained(target: &Target) -> Option<Duration> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// `soulbase_evidence_queue_depth` from the server's `/metrics` (`None` if it
-/// cannot be read).
-async fn queue_depth(addr: &str) -> Option<u64> {
-    let mut conn = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    conn.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    tokio::time::timeout(CALL_TIMEOUT, conn.read_to_end(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    String::from_utf8_lossy(&response)
-        .lines()
-        .find_map(|l| l.strip_prefix("soulbase_evidence_queue_depth "))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 impl Drop for Target {
