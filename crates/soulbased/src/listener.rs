@@ -270,8 +270,10 @@ impl Conn {
 /// become idle: an eighth of the idle timeout (15 s by default), so a connection
 /// is closed at most that much after `idle` has passed since its last request,
 /// and one that is busy for good (an MCP event stream) wakes 8 times per timeout.
+/// Never under a millisecond: a zero `idle` in [`Limits`] built by hand (the
+/// configuration refuses under 10 ms) must not make a busy connection's task spin.
 fn busy_check(idle: Duration) -> Duration {
-    idle / 8
+    (idle / 8).max(Duration::from_millis(1))
 }
 
 /// A request in progress on a [`Conn`].
@@ -742,5 +744,16 @@ mod tests {
         expired.await;
         assert!(Instant::now() >= ended + idle);
         assert!(Instant::now() <= ended + idle + busy_check(idle));
+    }
+
+    /// A busy connection looks again an eighth of the idle timeout later, and never
+    /// in a loop that does not sleep.
+    #[test]
+    fn busy_check_is_an_eighth_of_idle_and_never_zero() {
+        assert_eq!(
+            busy_check(Duration::from_secs(120)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(busy_check(Duration::ZERO), Duration::from_millis(1));
     }
 }
