@@ -16,7 +16,8 @@ schedstat`, nanoseconds). With `--floor`, BENCH_BINARY (`target/release/deps/
 http_load-<hash>`, built by `cargo build --release -p soulbased --benches`) is then
 started as the bare axum floor of the `http_load` bench (`BENCH_ROLE=floor-http`)
 and given the same paced load, and the ratio governed/floor of CPU per call is
-reported.
+reported. With `BENCH_FLOOR_FSYNC=1` in the environment that floor is the durable
+one: it answers each call once the call is on disk (docs/performance.md, Method).
 """
 import http.client, os, subprocess, sys, time
 

@@ -34,6 +34,14 @@
 //! the order alternating), and the summary gives medians and ranges over rounds and
 //! the ratios governed/floor of each round.
 //!
+//! With `BENCH_DURABLE_FLOOR=1` each round also runs a third server: the same
+//! floor, but each call answered only once it is on disk (`floor+fsync`: a
+//! journal written by one thread, one `pwrite` and `fdatasync` per round of the
+//! calls queued meanwhile, the file zero-filled ahead as the spool's segments
+//! are). It is what any server that answers only after a durable write pays, and
+//! nothing else, so the summary also gives the governed server's ratios to it:
+//! how far the governed call is from durability's own price on this disk.
+//!
 //! `BENCH_CONNECTIONS` (default 32) sets the connections; for MCP they share
 //! `BENCH_SESSIONS` (default 8) sessions. The governed server runs the
 //! development-like configuration of `mcp_call` (the embedded SQLite store, `sync`
@@ -87,6 +95,27 @@ impl Surface {
     }
 }
 
+/// The servers a round loads, each a process of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The bare protocol floor.
+    Floor,
+    /// The floor answering each call once it is on disk (`BENCH_DURABLE_FLOOR`).
+    DurableFloor,
+    /// `soulbased`.
+    Governed,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor",
+            Kind::DurableFloor => "floor+fsync",
+            Kind::Governed => "governed",
+        }
+    }
+}
+
 /// The tool called and its arguments (the builtin echo).
 const TOOL: &str = "soulbase.builtin.echo";
 const ARGS: &str = r#"{"text":"hello","n":1}"#;
@@ -127,9 +156,9 @@ enum Target {
 }
 
 impl Target {
-    fn start(floor: bool, surface: Surface) -> Target {
-        if floor {
-            Self::start_floor(surface)
+    fn start(kind: Kind, surface: Surface) -> Target {
+        if kind != Kind::Governed {
+            Self::start_floor(surface, kind == Kind::DurableFloor)
         } else {
             let mut config = GOVERNED_CONFIG.to_owned();
             if let Ok(d) = std::env::var("BENCH_DURABILITY") {
@@ -141,8 +170,13 @@ impl Target {
 
     /// Re-executes this bench binary as the floor server; its first line on stdout
     /// is its address. It exits when its stdin closes (this process gone).
-    fn start_floor(surface: Surface) -> Target {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+    /// `durable`: each call is answered once it is on disk.
+    fn start_floor(surface: Surface, durable: bool) -> Target {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        if durable {
+            command.env(floor::journal::ENV, "1");
+        }
+        let mut child = command
             .env("BENCH_ROLE", surface.role())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -209,6 +243,9 @@ impl Drop for Target {
 /// Runs the floor server named by `role` until its stdin closes.
 fn serve_floor(role: &str) {
     let surface = Surface::from_role(role).unwrap_or_else(|| panic!("unknown BENCH_ROLE {role}"));
+    if std::env::var_os(floor::journal::ENV).is_some() {
+        floor::journal::open();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -274,7 +311,9 @@ mod floor {
             _context: RequestContext<RoleServer>,
         ) -> Result<CallToolResponse, ErrorData> {
             let out = json!({ "echo": request.arguments.map_or(Value::Null, Value::Object) });
-            let mut r = CallToolResult::success(vec![ContentBlock::text(out.to_string())]);
+            let text = out.to_string();
+            journal::record(text.as_bytes()).await;
+            let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
             r.structured_content = Some(out);
             Ok(r.into())
         }
@@ -303,13 +342,85 @@ mod floor {
                 "call_id": "floor", "status": "ok", "tool": id,
                 "output": { "echo": args }, "replayed": false,
             });
-            (
-                [(http::header::CONTENT_TYPE, "application/json")],
-                serde_json::to_vec(&result).unwrap(),
-            )
-                .into_response()
+            let body = serde_json::to_vec(&result).unwrap();
+            journal::record(&body).await;
+            ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
         }
         axum::Router::new().route("/api/tools/{id}/invoke", axum::routing::post(invoke))
+    }
+
+    /// The durable floor's journal: a call is answered once its bytes are on
+    /// disk. One thread writes whatever calls queued while it was busy as one
+    /// round, a `pwrite` and an `fdatasync`, then answers them all (group commit,
+    /// no linger), into a file zero-filled ahead so a round never grows it — the
+    /// spool's own way of writing, without its framing, its checks or a drain.
+    pub mod journal {
+        use std::fs::File;
+        use std::os::unix::fs::FileExt;
+        use std::sync::OnceLock;
+        use std::sync::mpsc::{self, Sender};
+
+        use tokio::sync::oneshot;
+
+        /// Set (to anything) in the floor's environment: keep the journal.
+        pub const ENV: &str = "BENCH_FLOOR_FSYNC";
+        /// The journal's size; rounds start again at its head when they reach its end.
+        const SIZE: u64 = 64 << 20;
+
+        static QUEUE: OnceLock<Sender<(Vec<u8>, oneshot::Sender<()>)>> = OnceLock::new();
+
+        /// Creates the journal in a temporary directory (on the disk the governed
+        /// server's spool uses) and starts its writer.
+        pub fn open() {
+            let dir = tempfile::tempdir().unwrap();
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(dir.path().join("journal"))
+                .unwrap();
+            let zeros = vec![0u8; 1 << 20];
+            for mib in 0..SIZE >> 20 {
+                file.write_all_at(&zeros, mib << 20).unwrap();
+            }
+            file.sync_all().unwrap();
+            let (queue, calls) = mpsc::channel::<(Vec<u8>, oneshot::Sender<()>)>();
+            std::thread::Builder::new()
+                .name("floor-journal".into())
+                .spawn(move || {
+                    let _dir = dir;
+                    let (mut at, mut round, mut waiting) = (0u64, Vec::new(), Vec::new());
+                    while let Ok(first) = calls.recv() {
+                        for (bytes, done) in std::iter::once(first).chain(calls.try_iter()) {
+                            round.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                            round.extend_from_slice(&bytes);
+                            waiting.push(done);
+                        }
+                        if at + round.len() as u64 > SIZE {
+                            at = 0;
+                        }
+                        file.write_all_at(&round, at).unwrap();
+                        file.sync_data().unwrap();
+                        at += round.len() as u64;
+                        round.clear();
+                        for done in waiting.drain(..) {
+                            let _ = done.send(());
+                        }
+                    }
+                })
+                .unwrap();
+            QUEUE.set(queue).unwrap();
+        }
+
+        /// Returns once `bytes` are on disk; at once when there is no journal.
+        pub async fn record(bytes: &[u8]) {
+            let Some(queue) = QUEUE.get() else {
+                return;
+            };
+            let (done, written) = oneshot::channel();
+            queue.send((bytes.to_vec(), done)).unwrap();
+            written.await.unwrap();
+        }
     }
 }
 
@@ -848,9 +959,9 @@ struct Settings {
 }
 
 /// Starts a server, loads it through every phase, stops it.
-async fn one_round(surface: Surface, floor: bool, s: &Settings) -> Round {
-    let target = Target::start(floor, surface);
-    let who = if floor { "floor" } else { "governed" };
+async fn one_round(surface: Surface, kind: Kind, s: &Settings) -> Round {
+    let target = Target::start(kind, surface);
+    let who = kind.label();
     let addr = target.addr().to_owned();
     let pid = target.pid();
     let mut clients = connect_all(surface, &addr, s.connections, s.sessions).await;
@@ -929,8 +1040,15 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-fn summary(surface: Surface, s: &Settings, floor: &[Round], gov: &[Round]) {
-    let n = floor.len();
+/// The rounds of one kind of server.
+fn of(runs: &[(Kind, Vec<Round>)], kind: Kind) -> Option<&[Round]> {
+    runs.iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, r)| r.as_slice())
+}
+
+fn summary(surface: Surface, s: &Settings, runs: &[(Kind, Vec<Round>)]) {
+    let n = runs.first().map_or(0, |(_, r)| r.len());
     println!();
     println!(
         "{} — summary over {n} rounds: median (range)",
@@ -939,10 +1057,11 @@ fn summary(surface: Surface, s: &Settings, floor: &[Round], gov: &[Round]) {
     let int = |x: f64| format!("{x:.0}");
     let one = |x: f64| format!("{x:.1}");
     let two = |x: f64| format!("{x:.2}");
-    for (who, rounds) in [("floor", floor), ("governed", gov)] {
+    for (kind, rounds) in runs {
+        let who = kind.label();
         let col = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
         println!(
-            "  {who:<8} saturated ({} conns): {} calls/s, p50 {} ms, p99 {} ms, server CPU {} ms per 1,000 calls",
+            "  {who:<11} saturated ({} conns): {} calls/s, p50 {} ms, p99 {} ms, server CPU {} ms per 1,000 calls",
             s.connections,
             spread(col(&|r| r.saturated.rate()), int),
             spread(col(&|r| ms(r.saturated.latency.p50)), two),
@@ -950,14 +1069,14 @@ fn summary(surface: Surface, s: &Settings, floor: &[Round], gov: &[Round]) {
             spread(col(&|r| r.saturated.server_cpu), one),
         );
         println!(
-            "  {who:<8} saturated, client Nagle on: {} calls/s, p50 {} ms, p99 {} ms",
+            "  {who:<11} saturated, client Nagle on: {} calls/s, p50 {} ms, p99 {} ms",
             spread(col(&|r| r.plain.rate()), int),
             spread(col(&|r| ms(r.plain.latency.p50)), two),
             spread(col(&|r| ms(r.plain.latency.p99)), two),
         );
         for (i, rate) in s.rates.iter().enumerate() {
             println!(
-                "  {who:<8} paced {rate}/s: achieved {}/s, p50 {} ms, p99 {} ms, max {} ms, server CPU {} ms per 1,000 calls",
+                "  {who:<11} paced {rate}/s: achieved {}/s, p50 {} ms, p99 {} ms, max {} ms, server CPU {} ms per 1,000 calls",
                 spread(col(&|r| r.paced[i].1.rate()), int),
                 spread(col(&|r| ms(r.paced[i].1.latency.p50)), two),
                 spread(col(&|r| ms(r.paced[i].1.latency.p99)), two),
@@ -966,24 +1085,36 @@ fn summary(surface: Surface, s: &Settings, floor: &[Round], gov: &[Round]) {
             );
         }
     }
-    let ratio = |f: &dyn Fn(&Round) -> f64| {
-        floor
-            .iter()
-            .zip(gov)
-            .map(|(fl, g)| f(g) / f(fl))
-            .collect::<Vec<_>>()
-    };
-    println!(
-        "  ratio governed/floor, same round: saturated calls/s {}; server CPU per call {}; client Nagle on calls/s {}",
-        spread(ratio(&|r| r.saturated.rate()), two),
-        spread(ratio(&|r| r.saturated.server_cpu), two),
-        spread(ratio(&|r| r.plain.rate()), two),
-    );
-    for (i, rate) in s.rates.iter().enumerate() {
+    // Each pair's ratios, round by round: the governed server against each floor,
+    // and what durability alone costs the floor.
+    let pairs = [
+        (Kind::Governed, Kind::Floor),
+        (Kind::Governed, Kind::DurableFloor),
+        (Kind::DurableFloor, Kind::Floor),
+    ];
+    for (over, under) in pairs {
+        let (Some(top), Some(base)) = (of(runs, over), of(runs, under)) else {
+            continue;
+        };
+        let ratio = |f: &dyn Fn(&Round) -> f64| {
+            base.iter()
+                .zip(top)
+                .map(|(b, t)| f(t) / f(b))
+                .collect::<Vec<_>>()
+        };
+        let name = format!("{}/{}", over.label(), under.label());
         println!(
-            "  ratio governed/floor, paced {rate}/s: server CPU per call {}",
-            spread(ratio(&|r| r.paced[i].1.server_cpu), two),
+            "  ratio {name}, same round: saturated calls/s {}; server CPU per call {}; client Nagle on calls/s {}",
+            spread(ratio(&|r| r.saturated.rate()), two),
+            spread(ratio(&|r| r.saturated.server_cpu), two),
+            spread(ratio(&|r| r.plain.rate()), two),
         );
+        for (i, rate) in s.rates.iter().enumerate() {
+            println!(
+                "  ratio {name}, paced {rate}/s: server CPU per call {}",
+                spread(ratio(&|r| r.paced[i].1.server_cpu), two),
+            );
+        }
     }
 }
 
@@ -1006,32 +1137,32 @@ pub fn main(surface: Surface) {
         hz: ticks_per_second(),
     };
     let rounds = env_num("BENCH_ROUNDS", 3).max(1);
+    let mut kinds = vec![Kind::Floor, Kind::Governed];
+    if env_num("BENCH_DURABLE_FLOOR", 0) != 0 {
+        kinds.insert(1, Kind::DurableFloor);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (mut floor, mut gov) = (Vec::new(), Vec::new());
+    let mut runs: Vec<(Kind, Vec<Round>)> = kinds.iter().map(|&k| (k, Vec::new())).collect();
     rt.block_on(async {
         for round in 0..rounds {
             println!("round {}/{rounds}", round + 1);
-            // Alternate which goes first, so a drift in the machine's speed
-            // favours neither.
-            let order = if round % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for is_floor in order {
-                let r = one_round(surface, is_floor, &s).await;
-                if is_floor {
-                    floor.push(r);
-                } else {
-                    gov.push(r);
+            // Alternate the order, so a drift in the machine's speed favours none.
+            let mut order = kinds.clone();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for kind in order {
+                let r = one_round(surface, kind, &s).await;
+                if let Some((_, rounds)) = runs.iter_mut().find(|(k, _)| *k == kind) {
+                    rounds.push(r);
                 }
             }
         }
     });
-    summary(surface, &s, &floor, &gov);
-    let failures: usize = floor.iter().chain(&gov).map(Round::failures).sum();
+    summary(surface, &s, &runs);
+    let failures: usize = runs.iter().flat_map(|(_, r)| r).map(Round::failures).sum();
     assert_eq!(failures, 0, "{failures} calls failed or were never made");
 }
