@@ -30,8 +30,15 @@
 //! `BENCH_FLOOR=1` serves a bare tonic `ToolInvoker` instead — no pipeline, no
 //! evidence, the request's arguments echoed back — to the same client: the cost of
 //! tonic, HTTP/2 and the client alone on this machine, the floor under the figures.
+//! With `BENCH_FLOOR_FSYNC=1` besides, the floor answers each call only once its
+//! arguments are in a journal on disk (one `pwrite` and `fdatasync` per round of
+//! the calls queued meanwhile, as `mcp_load`'s durable floor): what durability
+//! alone costs a server on this disk.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[path = "common/journal.rs"]
+mod journal;
 
 use std::time::{Duration, Instant};
 
@@ -89,9 +96,11 @@ impl ToolInvoker for Floor {
         &self,
         request: tonic::Request<InvokeRequest>,
     ) -> Result<tonic::Response<InvokeResponse>, tonic::Status> {
+        let arguments_json = request.into_inner().arguments_json;
+        journal::record(arguments_json.as_bytes()).await;
         Ok(tonic::Response::new(InvokeResponse {
             call_id: "floor".into(),
-            output_json: request.into_inner().arguments_json,
+            output_json: arguments_json,
             evidence_ref: String::new(),
             replayed: false,
             warnings: Vec::new(),
@@ -175,7 +184,12 @@ fn main() {
             let _ = stopped.await;
         };
         if std::env::var_os("BENCH_FLOOR").is_some() {
-            println!("floor: bare tonic ToolInvoker, no pipeline, no evidence");
+            if std::env::var_os(journal::ENV).is_some() {
+                journal::open();
+                println!("floor: bare tonic ToolInvoker, each call answered once on disk");
+            } else {
+                println!("floor: bare tonic ToolInvoker, no pipeline, no evidence");
+            }
             let addr = grpc.clone();
             let server = tokio::spawn(async move { serve_floor(&addr, stopped).await });
             return (grpc, stop, server, data, None);

@@ -53,6 +53,8 @@
 #[path = "../../tests/common/mod.rs"]
 mod server;
 
+mod journal;
+
 use std::cell::Cell;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -174,7 +176,7 @@ impl Target {
     fn start_floor(surface: Surface, durable: bool) -> Target {
         let mut command = Command::new(std::env::current_exe().unwrap());
         if durable {
-            command.env(floor::journal::ENV, "1");
+            command.env(journal::ENV, "1");
         }
         let mut child = command
             .env("BENCH_ROLE", surface.role())
@@ -243,8 +245,8 @@ impl Drop for Target {
 /// Runs the floor server named by `role` until its stdin closes.
 fn serve_floor(role: &str) {
     let surface = Surface::from_role(role).unwrap_or_else(|| panic!("unknown BENCH_ROLE {role}"));
-    if std::env::var_os(floor::journal::ENV).is_some() {
-        floor::journal::open();
+    if std::env::var_os(journal::ENV).is_some() {
+        journal::open();
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -294,6 +296,8 @@ mod floor {
     use rmcp::{ErrorData, RoleServer, ServerHandler};
     use serde_json::{Value, json};
     use tokio_util::sync::CancellationToken;
+
+    use super::journal;
 
     /// A bare rmcp server whose one tool echoes its arguments, answered as
     /// Soulbase answers (text and structured content).
@@ -347,80 +351,6 @@ mod floor {
             ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
         }
         axum::Router::new().route("/api/tools/{id}/invoke", axum::routing::post(invoke))
-    }
-
-    /// The durable floor's journal: a call is answered once its bytes are on
-    /// disk. One thread writes whatever calls queued while it was busy as one
-    /// round, a `pwrite` and an `fdatasync`, then answers them all (group commit,
-    /// no linger), into a file zero-filled ahead so a round never grows it — the
-    /// spool's own way of writing, without its framing, its checks or a drain.
-    pub mod journal {
-        use std::fs::File;
-        use std::os::unix::fs::FileExt;
-        use std::sync::OnceLock;
-        use std::sync::mpsc::{self, Sender};
-
-        use tokio::sync::oneshot;
-
-        /// Set (to anything) in the floor's environment: keep the journal.
-        pub const ENV: &str = "BENCH_FLOOR_FSYNC";
-        /// The journal's size; rounds start again at its head when they reach its end.
-        const SIZE: u64 = 64 << 20;
-
-        static QUEUE: OnceLock<Sender<(Vec<u8>, oneshot::Sender<()>)>> = OnceLock::new();
-
-        /// Creates the journal in a temporary directory (on the disk the governed
-        /// server's spool uses) and starts its writer.
-        pub fn open() {
-            let dir = tempfile::tempdir().unwrap();
-            let file = File::options()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(dir.path().join("journal"))
-                .unwrap();
-            let zeros = vec![0u8; 1 << 20];
-            for mib in 0..SIZE >> 20 {
-                file.write_all_at(&zeros, mib << 20).unwrap();
-            }
-            file.sync_all().unwrap();
-            let (queue, calls) = mpsc::channel::<(Vec<u8>, oneshot::Sender<()>)>();
-            std::thread::Builder::new()
-                .name("floor-journal".into())
-                .spawn(move || {
-                    let _dir = dir;
-                    let (mut at, mut round, mut waiting) = (0u64, Vec::new(), Vec::new());
-                    while let Ok(first) = calls.recv() {
-                        for (bytes, done) in std::iter::once(first).chain(calls.try_iter()) {
-                            round.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                            round.extend_from_slice(&bytes);
-                            waiting.push(done);
-                        }
-                        if at + round.len() as u64 > SIZE {
-                            at = 0;
-                        }
-                        file.write_all_at(&round, at).unwrap();
-                        file.sync_data().unwrap();
-                        at += round.len() as u64;
-                        round.clear();
-                        for done in waiting.drain(..) {
-                            let _ = done.send(());
-                        }
-                    }
-                })
-                .unwrap();
-            QUEUE.set(queue).unwrap();
-        }
-
-        /// Returns once `bytes` are on disk; at once when there is no journal.
-        pub async fn record(bytes: &[u8]) {
-            let Some(queue) = QUEUE.get() else {
-                return;
-            };
-            let (done, written) = oneshot::channel();
-            queue.send((bytes.to_vec(), done)).unwrap();
-            written.await.unwrap();
-        }
     }
 }
 
