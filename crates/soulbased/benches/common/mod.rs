@@ -175,8 +175,12 @@ impl Target {
     /// `durable`: each call is answered once it is on disk.
     fn start_floor(surface: Surface, durable: bool) -> Target {
         let mut command = Command::new(std::env::current_exe().unwrap());
+        // Set or taken away: the bare floor stays bare whatever this process's
+        // environment holds.
         if durable {
             command.env(journal::ENV, "1");
+        } else {
+            command.env_remove(journal::ENV);
         }
         let mut child = command
             .env("BENCH_ROLE", surface.role())
