@@ -185,7 +185,8 @@ fn main() {
         };
         if std::env::var_os("BENCH_FLOOR").is_some() {
             if std::env::var_os(journal::ENV).is_some() {
-                journal::open();
+                // Where the governed server's spool would be (`BENCH_DATA_DIR`).
+                journal::open(data.path());
                 println!("floor: bare tonic ToolInvoker, each call answered once on disk");
             } else {
                 println!("floor: bare tonic ToolInvoker, no pipeline, no evidence");

@@ -8,6 +8,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::mpsc::{self, Sender};
 
@@ -20,21 +21,26 @@ const SIZE: u64 = 64 << 20;
 
 static QUEUE: OnceLock<Sender<(Vec<u8>, oneshot::Sender<()>)>> = OnceLock::new();
 
-/// Creates the journal in a temporary directory (on the disk the governed
-/// server's spool uses) and starts its writer.
-pub fn open() {
-    let dir = tempfile::tempdir().unwrap();
+/// Creates the journal in a temporary directory under `parent` (where the
+/// governed server's spool goes, so both flush to the same disk) and starts its
+/// writer. A journal that cannot be made fails the floor at once, naming it.
+pub fn open(parent: &Path) {
+    let dir = tempfile::tempdir_in(parent)
+        .unwrap_or_else(|e| panic!("the floor's journal directory in {}: {e}", parent.display()));
+    let path = dir.path().join("journal");
+    let fail = |e: std::io::Error| -> ! { panic!("the floor's journal {}: {e}", path.display()) };
     let file = File::options()
         .read(true)
         .write(true)
         .create_new(true)
-        .open(dir.path().join("journal"))
-        .unwrap();
+        .open(&path)
+        .unwrap_or_else(|e| fail(e));
     let zeros = vec![0u8; 1 << 20];
     for mib in 0..SIZE >> 20 {
-        file.write_all_at(&zeros, mib << 20).unwrap();
+        file.write_all_at(&zeros, mib << 20)
+            .unwrap_or_else(|e| fail(e));
     }
-    file.sync_all().unwrap();
+    file.sync_all().unwrap_or_else(|e| fail(e));
     let (queue, calls) = mpsc::channel::<(Vec<u8>, oneshot::Sender<()>)>();
     std::thread::Builder::new()
         .name("floor-journal".into())
@@ -50,8 +56,15 @@ pub fn open() {
                 if at + round.len() as u64 > SIZE {
                     at = 0;
                 }
-                file.write_all_at(&round, at).unwrap();
-                file.sync_data().unwrap();
+                // A failed write ends the writer: every call waiting on it, and
+                // every later one, fails (see `record`), and the bench with them.
+                let written = file
+                    .write_all_at(&round, at)
+                    .and_then(|()| file.sync_data());
+                if let Err(e) = written {
+                    eprintln!("the floor's journal {}: {e}", path.display());
+                    return;
+                }
                 at += round.len() as u64;
                 round.clear();
                 for done in waiting.drain(..) {
@@ -63,12 +76,16 @@ pub fn open() {
     QUEUE.set(queue).unwrap();
 }
 
-/// Returns once `bytes` are on disk; at once when there is no journal.
+/// Returns once `bytes` are on disk; at once when there is no journal. Panics,
+/// failing the call, once the journal could not be written.
 pub async fn record(bytes: &[u8]) {
     let Some(queue) = QUEUE.get() else {
         return;
     };
     let (done, written) = oneshot::channel();
-    queue.send((bytes.to_vec(), done)).unwrap();
-    written.await.unwrap();
+    let sent = queue.send((bytes.to_vec(), done)).is_ok();
+    assert!(
+        sent && written.await.is_ok(),
+        "the floor's journal failed: a call was not written"
+    );
 }

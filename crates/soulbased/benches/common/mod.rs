@@ -250,7 +250,8 @@ impl Drop for Target {
 fn serve_floor(role: &str) {
     let surface = Surface::from_role(role).unwrap_or_else(|| panic!("unknown BENCH_ROLE {role}"));
     if std::env::var_os(journal::ENV).is_some() {
-        journal::open();
+        // The governed server's data directory is a temporary one too.
+        journal::open(&std::env::temp_dir());
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
