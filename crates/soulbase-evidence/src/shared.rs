@@ -1,10 +1,11 @@
 //! State shared by the sink (callers), the writer thread and the drainer task.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use foldhash::HashSet;
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_types::EnvelopeId;
 use tokio::sync::{Notify, oneshot};

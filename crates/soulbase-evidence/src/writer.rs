@@ -31,7 +31,7 @@
 //! `LOCK` still have names; a deleted spool is restored before the round is
 //! acknowledged (see `restore_if_unlinked`).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};

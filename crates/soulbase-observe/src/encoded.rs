@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use soulbase_errors::SoulError;
 
+use crate::quick_head::quick_head;
 use crate::store::store_refusal;
 use crate::{EndStatus, EvidenceRecord};
 
@@ -118,39 +119,49 @@ impl EncodedRecord {
     /// record is a [`store_refusal`].
     pub fn head(&self) -> Result<RecordHead<'_>, SoulError> {
         self.check()?;
-        let raw: RawHead<'_> = serde_json::from_str(&self.json)
-            .map_err(|e| store_refusal(format!("not an evidence record: {e}")))?;
-        let p = raw.payload;
-        let (kind, tool_id, begin_id, status) = match p.event.0.as_ref() {
-            "begin" => ("begin", p.tool_id.map(|t| t.0), None, None),
-            "end" => {
-                let missing = |f: &str| store_refusal(format!("an End without `payload.{f}`"));
-                let begin_id = p.begin_id.ok_or_else(|| missing("begin_id"))?;
-                let status = p.status.ok_or_else(|| missing("status"))?;
-                ("end", None, Some(begin_id.0), Some(status))
-            }
-            "denied" => ("denied", p.tool.map(|t| t.0), None, None),
-            "conversation" => ("conversation", None, None, None),
-            other => {
-                return Err(store_refusal(format!(
-                    "unknown evidence event `{other}` in `payload.event`"
-                )));
-            }
-        };
-        if kind == "begin" && tool_id.is_none() {
-            return Err(store_refusal("a Begin without `payload.tool_id`"));
+        // Known to be a record: the quick scan reads what it can, the parser the rest.
+        match quick_head(&self.json) {
+            Some(head) => Ok(head),
+            None => parsed_head(&self.json),
         }
-        Ok(RecordHead {
-            id: raw.id.0,
-            at_ms: raw.at,
-            tenant: raw.tenant.0,
-            kind,
-            call_id: p.call_id.0,
-            tool_id,
-            begin_id,
-            status,
-        })
     }
+}
+
+/// The head of `json` as `serde_json` reads it (the rest of the text skipped,
+/// not built).
+pub(crate) fn parsed_head(json: &str) -> Result<RecordHead<'_>, SoulError> {
+    let raw: RawHead<'_> = serde_json::from_str(json)
+        .map_err(|e| store_refusal(format!("not an evidence record: {e}")))?;
+    let p = raw.payload;
+    let (kind, tool_id, begin_id, status) = match p.event.0.as_ref() {
+        "begin" => ("begin", p.tool_id.map(|t| t.0), None, None),
+        "end" => {
+            let missing = |f: &str| store_refusal(format!("an End without `payload.{f}`"));
+            let begin_id = p.begin_id.ok_or_else(|| missing("begin_id"))?;
+            let status = p.status.ok_or_else(|| missing("status"))?;
+            ("end", None, Some(begin_id.0), Some(status))
+        }
+        "denied" => ("denied", p.tool.map(|t| t.0), None, None),
+        "conversation" => ("conversation", None, None, None),
+        other => {
+            return Err(store_refusal(format!(
+                "unknown evidence event `{other}` in `payload.event`"
+            )));
+        }
+    };
+    if kind == "begin" && tool_id.is_none() {
+        return Err(store_refusal("a Begin without `payload.tool_id`"));
+    }
+    Ok(RecordHead {
+        id: raw.id.0,
+        at_ms: raw.at,
+        tenant: raw.tenant.0,
+        kind,
+        call_id: p.call_id.0,
+        tool_id,
+        begin_id,
+        status,
+    })
 }
 
 /// The indexed fields of an evidence record, borrowed from its text where it
@@ -236,22 +247,13 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use soulbase_errors::ErrorCode;
-    use soulbase_types::{
-        ActorId, CallId, Envelope, EnvelopeId, Origin, TenantId, ToolId, UnixMillis,
-    };
+    use soulbase_types::{CallId, EnvelopeId, ToolId};
 
     use super::*;
     use crate::{BudgetUsage, Denial, EvidenceBegin, EvidenceEnd, EvidenceEvent, is_store_refusal};
 
     fn envelope(payload: EvidenceEvent) -> EvidenceRecord {
-        let mut r = Envelope::new(
-            TenantId::new("acme").unwrap(),
-            ActorId::new("alice").unwrap(),
-            Origin::Llm,
-            payload,
-        );
-        r.at = UnixMillis(1_790_000_000_123);
-        r
+        crate::quick_head::tests::envelope(payload, false)
     }
 
     fn begin(tool: &str) -> EvidenceRecord {

@@ -33,6 +33,7 @@ mod encoded;
 pub mod fixtures;
 mod memory_store;
 mod model;
+mod quick_head;
 mod replay;
 mod sink;
 mod store;

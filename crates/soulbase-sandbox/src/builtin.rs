@@ -3,7 +3,7 @@
 //! They still pass the pipeline's profile and guard: a builtin handler declares its
 //! capabilities in its manifest like any other tool.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 

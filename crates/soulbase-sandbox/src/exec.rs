@@ -1,6 +1,6 @@
 //! The execution seam: a planned call, its guard, and the local dispatcher.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::time::Duration;
 

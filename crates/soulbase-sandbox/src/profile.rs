@@ -1,6 +1,6 @@
 //! Capability profiles: what one call may do, and the seam that builds them.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;

@@ -411,6 +411,31 @@ async fn evidence_on_sqlite() {
     evidence_semantics(fresh_sqlite(dir.path()).await).await;
 }
 
+/// The SQLite the workspace builds (`LIBSQLITE3_FLAGS` in `.cargo/config.toml`)
+/// keeps no memory statistics and no page cache shared between connections:
+/// neither takes a global mutex on each allocation and page fetch of the drain's
+/// inserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_is_built_without_global_memory_mutexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Db::Sqlite(pool) = fresh_sqlite(dir.path()).await else {
+        panic!("a SQLite URL opens SQLite");
+    };
+    let options: Vec<(String,)> = sqlx::query_as("PRAGMA compile_options")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    let options: Vec<String> = options.into_iter().map(|(o,)| o).collect();
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+    assert!(
+        !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+        "{options:?}"
+    );
+}
+
 /// A batch part of which is already stored (re-sent after a crash, overlapping a
 /// new tail): the new records land, the stored ones are not doubled, and the
 /// whole-COPY fast path is taken again afterwards.

@@ -1,6 +1,6 @@
 //! `concurrency: serial` and `limits.max_concurrency`, per (tenant, tool).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
