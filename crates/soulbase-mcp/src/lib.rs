@@ -688,50 +688,9 @@ fn request_meta(
     }
 }
 
-impl ServerHandler for McpServer {
-    #[allow(deprecated)]
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_logging()
-                .enable_completions()
-                .enable_prompts()
-                .enable_resources()
-                .enable_resources_subscribe()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("soulbase", env!("CARGO_PKG_VERSION")))
-        .with_instructions(
-            "Governed tools: every call is authorized, metered, sandboxed and evidenced.",
-        )
-    }
-
-    async fn list_tools(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let subject = self
-            .subject_from(&context.extensions)
-            .await
-            .map_err(|e| rpc_error(&e))?;
-        let cursor = request.and_then(|r| r.cursor);
-        let binding = self.binding(&context.extensions);
-        let available = self
-            .stack
-            .available(Surface::Mcp, &subject, &binding)
-            .await
-            .map_err(|e| rpc_error(&e))?;
-        let mut tools: Vec<_> = available.iter().map(|s| to_mcp_tool(&s.tool)).collect();
-        if self.skills.is_some() {
-            tools.extend(skills::protocol_tools());
-        }
-        Ok(tools::page(tools, cursor.as_deref()))
-    }
-
-    async fn call_tool(
+impl McpServer {
+    /// `tools/call`: a governed tool call, or a skill's protocol tool.
+    async fn governed_tool_call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -801,6 +760,136 @@ impl ServerHandler for McpServer {
             self.log_call(&context.peer, asked, &tool, r).await;
         }
         Ok(answer.into())
+    }
+
+    /// `subscriptions/listen`: list changes and followed resources, pushed until
+    /// the client or the server ends the subscription.
+    async fn subscription(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let ext = context.request_context().extensions.clone();
+        let subject = self.subject_from(&ext).await.map_err(|e| rpc_error(&e))?;
+        let request = context.request_context().ct.clone();
+        let sink = context.sink().clone();
+        let accepted = context.accepted().clone();
+        let tools = async {
+            if accepted.tools_list_changed != Some(true) {
+                return;
+            }
+            let sink = sink.clone();
+            Self::forward_changes(
+                self.registry.subscribe_for(&subject.tenant),
+                self.stop.clone(),
+                request.clone(),
+                || {
+                    let sink = sink.clone();
+                    async move {
+                        sink.send(ServerNotification::ToolListChangedNotification(
+                            ToolListChangedNotification {
+                                method: Default::default(),
+                                extensions: Default::default(),
+                            },
+                        ))
+                        .await
+                        .is_ok()
+                    }
+                },
+            )
+            .await;
+        };
+        let followed = async {
+            let uris = accepted.resource_subscriptions.clone().unwrap_or_default();
+            if uris.is_empty() {
+                return;
+            }
+            let seen = match self.skill_view(&ext).await {
+                Ok(Some((set, available))) => uris
+                    .into_iter()
+                    .map(|u| {
+                        let f = resources::fingerprint(&set, &available, &u);
+                        (u, f)
+                    })
+                    .collect(),
+                _ => return,
+            };
+            let subscribed: Subscribed = Arc::new(std::sync::Mutex::new(seen));
+            let sink = sink.clone();
+            self.clone()
+                .watch_resources(ext.clone(), subscribed, request.clone(), move |uri| {
+                    let sink = sink.clone();
+                    async move { sink.notify_resource_updated(uri).await.is_ok() }
+                })
+                .await;
+        };
+        let idle = accepted.tools_list_changed != Some(true)
+            && accepted
+                .resource_subscriptions
+                .as_ref()
+                .is_none_or(Vec::is_empty);
+        tokio::join!(tools, followed);
+        if idle {
+            // Nothing to send: held open until the client or the server ends it.
+            tokio::select! {
+                () = self.stop.cancelled() => {}
+                () = request.cancelled() => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ServerHandler for McpServer {
+    #[allow(deprecated)]
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_completions()
+                .enable_prompts()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("soulbase", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Governed tools: every call is authorized, metered, sandboxed and evidenced.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let subject = self
+            .subject_from(&context.extensions)
+            .await
+            .map_err(|e| rpc_error(&e))?;
+        let cursor = request.and_then(|r| r.cursor);
+        let binding = self.binding(&context.extensions);
+        let available = self
+            .stack
+            .available(Surface::Mcp, &subject, &binding)
+            .await
+            .map_err(|e| rpc_error(&e))?;
+        let mut tools: Vec<_> = available.iter().map(|s| to_mcp_tool(&s.tool)).collect();
+        if self.skills.is_some() {
+            tools.extend(skills::protocol_tools());
+        }
+        Ok(tools::page(tools, cursor.as_deref()))
+    }
+
+    /// Boxed, as [`listen`](Self::listen) is: rmcp runs each request in a task of
+    /// its own whose future holds the future of whichever handler the request
+    /// needs, so every request's task is as large as the largest handler's. The
+    /// governed call's (~17 KB) made each one ~20 KB, copied twice as it was
+    /// spawned, a request for anything else included.
+    fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_ {
+        Box::pin(self.governed_tool_call(request, context))
     }
 
     #[allow(deprecated)]
@@ -1019,75 +1108,13 @@ impl ServerHandler for McpServer {
         Some(accepted)
     }
 
-    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let ext = context.request_context().extensions.clone();
-        let subject = self.subject_from(&ext).await.map_err(|e| rpc_error(&e))?;
-        let request = context.request_context().ct.clone();
-        let sink = context.sink().clone();
-        let accepted = context.accepted().clone();
-        let tools = async {
-            if accepted.tools_list_changed != Some(true) {
-                return;
-            }
-            let sink = sink.clone();
-            Self::forward_changes(
-                self.registry.subscribe_for(&subject.tenant),
-                self.stop.clone(),
-                request.clone(),
-                || {
-                    let sink = sink.clone();
-                    async move {
-                        sink.send(ServerNotification::ToolListChangedNotification(
-                            ToolListChangedNotification {
-                                method: Default::default(),
-                                extensions: Default::default(),
-                            },
-                        ))
-                        .await
-                        .is_ok()
-                    }
-                },
-            )
-            .await;
-        };
-        let followed = async {
-            let uris = accepted.resource_subscriptions.clone().unwrap_or_default();
-            if uris.is_empty() {
-                return;
-            }
-            let seen = match self.skill_view(&ext).await {
-                Ok(Some((set, available))) => uris
-                    .into_iter()
-                    .map(|u| {
-                        let f = resources::fingerprint(&set, &available, &u);
-                        (u, f)
-                    })
-                    .collect(),
-                _ => return,
-            };
-            let subscribed: Subscribed = Arc::new(std::sync::Mutex::new(seen));
-            let sink = sink.clone();
-            self.clone()
-                .watch_resources(ext.clone(), subscribed, request.clone(), move |uri| {
-                    let sink = sink.clone();
-                    async move { sink.notify_resource_updated(uri).await.is_ok() }
-                })
-                .await;
-        };
-        let idle = accepted.tools_list_changed != Some(true)
-            && accepted
-                .resource_subscriptions
-                .as_ref()
-                .is_none_or(Vec::is_empty);
-        tokio::join!(tools, followed);
-        if idle {
-            // Nothing to send: held open until the client or the server ends it.
-            tokio::select! {
-                () = self.stop.cancelled() => {}
-                () = request.cancelled() => {}
-            }
-        }
-        Ok(())
+    /// Boxed (~6 KB, held for as long as the subscription lasts): see
+    /// [`call_tool`](Self::call_tool).
+    fn listen(
+        &self,
+        context: SubscriptionContext,
+    ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        Box::pin(self.subscription(context))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
