@@ -2,9 +2,10 @@
 //! soon as it has them.
 //!
 //! A store reads a [`RecordHead`] of every record it takes. Through `serde_json`
-//! that parses the whole text — its digests, usage and side effects — which the
-//! drain measured at ~8,800 instructions a record, a tenth of a governed call's
-//! (`xtask/call_instructions.py`, docs/performance.md). The fields a store
+//! that parses the whole text — its digests, usage and side effects — which
+//! cost ~7,900 instructions a record, 7 % of a governed HTTP call's, Begin and
+//! End together (`xtask/call_instructions.py`, docs/performance.md); this scan
+//! ~2,800. The fields a store
 //! indexes come first: the envelope's `id`, `tenant` and `at` before its
 //! `payload` (the last field), and in the payload its `event`, `call_id` and the
 //! kind's `tool_id`, `tool` or `begin_id` and `status` before anything long. This
