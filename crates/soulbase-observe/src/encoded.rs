@@ -247,31 +247,17 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use soulbase_errors::ErrorCode;
-    use soulbase_types::{CallId, EnvelopeId, ToolId};
+    use soulbase_types::{CallId, EnvelopeId};
 
     use super::*;
-    use crate::{BudgetUsage, Denial, EvidenceBegin, EvidenceEnd, EvidenceEvent, is_store_refusal};
+    use crate::{BudgetUsage, Denial, EvidenceEnd, EvidenceEvent, is_store_refusal};
 
     fn envelope(payload: EvidenceEvent) -> EvidenceRecord {
         crate::quick_head::tests::envelope(payload, false)
     }
 
     fn begin(tool: &str) -> EvidenceRecord {
-        envelope(EvidenceEvent::Begin(EvidenceBegin {
-            call_id: CallId::new("call-1").unwrap(),
-            tool_id: ToolId::new(tool).unwrap(),
-            tool_version: "1.0.0".into(),
-            manifest_digest: "m".into(),
-            profile_hash: "p".into(),
-            policy_hash: "q".into(),
-            config_hash: "c".into(),
-            args_digest: "a".into(),
-            idempotency_key: Some("key \"quoted\"".into()),
-            calling_skill: None,
-            consent: None,
-            conversation: None,
-            surface: None,
-        }))
+        envelope(crate::quick_head::tests::begin(tool, true))
     }
 
     #[test]

@@ -91,6 +91,33 @@ pub enum EndStatus {
     Aborted,
 }
 
+impl EndStatus {
+    /// Every status, in order.
+    pub const ALL: [EndStatus; 5] = [
+        EndStatus::Ok,
+        EndStatus::Error,
+        EndStatus::Timeout,
+        EndStatus::Cancelled,
+        EndStatus::Aborted,
+    ];
+
+    /// Its name in records and in the stores' `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndStatus::Ok => "ok",
+            EndStatus::Error => "error",
+            EndStatus::Timeout => "timeout",
+            EndStatus::Cancelled => "cancelled",
+            EndStatus::Aborted => "aborted",
+        }
+    }
+
+    /// The status named `name` ([`as_str`](Self::as_str)), if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
 /// A side effect the executor reports (e.g. a file written, a host contacted).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[schemars(deny_unknown_fields)]

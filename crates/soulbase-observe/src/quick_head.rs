@@ -215,7 +215,7 @@ impl<'a> Scan<'a> {
                 "tool_id" => tool_id = Some(self.string()?),
                 "tool" => tool = Some(self.string()?),
                 "begin_id" => begin_id = Some(self.string()?),
-                "status" => status = Some(end_status(self.string()?)?),
+                "status" => status = Some(EndStatus::from_name(self.string()?)?),
                 _ => self.skip_value()?,
             }
             let done = match (event, call_id) {
@@ -259,18 +259,6 @@ impl<'a> Scan<'a> {
     }
 }
 
-/// An End's status by its name in records.
-fn end_status(name: &str) -> Option<EndStatus> {
-    Some(match name {
-        "ok" => EndStatus::Ok,
-        "error" => EndStatus::Error,
-        "timeout" => EndStatus::Timeout,
-        "cancelled" => EndStatus::Cancelled,
-        "aborted" => EndStatus::Aborted,
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -304,7 +292,9 @@ pub(crate) mod tests {
         r
     }
 
-    fn begin(tool: &str, full: bool) -> EvidenceEvent {
+    /// A Begin of `tool`; `full` sets every optional field (an idempotency key
+    /// with characters JSON escapes among them).
+    pub(crate) fn begin(tool: &str, full: bool) -> EvidenceEvent {
         EvidenceEvent::Begin(EvidenceBegin {
             call_id: CallId::new("call-1").unwrap(),
             tool_id: ToolId::new(tool).unwrap(),

@@ -440,3 +440,13 @@ fn conversation_records_round_trip_and_index_under_their_id() {
     );
     assert_eq!(enc.decode().unwrap(), r);
 }
+
+#[test]
+fn an_end_status_is_named_as_serde_names_it() {
+    for status in EndStatus::ALL {
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(json, format!("\"{}\"", status.as_str()));
+        assert_eq!(EndStatus::from_name(status.as_str()), Some(status));
+    }
+    assert_eq!(EndStatus::from_name("fine"), None);
+}

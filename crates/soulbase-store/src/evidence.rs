@@ -71,7 +71,7 @@ fn sqlite_insert(rows: &[Headed<'_>]) -> QueryBuilder<sqlx::Sqlite> {
             .push_bind(text(&h.call_id))
             .push_bind(h.tool_id.as_deref().map(text))
             .push_bind(h.begin_id.as_deref().map(text))
-            .push_bind(h.status.map(|s| text(status_name(s))))
+            .push_bind(h.status.map(|s| text(s.as_str())))
             .push_bind(r.record.shared());
     });
     qb.push(" ON CONFLICT DO NOTHING");
@@ -120,17 +120,6 @@ struct Row {
     record: String,
 }
 
-/// The lowercase name of an End status, as stored.
-pub fn status_name(s: EndStatus) -> &'static str {
-    match s {
-        EndStatus::Ok => "ok",
-        EndStatus::Error => "error",
-        EndStatus::Timeout => "timeout",
-        EndStatus::Cancelled => "cancelled",
-        EndStatus::Aborted => "aborted",
-    }
-}
-
 /// A record of a batch with its indexed fields, read once per batch.
 struct Headed<'a> {
     record: &'a EncodedRecord,
@@ -161,7 +150,7 @@ fn row(r: &Headed<'_>) -> Row {
         call_id: h.call_id.to_string(),
         tool_id: h.tool_id.as_deref().map(str::to_owned),
         begin_id: h.begin_id.as_deref().map(str::to_owned),
-        status: h.status.map(status_name),
+        status: h.status.map(EndStatus::as_str),
         record: r.record.as_str().to_owned(),
     }
 }
@@ -224,7 +213,7 @@ fn copy_binary(records: &[Headed<'_>]) -> Result<(Vec<u8>, BTreeSet<i64>), SoulE
         put_text(&mut buf, Some(h.call_id.as_ref()))?;
         put_text(&mut buf, h.tool_id.as_deref())?;
         put_text(&mut buf, h.begin_id.as_deref())?;
-        put_text(&mut buf, h.status.map(status_name))?;
+        put_text(&mut buf, h.status.map(EndStatus::as_str))?;
         put_text(&mut buf, Some(r.record.as_str()))?;
     }
     buf.extend_from_slice(&(-1i16).to_be_bytes());
@@ -630,7 +619,7 @@ impl EvidenceStore for SqlEvidenceStore {
         q.validate()?;
         let limit = i64::from(q.limit) + 1;
         let tool = q.tool.as_ref().map(|t| t.to_string());
-        let status = q.status.map(status_name);
+        let status = q.status.map(EndStatus::as_str);
         let actor = q.actor.as_ref().map(|a| a.as_str());
         let code = q.code_text();
         let (after_at, after_id) = match &q.after {

@@ -34,7 +34,7 @@ mod registry;
 pub use audit::SqlAuditLog;
 pub use consent::{SqlConsentRequests, SqlConsentRevocations};
 pub use db::{Db, db_error};
-pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore, status_name};
+pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};
 pub use open::{
     DISK_RESERVE, Persistence, database_url, idempotency_lease, spool_dir, spool_options,
