@@ -19,10 +19,10 @@
 //!
 //! [`Report::Poll`]: soulbase_tools::pipeline::Report::Poll
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use futures_util::{Stream, StreamExt};
 use rmcp::model::{ClientJsonRpcMessage, RequestId};
 use rmcp::transport::WorkerTransport;
@@ -46,8 +46,11 @@ pub const POLL_WAIT: Duration = Duration::from_secs(30);
 /// A stream closed for polling, by session and HTTP-request number.
 type PolledKey = (SessionId, u64);
 
-/// A request's stream: its session and JSON-RPC request id.
-type StreamKey = (SessionId, String);
+/// A request's stream: its session and JSON-RPC request id (as sent: `1` and
+/// `"1"` are two requests). Registered and forgotten on every request, so
+/// keyed without formatting the id and hashed with foldhash (the session ids
+/// are minted here; a client only looks one up).
+type StreamKey = (SessionId, RequestId);
 
 /// rmcp's local session manager, knowing which HTTP request carries each
 /// client request's stream (module docs).
@@ -88,7 +91,7 @@ impl Drop for Registered {
 }
 
 fn key_of(session: &SessionId, request: &RequestId) -> StreamKey {
-    (session.clone(), request.to_string())
+    (session.clone(), request.clone())
 }
 
 impl PollingSessions {
@@ -97,8 +100,8 @@ impl PollingSessions {
     pub fn new(inner: Arc<LocalSessionManager>) -> Arc<Self> {
         Arc::new(Self {
             inner,
-            open: Arc::default(),
-            polled: Mutex::default(),
+            open: Arc::new(Mutex::new(HashMap::new())),
+            polled: Mutex::new(HashMap::new()),
         })
     }
 

@@ -12,7 +12,7 @@
 //! or `server.mcp_max_sessions_per_tenant`) with a retry hint: when the soonest
 //! idle session would expire.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -53,6 +53,8 @@ impl std::fmt::Debug for McpSessions {
 
 #[derive(Default)]
 struct State {
+    /// By session id. Looked up on every request, so hashed with foldhash: the
+    /// ids are minted here, a client can only name one.
     sessions: HashMap<String, Entry>,
     /// Sessions and reservations per tenant.
     per_tenant: HashMap<TenantId, usize>,

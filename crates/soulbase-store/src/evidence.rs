@@ -50,32 +50,90 @@ fn sqlite_statements<T>(mut rows: &[T]) -> Vec<&[T]> {
     parts
 }
 
-/// One multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` into SQLite.
-///
-/// sqlx's SQLite arguments own their text: a `&str` is copied into a `String`
-/// and that put in an `Arc` (two allocations a column). The record's text is
-/// bound shared (a count), the indexed fields as one `Arc<str>` each.
-fn sqlite_insert(rows: &[Headed<'_>]) -> QueryBuilder<sqlx::Sqlite> {
-    fn text(s: &str) -> Arc<str> {
-        Arc::from(s)
+/// The text of a multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` rows into
+/// SQLite. Written once per row count (the counts [`sqlite_statements`] makes) and
+/// shared: the statement cache finds it by this text, which is not formatted
+/// again for every batch.
+fn sqlite_insert_text(rows: usize) -> sqlx::AssertSqlSafe<Arc<str>> {
+    /// Texts by row count, made on first use (at most [`SQLITE_EXACT`] + 4).
+    static TEXTS: Mutex<Vec<(usize, Arc<str>)>> = Mutex::new(Vec::new());
+    let mut texts = TEXTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let text = match texts.iter().find(|(n, _)| *n == rows) {
+        Some((_, text)) => text.clone(),
+        None => {
+            const COLUMNS: &str = "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) VALUES ";
+            const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+            const CONFLICT: &str = " ON CONFLICT DO NOTHING";
+            let mut sql =
+                String::with_capacity(COLUMNS.len() + rows * (ROW.len() + 2) + CONFLICT.len());
+            sql.push_str(COLUMNS);
+            for i in 0..rows {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(ROW);
+            }
+            sql.push_str(CONFLICT);
+            let text: Arc<str> = Arc::from(sql);
+            texts.push((rows, text.clone()));
+            text
+        }
+    };
+    sqlx::AssertSqlSafe(text)
+}
+
+/// Text columns whose few values repeat across a batch (tenant, kind, tool,
+/// status): each value's `Arc<str>` is made once per batch and shared by its
+/// rows. sqlx's SQLite arguments own their text: a `&str` bound is copied into a
+/// `String` put in an `Arc` (two allocations a column), an `Arc<str>` is counted.
+#[derive(Default)]
+struct Interned(Vec<Arc<str>>);
+
+impl Interned {
+    /// Most distinct values kept; others get an `Arc` of their own.
+    const MAX: usize = 16;
+
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(v) = self.0.iter().find(|v| &***v == s) {
+            return v.clone();
+        }
+        let v: Arc<str> = Arc::from(s);
+        if self.0.len() < Self::MAX {
+            self.0.push(v.clone());
+        }
+        v
     }
-    let mut qb = QueryBuilder::new(
-        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) ",
-    );
-    qb.push_values(rows, |mut b, r| {
+}
+
+/// The arguments of [`sqlite_insert_text`]`(rows.len())`: the record's text
+/// bound shared (a count), ids as one `Arc<str>` each, the repeating columns
+/// [`Interned`].
+fn sqlite_arguments(
+    rows: &[Headed<'_>],
+    interned: &mut Interned,
+) -> Result<sqlx::sqlite::SqliteArguments, SoulError> {
+    use sqlx::Arguments;
+    let mut args = sqlx::sqlite::SqliteArguments::default();
+    args.reserve(rows.len() * 9, 0);
+    let bad = |e| db_error("binding evidence", e);
+    for r in rows {
         let h = &r.head;
-        b.push_bind(text(&h.id))
-            .push_bind(h.at_ms)
-            .push_bind(text(&h.tenant))
-            .push_bind(text(h.kind))
-            .push_bind(text(&h.call_id))
-            .push_bind(h.tool_id.as_deref().map(text))
-            .push_bind(h.begin_id.as_deref().map(text))
-            .push_bind(h.status.map(|s| text(s.as_str())))
-            .push_bind(r.record.shared());
-    });
-    qb.push(" ON CONFLICT DO NOTHING");
-    qb
+        args.add(Arc::<str>::from(&*h.id)).map_err(bad)?;
+        args.add(h.at_ms).map_err(bad)?;
+        args.add(interned.get(&h.tenant)).map_err(bad)?;
+        args.add(interned.get(h.kind)).map_err(bad)?;
+        args.add(Arc::<str>::from(&*h.call_id)).map_err(bad)?;
+        args.add(h.tool_id.as_deref().map(|t| interned.get(t)))
+            .map_err(bad)?;
+        args.add(h.begin_id.as_deref().map(Arc::<str>::from))
+            .map_err(bad)?;
+        args.add(h.status.map(|s| interned.get(s.as_str())))
+            .map_err(bad)?;
+        args.add(r.record.shared()).map_err(bad)?;
+    }
+    Ok(args)
 }
 
 /// Batches whose `COPY` data is smaller go to Postgres as one `INSERT … UNNEST`.
@@ -551,11 +609,15 @@ impl EvidenceStore for SqlEvidenceStore {
             }
             Db::Sqlite(pool) => {
                 let statements = sqlite_statements(records);
+                let mut interned = Interned::default();
+                let mut insert = |rows: &[Headed<'_>]| {
+                    let args = sqlite_arguments(rows, &mut interned)?;
+                    Ok::<_, SoulError>(sqlx::query_with(sqlite_insert_text(rows.len()), args))
+                };
                 // One statement is atomic by itself: no BEGIN and COMMIT round
                 // trips to the connection's thread for a batch written in one.
                 if let [only] = statements[..] {
-                    return sqlite_insert(only)
-                        .build()
+                    return insert(only)?
                         .execute(pool)
                         .await
                         .map(drop)
@@ -566,8 +628,7 @@ impl EvidenceStore for SqlEvidenceStore {
                     .await
                     .map_err(|e| db_error("writing evidence", e))?;
                 for chunk in statements {
-                    sqlite_insert(chunk)
-                        .build()
+                    insert(chunk)?
                         .execute(&mut *tx)
                         .await
                         .map_err(|e| db_error("writing evidence", e))?;
@@ -823,5 +884,33 @@ mod tests {
             texts.extend(c);
         }
         assert_eq!(texts.len(), SQLITE_EXACT + 4);
+    }
+
+    #[test]
+    fn an_insert_text_has_nine_parameters_a_row_and_is_made_once_per_count() {
+        for rows in [1, 7, SQLITE_EXACT, SQLITE_CHUNK] {
+            let sqlx::AssertSqlSafe(text) = sqlite_insert_text(rows);
+            assert_eq!(text.matches('?').count(), rows * 9, "{rows} rows");
+            assert!(text.ends_with(") ON CONFLICT DO NOTHING"));
+            let sqlx::AssertSqlSafe(again) = sqlite_insert_text(rows);
+            assert!(Arc::ptr_eq(&text, &again), "{rows} rows: made again");
+        }
+    }
+
+    #[test]
+    fn repeating_columns_share_one_text_per_value() {
+        let mut interned = Interned::default();
+        let a = interned.get("begin");
+        let b = interned.get("end");
+        assert!(Arc::ptr_eq(&a, &interned.get("begin")));
+        assert!(Arc::ptr_eq(&b, &interned.get("end")));
+        assert_eq!(&*a, "begin");
+        // Beyond the cap values are still right, only not shared.
+        for i in 0..Interned::MAX {
+            interned.get(&format!("tenant-{i}"));
+        }
+        let late = interned.get("late");
+        assert_eq!(&*late, "late");
+        assert!(!Arc::ptr_eq(&late, &interned.get("late")));
     }
 }

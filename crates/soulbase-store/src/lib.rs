@@ -33,7 +33,7 @@ mod registry;
 
 pub use audit::SqlAuditLog;
 pub use consent::{SqlConsentRequests, SqlConsentRevocations};
-pub use db::{Db, db_error};
+pub use db::{Db, SQLITE_PAGE_SIZE, db_error};
 pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};
 pub use open::{

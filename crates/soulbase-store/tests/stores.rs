@@ -436,6 +436,52 @@ async fn sqlite_is_built_without_global_memory_mutexes() {
     );
 }
 
+/// A SQLite database created by `Db::connect` has 16 KiB pages; one made before
+/// (4 KiB, SQLite's default) keeps its page size, is migrated and takes evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_sqlite_databases_get_large_pages_and_old_ones_keep_theirs() {
+    async fn page_size(pool: &sqlx::SqlitePool) -> u32 {
+        let (size,): (i64,) = sqlx::query_as("PRAGMA page_size")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        u32::try_from(size).unwrap()
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Db::Sqlite(pool) = fresh_sqlite(dir.path()).await else {
+        panic!("a SQLite URL opens SQLite");
+    };
+    assert_eq!(page_size(&pool).await, soulbase_store::SQLITE_PAGE_SIZE);
+
+    let old = dir.path().join("old.db");
+    {
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+        let opts = SqliteConnectOptions::new()
+            .filename(&old)
+            .create_if_missing(true)
+            .page_size(4096)
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::query("CREATE TABLE before_us (x INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+    let db = Db::connect(&format!("sqlite://{}", old.display()), true)
+        .await
+        .unwrap();
+    let Db::Sqlite(pool) = &db else {
+        panic!("a SQLite URL opens SQLite");
+    };
+    assert_eq!(page_size(pool).await, 4096);
+    let store = SqlEvidenceStore::new(db.clone());
+    let b = begin("acme", "demo.a.x", UnixMillis::now().0);
+    let e = end_of(&b, EndStatus::Ok);
+    store.write_batch(&[b, e]).await.unwrap();
+    assert_eq!(common::counts(&db).await, (1, 1, 1, 0));
+}
+
 /// A batch part of which is already stored (re-sent after a crash, overlapping a
 /// new tail): the new records land, the stored ones are not doubled, and the
 /// whole-COPY fast path is taken again afterwards.
