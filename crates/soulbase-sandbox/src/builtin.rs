@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use soulbase_errors::{ErrorCode, SoulError};
 
-use crate::cpu::{Metered, cpu_ms};
+use crate::cpu::{Metered, PollClock, cpu_ms};
 use crate::exec::{ExecOutput, ExecRequest};
 use crate::report::Reporter;
 
@@ -56,10 +56,23 @@ where
     Arc::new(FnHandler(f))
 }
 
+/// No handler called `name` is registered.
+fn missing(name: &str) -> SoulError {
+    SoulError::of(ErrorCode::ProviderUnavailable)
+        .with_note(format!("no builtin handler named {name}"))
+}
+
 /// The handlers compiled into this process, by name (by default the tool id).
 #[derive(Default)]
 pub struct BuiltinExecutor {
-    handlers: RwLock<HashMap<String, Arc<dyn BuiltinHandler>>>,
+    handlers: RwLock<HashMap<String, Registered>>,
+}
+
+/// A registered handler and how its polls are timed.
+#[derive(Clone)]
+struct Registered {
+    code: Arc<dyn BuiltinHandler>,
+    clock: Arc<PollClock>,
 }
 
 impl BuiltinExecutor {
@@ -71,36 +84,48 @@ impl BuiltinExecutor {
     /// Registers (or replaces) the handler called `name`.
     pub fn register(&self, name: impl Into<String>, handler: Arc<dyn BuiltinHandler>) {
         if let Ok(mut h) = self.handlers.write() {
-            h.insert(name.into(), handler);
+            let clock = Arc::new(PollClock::new());
+            h.insert(
+                name.into(),
+                Registered {
+                    code: handler,
+                    clock,
+                },
+            );
         }
     }
 
-    fn handler(&self, req: &ExecRequest<'_>) -> Result<Arc<dyn BuiltinHandler>, SoulError> {
-        let name = req
-            .provider
+    /// The handler `req` names (by default its tool id).
+    fn name<'r>(req: &'r ExecRequest<'_>) -> &'r str {
+        req.provider
             .builtin_handler(req.tool.as_str())
-            .unwrap_or(req.tool.as_str());
+            .unwrap_or(req.tool.as_str())
+    }
+
+    fn handler(&self, req: &ExecRequest<'_>) -> Result<Registered, SoulError> {
+        let name = Self::name(req);
         self.handlers
             .read()
             .ok()
             .and_then(|h| h.get(name).cloned())
-            .ok_or_else(|| {
-                SoulError::of(ErrorCode::ProviderUnavailable)
-                    .with_note(format!("no builtin handler named {name}"))
-            })
+            .ok_or_else(|| missing(name))
     }
 
     /// Refuses a call whose handler is not registered.
     pub fn guard(&self, req: &ExecRequest<'_>) -> Result<(), SoulError> {
-        self.handler(req).map(|_| ())
+        let name = Self::name(req);
+        let known = self.handlers.read().is_ok_and(|h| h.contains_key(name));
+        if known { Ok(()) } else { Err(missing(name)) }
     }
 
-    /// Runs the call's handler. Its output's `cpu_ms` is the CPU time the
-    /// handler's polls used ([`Metered`]), unless the handler set one itself: work a
-    /// handler hands to other threads or processes is not counted.
+    /// Runs the call's handler. Its output's `cpu_ms` is the time the handler's
+    /// polls took ([`Metered`]: their CPU time, on the wall clock while that cannot
+    /// change the charge), unless the handler set one itself: work a handler
+    /// hands to other threads or processes is not counted.
     pub async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
         let handler = self.handler(&req)?;
-        let (out, used) = Metered::new(handler.call_reporting(req.args, req.reporter)).await;
+        let run = handler.code.call_reporting(req.args, req.reporter);
+        let (out, used) = Metered::new(run, &handler.clock).await;
         out.map(|mut out| {
             out.cpu_ms = out.cpu_ms.or(Some(cpu_ms(used)));
             out

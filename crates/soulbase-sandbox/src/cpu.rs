@@ -4,12 +4,14 @@
 //! In-process executors read the calling thread's CPU clock
 //! (`CLOCK_THREAD_CPUTIME_ID`): [`ThreadCpu`] around code that runs on one thread,
 //! [`Metered`] around a future, summing what each `poll` used on whichever thread it
-//! ran. The process executor reads the tool's rusage instead.
+//! ran (by the wall clock while that cannot change the charge: see [`Metered`]).
+//! The process executor reads the tool's rusage instead.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The CPU time the calling thread has used so far (user and system); zero if the
 /// clock cannot be read.
@@ -71,34 +73,87 @@ impl ThreadCpu {
     }
 }
 
-/// A future that sums the thread CPU time each of its polls used, on whichever
-/// thread the poll ran: the CPU its own code spent, not what it waited for nor work
-/// it handed to other threads or processes. Two clock reads per poll.
-#[derive(Debug)]
-pub struct Metered<F> {
-    inner: Pin<Box<F>>,
-    used: Duration,
+/// How a builtin handler's polls are timed: by the wall clock until one of its
+/// calls has spent [`WALL_CLOCK_LIMIT`] in polls, by the thread CPU clock from
+/// then on (see [`Metered`]). One per handler.
+#[derive(Debug, Default)]
+pub struct PollClock {
+    cpu: AtomicBool,
 }
 
-impl<F: Future> Metered<F> {
-    /// Meters `inner`.
-    pub fn new(inner: F) -> Self {
+impl PollClock {
+    /// A handler's clock: the wall clock until a call reaches the limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the handler's polls are timed by the thread CPU clock.
+    pub fn is_cpu(&self) -> bool {
+        self.cpu.load(Ordering::Relaxed)
+    }
+}
+
+/// How much poll time of one call the wall clock times (see [`Metered`]).
+pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
+
+/// A future that sums the time each of its polls took, on whichever thread the
+/// poll ran: its own code's CPU, not what it waited for (between polls) nor work it
+/// handed to other threads or processes.
+///
+/// A poll runs on one thread from start to end, so its wall-clock time bounds its
+/// CPU time from above. The thread CPU clock is a system call (two per poll, ~1 µs
+/// each on the development VM, and the kernel's run-queue lock), the wall clock a
+/// read of the vDSO: polls are timed by the wall clock until the call's polls have
+/// taken [`WALL_CLOCK_LIMIT`], and by the CPU clock after that, and once a call of
+/// the handler has reached the limit its [`PollClock`] times every later call by
+/// the CPU clock. Charged in whole milliseconds rounded up ([`cpu_ms`]), a call
+/// whose polls take under 1 ms in all is charged 1 ms either way; what a call
+/// reaching 1 ms on the wall clock may be charged beyond its CPU is the time its
+/// polls up to then were preempted or blocked — once per handler, on its first
+/// such call.
+#[derive(Debug)]
+pub struct Metered<'c, F> {
+    inner: F,
+    used: Duration,
+    clock: &'c PollClock,
+    cpu: bool,
+}
+
+impl<'c, F: Future + Unpin> Metered<'c, F> {
+    /// Meters `inner` (already pinned: a handler's future is boxed), timed as
+    /// `clock` says.
+    pub fn new(inner: F, clock: &'c PollClock) -> Self {
         Self {
-            inner: Box::pin(inner),
+            inner,
             used: Duration::ZERO,
+            clock,
+            cpu: clock.is_cpu(),
         }
     }
 }
 
-impl<F: Future> Future for Metered<F> {
-    /// The inner output and the CPU time its polls used.
+impl<F: Future + Unpin> Future for Metered<'_, F> {
+    /// The inner output and the time its polls took.
     type Output = (F::Output, Duration);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let clock = ThreadCpu::start();
-        let polled = self.inner.as_mut().poll(cx);
-        let used = self.used.saturating_add(clock.used());
-        self.used = used;
+        let this = &mut *self;
+        let polled = if this.cpu {
+            let clock = ThreadCpu::start();
+            let polled = Pin::new(&mut this.inner).poll(cx);
+            this.used = this.used.saturating_add(clock.used());
+            polled
+        } else {
+            let start = Instant::now();
+            let polled = Pin::new(&mut this.inner).poll(cx);
+            this.used = this.used.saturating_add(start.elapsed());
+            if this.used >= WALL_CLOCK_LIMIT {
+                this.cpu = true;
+                this.clock.cpu.store(true, Ordering::Relaxed);
+            }
+            polled
+        };
+        let used = this.used;
         polled.map(|out| (out, used))
     }
 }
@@ -141,16 +196,68 @@ mod tests {
         );
     }
 
+    /// Polls `f` to the end under `clock`, as the builtin executor does.
+    async fn metered<T>(
+        f: impl Future<Output = T> + Send + 'static,
+        clock: &PollClock,
+    ) -> (T, Duration) {
+        let boxed: Pin<Box<dyn Future<Output = T> + Send>> = Box::pin(f);
+        Metered::new(boxed, clock).await
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn metered_futures_sum_their_polls() {
-        let (out, used) = Metered::new(async {
-            burn(Duration::from_millis(4));
-            tokio::task::yield_now().await;
-            burn(Duration::from_millis(4));
-            7
-        })
+        let clock = PollClock::new();
+        let (out, used) = metered(
+            async {
+                burn(Duration::from_millis(4));
+                tokio::task::yield_now().await;
+                burn(Duration::from_millis(4));
+                7
+            },
+            &clock,
+        )
         .await;
         assert_eq!(out, 7);
         assert!(used >= Duration::from_millis(8), "{used:?}");
+        assert!(clock.is_cpu());
+    }
+
+    /// A handler's calls are timed by the wall clock until one reaches the limit
+    /// (a poll blocked counts then, as it would not on the CPU clock), by the CPU
+    /// clock from then on (blocking does not count).
+    #[tokio::test(flavor = "current_thread")]
+    async fn calls_use_the_wall_clock_until_one_reaches_the_limit() {
+        let clock = PollClock::new();
+        let ((), used) = metered(async { tokio::task::yield_now().await }, &clock).await;
+        // Preempted for a millisecond, a short call reaches the limit too.
+        assert_eq!(clock.is_cpu(), used >= WALL_CLOCK_LIMIT, "{used:?}");
+        assert!(cpu_ms(used) >= 1);
+        let clock = PollClock::new();
+        // Three polls, each blocked 2 ms: the first on the wall clock (it reaches
+        // the limit), the others on the CPU clock.
+        let block = || async {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(2));
+                tokio::task::yield_now().await;
+            }
+        };
+        let started = Instant::now();
+        let ((), used) = metered(block(), &clock).await;
+        let wall = started.elapsed();
+        assert!(clock.is_cpu());
+        assert!(used >= Duration::from_millis(2), "{used:?}");
+        assert!(
+            used + Duration::from_millis(4) <= wall,
+            "{used:?} of {wall:?}"
+        );
+        // The next call by the CPU clock from its first poll.
+        let started = Instant::now();
+        let ((), used) = metered(block(), &clock).await;
+        let wall = started.elapsed();
+        assert!(
+            used + Duration::from_millis(6) <= wall,
+            "{used:?} of {wall:?}"
+        );
     }
 }

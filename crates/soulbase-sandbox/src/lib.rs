@@ -23,7 +23,8 @@
 //!   (`soulbase-sandbox-http`, `soulbase-sandbox-wasm`, `soulbase-sandbox-process`).
 //! - [`Scratch`] — the per-call temp directory of a `tmp` grant.
 //! - [`cpu`] — the thread CPU clock the in-process executors measure a call's
-//!   `cpu_ms` with (builtins: [`cpu::Metered`] around the handler).
+//!   `cpu_ms` with (builtins: [`cpu::Metered`] around the handler, on the wall
+//!   clock until a call of the handler reaches 1 ms).
 //! - [`Reporter`] — what a running tool tells its caller before it answers
 //!   (progress, log messages), delivered by surfaces that can ([`report`]).
 //!
