@@ -49,12 +49,34 @@ fn crc32c_sse42(bytes: &[u8]) -> u32 {
     !crc
 }
 
-/// Appends one frame holding `payload` to `out`.
-pub fn encode_into(payload: &[u8], out: &mut Vec<u8>) {
+/// Appends one frame holding `payload` to `out` (tests' frames of given bytes).
+#[cfg(test)]
+pub(crate) fn encode_into(payload: &[u8], out: &mut Vec<u8>) {
+    let written = encode_with(out, |out| {
+        out.extend_from_slice(payload);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let Ok(()) = written;
+}
+
+/// Appends one frame to `out` whose payload `write` appends: written in place,
+/// its header filled in after (no copy of the payload).
+pub fn encode_with<E>(
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    if let Err(e) = write(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let payload = &out[start + HEADER..];
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&checksum(payload).to_le_bytes());
-    out.extend_from_slice(payload);
+    let crc = checksum(payload);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
 }
 
 /// What is at the start of `buf`.
@@ -124,6 +146,21 @@ mod tests {
             panic!("no frame")
         };
         assert_eq!((p, n), (&b"hello"[..], HEADER + 5));
+        // The header in front of the payload.
+        let mut built = Vec::new();
+        encode_into(b"hello", &mut built);
+        assert_eq!(built[..4], 5u32.to_le_bytes());
+        assert_eq!(built[4..HEADER], checksum(b"hello").to_le_bytes());
+        assert_eq!(built[HEADER..], *b"hello");
+        // A failed payload leaves nothing behind.
+        assert_eq!(
+            encode_with(&mut built, |out| {
+                out.push(b'x');
+                Err(())
+            }),
+            Err(())
+        );
+        assert_eq!(built, buf[..n]);
         assert_eq!(decode(&buf[n..]), Decoded::Frame(b"world!", HEADER + 6));
         assert_eq!(decode(&buf[n..buf.len() - 1]), Decoded::Incomplete);
         assert_eq!(decode(&buf[..3]), Decoded::Incomplete);

@@ -133,8 +133,7 @@ pub fn recover(dir: &Path) -> Result<RecoveryReport, SoulError> {
         let mut bytes = Vec::new();
         for begin in &orphans {
             if let Some(end) = aborted_end(begin) {
-                let payload = serde_json::to_vec(&end).map_err(SoulError::internal)?;
-                frame::encode_into(&payload, &mut bytes);
+                frame::encode_with(&mut bytes, |out| soulbase_observe::write_record(&end, out))?;
                 if let EvidenceEvent::Begin(b) = &begin.payload {
                     report.aborted.push(b.call_id.clone());
                 }

@@ -579,9 +579,10 @@ impl DurableSink {
         record: EvidenceRecord,
         submitted: bool,
     ) -> Result<Option<oneshot::Receiver<Result<(), SoulError>>>, SoulError> {
-        let payload = serde_json::to_vec(&record).map_err(SoulError::internal)?;
-        let mut bytes = Vec::with_capacity(payload.len() + frame::HEADER);
-        frame::encode_into(&payload, &mut bytes);
+        let mut bytes = Vec::with_capacity(1024);
+        frame::encode_with(&mut bytes, |out| {
+            soulbase_observe::write_record(&record, out)
+        })?;
         let kind = match &record.payload {
             EvidenceEvent::Begin(_) => Kind::Begin(record.id.clone()),
             EvidenceEvent::End(e) => Kind::End(e.begin_id.clone()),

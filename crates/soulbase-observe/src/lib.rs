@@ -31,6 +31,7 @@ mod digest;
 mod encoded;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
+mod json;
 mod memory_store;
 mod model;
 mod quick_head;
@@ -49,7 +50,7 @@ pub use conversation_replay::{
     replay_conversation,
 };
 pub use digest::{canonical_json, digest_bytes, digest_json};
-pub use encoded::{EncodedRecord, RecordHead};
+pub use encoded::{EncodedRecord, RecordHead, write_record};
 pub use memory_store::MemoryStore;
 pub use model::{
     BudgetUsage, ClientRequestKind, ClientRequestRecord, ConsentUsed, ConversationEnd,

@@ -364,7 +364,7 @@ pub(crate) mod tests {
     }
 
     /// Records of every kind, with their optional fields absent and present.
-    fn records() -> Vec<EvidenceRecord> {
+    pub(crate) fn records() -> Vec<EvidenceRecord> {
         let mut events = vec![
             begin("demo.a.echo", false),
             begin("demo.a.echo", true),
