@@ -110,6 +110,15 @@ struct Json<'a> {
     out: &'a mut Vec<u8>,
 }
 
+impl Json<'_> {
+    /// `{"variant":`, the start of an enum variant that holds data.
+    fn variant_key(&mut self, variant: &str) {
+        self.out.push(b'{');
+        write_str(self.out, variant);
+        self.out.push(b':');
+    }
+}
+
 /// Numbers through `serde_json`'s own formatter (its integer and float text).
 macro_rules! number {
     ($($name:ident: $ty:ty => $write:ident;)*) => {
@@ -229,29 +238,27 @@ impl<'a, 'b> ser::Serializer for &'b mut Json<'a> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), serde_json::Error> {
-        self.out.push(b'{');
-        write_str(self.out, variant);
-        self.out.push(b':');
+        self.variant_key(variant);
         value.serialize(&mut *self)?;
         self.out.push(b'}');
         Ok(())
     }
 
-    fn serialize_seq(self, len: Option<usize>) -> Result<Compound<'a, 'b>, serde_json::Error> {
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Compound<'a, 'b>, serde_json::Error> {
         self.out.push(b'[');
-        Ok(Compound::open(self, len, b"]"))
+        Ok(Compound::open(self, b"]"))
     }
 
-    fn serialize_tuple(self, len: usize) -> Result<Compound<'a, 'b>, serde_json::Error> {
-        self.serialize_seq(Some(len))
+    fn serialize_tuple(self, _len: usize) -> Result<Compound<'a, 'b>, serde_json::Error> {
+        self.serialize_seq(None)
     }
 
     fn serialize_tuple_struct(
         self,
         _name: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<Compound<'a, 'b>, serde_json::Error> {
-        self.serialize_seq(Some(len))
+        self.serialize_seq(None)
     }
 
     fn serialize_tuple_variant(
@@ -259,25 +266,24 @@ impl<'a, 'b> ser::Serializer for &'b mut Json<'a> {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<Compound<'a, 'b>, serde_json::Error> {
-        self.out.push(b'{');
-        write_str(self.out, variant);
-        self.out.extend_from_slice(b":[");
-        Ok(Compound::open(self, Some(len), b"]}"))
+        self.variant_key(variant);
+        self.out.push(b'[');
+        Ok(Compound::open(self, b"]}"))
     }
 
-    fn serialize_map(self, len: Option<usize>) -> Result<Compound<'a, 'b>, serde_json::Error> {
+    fn serialize_map(self, _len: Option<usize>) -> Result<Compound<'a, 'b>, serde_json::Error> {
         self.out.push(b'{');
-        Ok(Compound::open(self, len, b"}"))
+        Ok(Compound::open(self, b"}"))
     }
 
     fn serialize_struct(
         self,
         _name: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<Compound<'a, 'b>, serde_json::Error> {
-        self.serialize_map(Some(len))
+        self.serialize_map(None)
     }
 
     fn serialize_struct_variant(
@@ -285,12 +291,11 @@ impl<'a, 'b> ser::Serializer for &'b mut Json<'a> {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<Compound<'a, 'b>, serde_json::Error> {
+        self.variant_key(variant);
         self.out.push(b'{');
-        write_str(self.out, variant);
-        self.out.extend_from_slice(b":{");
-        Ok(Compound::open(self, Some(len), b"}}"))
+        Ok(Compound::open(self, b"}}"))
     }
 }
 
@@ -305,7 +310,7 @@ struct Compound<'a, 'b> {
 impl<'a, 'b> Compound<'a, 'b> {
     /// Opened (its opening bracket written). `serde_json` closes an array or
     /// object it knows to be empty at once; the bytes are the same.
-    fn open(ser: &'b mut Json<'a>, _len: Option<usize>, close: &'static [u8]) -> Self {
+    fn open(ser: &'b mut Json<'a>, close: &'static [u8]) -> Self {
         Self {
             ser,
             first: true,
@@ -341,68 +346,34 @@ impl<'a, 'b> Compound<'a, 'b> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
+/// The array-like compounds: each element after a comma.
+macro_rules! elements {
+    ($($trait:ident::$method:ident;)*) => {
+        $(
+            impl ser::$trait for Compound<'_, '_> {
+                type Ok = ();
+                type Error = serde_json::Error;
 
-    fn serialize_element<T: Serialize + ?Sized>(
-        &mut self,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.element(value)
-    }
+                fn $method<T: Serialize + ?Sized>(
+                    &mut self,
+                    value: &T,
+                ) -> Result<(), serde_json::Error> {
+                    self.element(value)
+                }
 
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
+                fn end(self) -> Result<(), serde_json::Error> {
+                    self.close()
+                }
+            }
+        )*
+    };
 }
 
-impl ser::SerializeTuple for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-
-    fn serialize_element<T: Serialize + ?Sized>(
-        &mut self,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.element(value)
-    }
-
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
+elements! {
+    SerializeSeq::serialize_element;
+    SerializeTuple::serialize_element;
+    SerializeTupleStruct::serialize_field;
+    SerializeTupleVariant::serialize_field;
 }
 
 impl ser::SerializeMap for Compound<'_, '_> {
@@ -427,38 +398,33 @@ impl ser::SerializeMap for Compound<'_, '_> {
     }
 }
 
-impl ser::SerializeStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
+/// The object-like compounds: each field after a comma.
+macro_rules! fields {
+    ($($trait:ident;)*) => {
+        $(
+            impl ser::$trait for Compound<'_, '_> {
+                type Ok = ();
+                type Error = serde_json::Error;
 
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.field(key, value)
-    }
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    key: &'static str,
+                    value: &T,
+                ) -> Result<(), serde_json::Error> {
+                    self.field(key, value)
+                }
 
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
+                fn end(self) -> Result<(), serde_json::Error> {
+                    self.close()
+                }
+            }
+        )*
+    };
 }
 
-impl ser::SerializeStructVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = serde_json::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        self.field(key, value)
-    }
-
-    fn end(self) -> Result<(), serde_json::Error> {
-        self.close()
-    }
+fields! {
+    SerializeStruct;
+    SerializeStructVariant;
 }
 
 /// An object's key: a string, or what `serde_json` quotes as one (integers,
