@@ -18,6 +18,10 @@ use soulbase_types::Subject;
 /// skill.
 pub const SKILL_HEADER: &str = "x-soulbase-skill";
 
+/// [`SKILL_HEADER`] as a parsed name: `HeaderMap::get` with a `&str` parses and
+/// checks the name again on every lookup.
+pub static SKILL_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(SKILL_HEADER);
+
 /// The scope granting every skill binding.
 pub const ALL_SKILLS_SCOPE: &str = "skills:*";
 

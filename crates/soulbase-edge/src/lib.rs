@@ -36,7 +36,7 @@ pub mod subject;
 pub use agent::{
     Conversation, ConversationRequest, ModelUpstream, SKILL_INFO_TOOL, SkillInfoHook, StopReason,
 };
-pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER};
+pub use binding::{ALL_SKILLS_SCOPE, Binding, SKILL_HEADER, SKILL_HEADER_NAME};
 pub use consent::{ConsentAsk, ConsentDesk, ConsentRequestView, IssuedView, issued_json};
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};

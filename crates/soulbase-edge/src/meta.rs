@@ -2,11 +2,11 @@
 //! it: HTTP headers and gRPC metadata (both an [`http::HeaderMap`]), gRPC request
 //! fields, MCP `params._meta`.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde_json::{Map, Value};
 use soulbase_errors::{ErrorCode, SoulError};
 
-use crate::binding::{Binding, SKILL_HEADER};
+use crate::binding::{Binding, SKILL_HEADER_NAME};
 
 /// The header / metadata key carrying an idempotency key.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
@@ -49,7 +49,13 @@ pub struct CallMeta {
 
 /// A header's value as text: UTF-8 as sent (an idempotency key in any script is
 /// still that key, never silently dropped), other bytes replaced by U+FFFD.
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+/// The call options' header names, parsed once (see [`SKILL_HEADER_NAME`]).
+static CALL_ID: HeaderName = HeaderName::from_static(CALL_ID_HEADER);
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY_HEADER);
+static CONSENT: HeaderName = HeaderName::from_static(CONSENT_HEADER);
+static TRACEPARENT: HeaderName = HeaderName::from_static(TRACEPARENT_HEADER);
+
+fn header(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     headers
         .get(name)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
@@ -62,11 +68,11 @@ impl CallMeta {
     /// [`SKILL_HEADER`] claim.
     pub fn from_headers(headers: &HeaderMap) -> Self {
         Self {
-            call_id: header(headers, CALL_ID_HEADER),
-            idempotency_key: header(headers, IDEMPOTENCY_KEY_HEADER),
-            consent: header(headers, CONSENT_HEADER),
-            traceparent: header(headers, TRACEPARENT_HEADER),
-            binding: Binding::claimed(header(headers, SKILL_HEADER)),
+            call_id: header(headers, &CALL_ID),
+            idempotency_key: header(headers, &IDEMPOTENCY_KEY),
+            consent: header(headers, &CONSENT),
+            traceparent: header(headers, &TRACEPARENT),
+            binding: Binding::claimed(header(headers, &SKILL_HEADER_NAME)),
             conversation: None,
             reporter: soulbase_tools::pipeline::Reporter::none(),
         }

@@ -28,6 +28,11 @@ pub const DEV_TENANT_HEADER: &str = "x-soulbase-tenant";
 /// Development-only header naming the actor.
 pub const DEV_ACTOR_HEADER: &str = "x-soulbase-actor";
 
+/// The identity headers, parsed once (see [`crate::SKILL_HEADER_NAME`]).
+static API_KEY: http::HeaderName = http::HeaderName::from_static(API_KEY_HEADER);
+static DEV_TENANT: http::HeaderName = http::HeaderName::from_static(DEV_TENANT_HEADER);
+static DEV_ACTOR: http::HeaderName = http::HeaderName::from_static(DEV_ACTOR_HEADER);
+
 /// Maps request metadata to the authenticated subject.
 ///
 /// Implementations must answer every refused credential with
@@ -120,8 +125,8 @@ impl MetadataAuth {
     }
 
     fn dev_subject(headers: &HeaderMap) -> Result<Subject, SoulError> {
-        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let (Some(tenant), Some(actor)) = (get(DEV_TENANT_HEADER), get(DEV_ACTOR_HEADER)) else {
+        let get = |name: &http::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        let (Some(tenant), Some(actor)) = (get(&DEV_TENANT), get(&DEV_ACTOR)) else {
             return Err(unauthenticated());
         };
         let tenant = TenantId::new(tenant).map_err(|e| {
@@ -141,7 +146,7 @@ impl MetadataAuth {
 #[async_trait]
 impl SubjectResolver for MetadataAuth {
     async fn resolve(&self, headers: &HeaderMap) -> Result<Subject, SoulError> {
-        let api_key = headers.get(API_KEY_HEADER).and_then(|v| v.to_str().ok());
+        let api_key = headers.get(&API_KEY).and_then(|v| v.to_str().ok());
         // `Authorization: Bearer <jwt>`, or an API key as a bearer token (what
         // OpenAI-style clients send their `api_key` as) or `ApiKey sbk_…`.
         let authorization = headers

@@ -75,7 +75,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use soulbase_edge::{
-    Binding, CallMeta, CallRequest, ConsentDesk, SKILL_HEADER, Stack, SubjectResolver, Surface,
+    Binding, CallMeta, CallRequest, ConsentDesk, SKILL_HEADER_NAME, Stack, SubjectResolver, Surface,
 };
 use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_skills::SkillTerms;
@@ -280,7 +280,7 @@ impl McpServer {
     }
 
     /// The skill binding of a request: the operator's over stdio, the
-    /// [`SKILL_HEADER`] claim over HTTP (checked by the stack).
+    /// [`SKILL_HEADER`](soulbase_edge::SKILL_HEADER) claim over HTTP (checked by the stack).
     fn binding(&self, ext: &rmcp::model::Extensions) -> Binding {
         if self.subject.is_some() {
             return self
@@ -290,7 +290,7 @@ impl McpServer {
         }
         let claim = ext
             .get::<http::request::Parts>()
-            .and_then(|p| p.headers.get(SKILL_HEADER))
+            .and_then(|p| p.headers.get(&SKILL_HEADER_NAME))
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         Binding::claimed(claim)
     }

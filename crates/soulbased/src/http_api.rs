@@ -1325,7 +1325,8 @@ struct McpGate {
 }
 
 /// The MCP session id header.
-const MCP_SESSION_ID: &str = "mcp-session-id";
+/// Parsed once: `HeaderMap::get` with a `&str` parses the name on every lookup.
+static MCP_SESSION_ID: http::HeaderName = http::HeaderName::from_static("mcp-session-id");
 
 /// Whether `origin` is this server's own origin on a loopback address: the page
 /// was served by this very listener (`Origin` and `Host` name the same loopback
@@ -1385,7 +1386,7 @@ async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next)
     };
     let session = request
         .headers()
-        .get(MCP_SESSION_ID)
+        .get(&MCP_SESSION_ID)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let method = request.method().clone();
@@ -1423,7 +1424,7 @@ async fn mcp_gate(State(gate): State<McpGate>, mut request: Request, next: Next)
     if session.is_none()
         && let Some(id) = response
             .headers()
-            .get(MCP_SESSION_ID)
+            .get(&MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
     {
         let used = match reservation.take() {
