@@ -47,14 +47,14 @@ pub struct CallMeta {
     pub reporter: soulbase_tools::pipeline::Reporter,
 }
 
-/// A header's value as text: UTF-8 as sent (an idempotency key in any script is
-/// still that key, never silently dropped), other bytes replaced by U+FFFD.
-/// The call options' header names, parsed once (see [`SKILL_HEADER_NAME`]).
+// The call options' header names, parsed once (see [`SKILL_HEADER_NAME`]).
 static CALL_ID: HeaderName = HeaderName::from_static(CALL_ID_HEADER);
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY_HEADER);
 static CONSENT: HeaderName = HeaderName::from_static(CONSENT_HEADER);
 static TRACEPARENT: HeaderName = HeaderName::from_static(TRACEPARENT_HEADER);
 
+/// A header's value as text: UTF-8 as sent (an idempotency key in any script is
+/// still that key, never silently dropped), other bytes replaced by U+FFFD.
 fn header(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     headers
         .get(name)

@@ -28,7 +28,7 @@ pub const DEV_TENANT_HEADER: &str = "x-soulbase-tenant";
 /// Development-only header naming the actor.
 pub const DEV_ACTOR_HEADER: &str = "x-soulbase-actor";
 
-/// The identity headers, parsed once (see [`crate::SKILL_HEADER_NAME`]).
+// The identity headers, parsed once (see [`crate::SKILL_HEADER_NAME`]).
 static API_KEY: http::HeaderName = http::HeaderName::from_static(API_KEY_HEADER);
 static DEV_TENANT: http::HeaderName = http::HeaderName::from_static(DEV_TENANT_HEADER);
 static DEV_ACTOR: http::HeaderName = http::HeaderName::from_static(DEV_ACTOR_HEADER);

@@ -109,8 +109,8 @@ pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
 /// the CPU clock. Charged in whole milliseconds rounded up ([`cpu_ms`]), a call
 /// whose polls take under 1 ms in all is charged 1 ms either way; what a call
 /// reaching 1 ms on the wall clock may be charged beyond its CPU is the time its
-/// polls up to then were preempted or blocked — once per handler, on its first
-/// such call.
+/// polls up to then were preempted or blocked — on the handler's first such call
+/// (and on its calls already running then, which started on the wall clock).
 #[derive(Debug)]
 pub struct Metered<'c, F> {
     inner: F,

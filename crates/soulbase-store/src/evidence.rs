@@ -158,7 +158,8 @@ pub const COPY_MIN_BYTES: usize = 256 * 1024;
 /// violation, and is then written with `INSERT … SELECT FROM UNNEST(…) ON
 /// CONFLICT DO NOTHING` — as is every smaller batch (see [`COPY_MIN_BYTES`]). SQLite: multi-row
 /// `VALUES … ON CONFLICT DO NOTHING`: one autocommitted statement for a batch of
-/// up to 500 rows, several in one transaction for a larger one.
+/// up to 32 rows, a larger one as statements of power-of-two row counts (at most
+/// 512) in one transaction, each count's text made once (`sqlite_statements`).
 pub struct SqlEvidenceStore {
     db: Db,
     /// Days whose Postgres partition is known to exist.
