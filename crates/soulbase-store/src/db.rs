@@ -89,6 +89,9 @@ impl Db {
                 // deletes a file in the system's temp directory on every commit.
                 .pragma("temp_store", "memory")
                 .busy_timeout(Duration::from_secs(10));
+            // SQLite's allocations through the global allocator (before the
+            // first connection initializes SQLite; see `sqlite_alloc`).
+            crate::sqlite_alloc::install();
             // No ping before each use: a file connection does not go stale, and
             // the ping is a round trip to the connection's thread (two thread
             // wakeups) before every query.

@@ -30,6 +30,7 @@ mod idempotency;
 pub mod migrations;
 mod open;
 mod registry;
+mod sqlite_alloc;
 
 pub use audit::SqlAuditLog;
 pub use consent::{SqlConsentRequests, SqlConsentRevocations};
