@@ -192,7 +192,11 @@ impl Registry {
                     continue;
                 }
                 let data = snap.tenant_mut(&tenant);
-                let new = Some(allow.into_iter().collect::<imbl::HashSet<ToolId>>());
+                let new = Some(
+                    allow
+                        .into_iter()
+                        .collect::<super::snapshot::HashSet<ToolId>>(),
+                );
                 if data.allow != new {
                     data.allow = new;
                     events.push(RegistryEvent::AllowListChanged {

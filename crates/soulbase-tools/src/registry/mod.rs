@@ -662,7 +662,7 @@ impl Registry {
         }
         self.write(|snap, events| {
             let data = snap.tenant_mut(tenant);
-            let new = allow.map(|a| a.into_iter().collect::<imbl::HashSet<ToolId>>());
+            let new = allow.map(|a| a.into_iter().collect::<self::snapshot::HashSet<ToolId>>());
             if data.allow != new {
                 data.allow = new;
                 events.push(RegistryEvent::AllowListChanged {

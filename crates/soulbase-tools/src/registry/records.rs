@@ -289,7 +289,11 @@ fn place_record(
                 ));
             }
             let data = snap.tenant_mut(&tenant);
-            let new = Some(tools.into_iter().collect::<imbl::HashSet<ToolId>>());
+            let new = Some(
+                tools
+                    .into_iter()
+                    .collect::<super::snapshot::HashSet<ToolId>>(),
+            );
             if data.allow != new {
                 data.allow = new;
                 events.push(RegistryEvent::AllowListChanged {

@@ -28,7 +28,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use imbl::shared_ptr::DefaultSharedPtr;
-use imbl::{GenericHashMap, HashMap, HashSet, OrdMap, OrdSet};
+use imbl::{GenericHashMap, GenericHashSet, OrdMap, OrdSet};
 use soulbase_sandbox::CapabilityDomain;
 use soulbase_types::{TenantId, ToolId};
 
@@ -64,6 +64,14 @@ impl Hasher for SlotHasher {
 }
 
 type SlotMap = GenericHashMap<Slot, Arc<Entry>, BuildHasherDefault<SlotHasher>, DefaultSharedPtr>;
+
+/// The snapshot's persistent maps, hashed with foldhash rather than imbl's
+/// default SipHash: a governed call looks a dozen ids up in them, and their keys
+/// (tool and tenant ids, group and tag names) come from operators' manifests and
+/// configuration, not from callers' requests.
+pub(crate) type HashMap<K, V> = GenericHashMap<K, V, foldhash::fast::RandomState, DefaultSharedPtr>;
+/// A set hashed as [`HashMap`].
+pub(crate) type HashSet<T> = GenericHashSet<T, foldhash::fast::RandomState, DefaultSharedPtr>;
 
 /// One registered tool in one owner's table.
 #[derive(Debug, Clone)]
