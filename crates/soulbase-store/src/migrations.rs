@@ -136,5 +136,10 @@ pub fn sqlite() -> Migrator {
             "evidence denials",
             include_str!("../../../migrations/sqlite/0012_evidence_denials.sql"),
         ),
+        migration(
+            13,
+            "evidence kind check",
+            include_str!("../../../migrations/sqlite/0013_evidence_kind_check.sql"),
+        ),
     ])
 }

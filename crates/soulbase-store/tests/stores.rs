@@ -482,6 +482,91 @@ async fn new_sqlite_databases_get_large_pages_and_old_ones_keep_theirs() {
     assert_eq!(common::counts(&db).await, (1, 1, 1, 0));
 }
 
+/// Whether `conn`'s plan for inserting an evidence row builds an ephemeral index
+/// (what SQLite does for a check's `IN` list, for every row). Prepared afresh each
+/// time: an `EXPLAIN` kept in the statement cache would show the plan of the schema
+/// it was prepared under (an `INSERT` kept there is prepared again when it runs).
+async fn inserts_build_an_index(conn: &mut sqlx::SqliteConnection) -> bool {
+    use sqlx::Row;
+    sqlx::query(
+        "EXPLAIN INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+         VALUES ('x', 1, 't', 'end', 'c', '{}')",
+    )
+    .persistent(false)
+    .fetch_all(conn)
+    .await
+    .unwrap()
+    .iter()
+    .any(|op| op.get::<String, _>(1) == "OpenEphemeral")
+}
+
+/// Migration 13 on a database made before it (through migration 12), with a second
+/// connection open meanwhile: `evidence.kind` is checked by comparisons, not by an
+/// index of the allowed kinds built for every row, on the migrating connection and
+/// on the other one alike; other kinds are still refused; the file stays sound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
+    use sqlx::migrate::Migrator;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("e.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+    let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+    let all = soulbase_store::migrations::sqlite();
+    let before =
+        Migrator::with_migrations(all.iter().filter(|m| m.version <= 12).cloned().collect());
+    let mut migrating = pool.acquire().await.unwrap();
+    let mut other = pool.acquire().await.unwrap();
+    before.run(&mut *migrating).await.unwrap();
+    assert!(
+        inserts_build_an_index(&mut other).await,
+        "the check before: an IN list"
+    );
+
+    all.run(&mut *migrating).await.unwrap();
+    let (sql,): (String,) =
+        sqlx::query_as("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'evidence'")
+            .fetch_one(&mut *other)
+            .await
+            .unwrap();
+    assert!(
+        sql.contains(
+            "CHECK (kind = 'begin' OR kind = 'end' OR kind = 'denied' OR kind = 'conversation')"
+        ),
+        "{sql}"
+    );
+    assert!(!inserts_build_an_index(&mut migrating).await);
+    assert!(!inserts_build_an_index(&mut other).await);
+    for conn in [&mut migrating, &mut other] {
+        let refused = sqlx::query(
+            "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+             VALUES ('y', 1, 't', 'started', 'c', '{}')",
+        )
+        .execute(&mut **conn)
+        .await
+        .unwrap_err();
+        assert!(
+            refused.to_string().contains("CHECK constraint failed"),
+            "{refused}"
+        );
+    }
+    sqlx::query(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+         VALUES ('z', 1, 't', 'conversation', 'c', '{}')",
+    )
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let (check,): (String,) = sqlx::query_as("PRAGMA integrity_check")
+        .fetch_one(&mut *migrating)
+        .await
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop((migrating, other));
+    pool.close().await;
+}
+
 /// A batch part of which is already stored (re-sent after a crash, overlapping a
 /// new tail): the new records land, the stored ones are not doubled, and the
 /// whole-COPY fast path is taken again afterwards.
