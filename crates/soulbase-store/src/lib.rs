@@ -41,3 +41,4 @@ pub use open::{
     DISK_RESERVE, Persistence, database_url, idempotency_lease, spool_dir, spool_options,
 };
 pub use registry::RegistryStore;
+pub use sqlite_alloc::install as install_sqlite_allocator;

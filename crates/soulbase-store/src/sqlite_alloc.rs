@@ -7,6 +7,7 @@
 //! install (mimalloc in `soulbased`) — `xtask/call_instructions.py`,
 //! docs/performance.md. [`install`] hands SQLite a `sqlite3_mem_methods` over
 //! [`std::alloc`] before the first connection initializes the library.
+//! Exported as [`install_sqlite_allocator`](crate::install_sqlite_allocator).
 //!
 //! Each block carries its size in an 8-byte header in front of what SQLite gets:
 //! `dealloc` needs the layout, and SQLite asks a block's size (`xSize`). Blocks
@@ -139,7 +140,13 @@ unsafe extern "C" fn x_shutdown(_: *mut c_void) {}
 /// Returns whether SQLite allocates through it: `false` if SQLite had already
 /// been initialized (by a connection opened some other way), in which case it
 /// keeps the C library's `malloc` — correct, only slower.
-pub(crate) fn install() -> bool {
+///
+/// [`Db::connect`](crate::Db::connect) calls it before opening SQLite. Code that
+/// opens SQLite another way (sqlx directly) in a process that also uses `Db`
+/// calls it first: SQLite's configuration must not race its initialization on
+/// another thread (`sqlite3_config` is not thread-safe), and calls of this
+/// function are serialized.
+pub fn install() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
         let methods = ffi::sqlite3_mem_methods {
@@ -155,8 +162,8 @@ pub(crate) fn install() -> bool {
         // SAFETY: SQLite copies the methods (they need not outlive the call), and
         // refuses with SQLITE_MISUSE, changing nothing, once it is initialized —
         // so no block of another allocator can reach these functions. The
-        // `OnceLock` keeps this process's own calls from racing; sqlx opens every
-        // connection through `Db::connect`, which calls this first.
+        // `OnceLock` keeps calls of this function from racing; every SQLite
+        // connection is opened after one (`Db::connect`, and see the doc above).
         let rc = unsafe {
             ffi::sqlite3_config(
                 ffi::SQLITE_CONFIG_MALLOC,

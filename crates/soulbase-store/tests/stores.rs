@@ -461,6 +461,7 @@ async fn new_sqlite_databases_get_large_pages_and_old_ones_keep_theirs() {
             .create_if_missing(true)
             .page_size(4096)
             .journal_mode(SqliteJournalMode::Wal);
+        soulbase_store::install_sqlite_allocator();
         let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
         sqlx::query("CREATE TABLE before_us (x INTEGER)")
             .execute(&pool)
@@ -512,6 +513,8 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
         .filename(dir.path().join("e.db"))
         .create_if_missing(true)
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+    // Other tests of this binary open SQLite through `Db` meanwhile.
+    soulbase_store::install_sqlite_allocator();
     let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
     let all = soulbase_store::migrations::sqlite();
     let before =
