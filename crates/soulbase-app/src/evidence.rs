@@ -23,6 +23,10 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::DurableSink;
 use soulbase_observe::{Durable, EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
+
+/// SQLite's memory from the process's global allocator: called at the start of
+/// the binary's `main` (see its safety contract).
+pub use soulbase_store::install_sqlite_allocator;
 use soulbase_tools::Registry;
 use soulbase_tools::registry::admin::RegistryAdmin;
 use soulbase_tools::registry::{RecordKey, Take, ToolOwner};

@@ -89,9 +89,6 @@ impl Db {
                 // deletes a file in the system's temp directory on every commit.
                 .pragma("temp_store", "memory")
                 .busy_timeout(Duration::from_secs(10));
-            // SQLite's allocations through the global allocator (before the
-            // first connection initializes SQLite; see `sqlite_alloc`).
-            crate::sqlite_alloc::install();
             // No ping before each use: a file connection does not go stale, and
             // the ping is a round trip to the connection's thread (two thread
             // wakeups) before every query.
@@ -113,7 +110,10 @@ impl Db {
         Ok(db)
     }
 
-    /// Applies every pending migration of this backend.
+    /// Applies every pending migration of this backend. After an error the pool
+    /// is best dropped, as [`connect`](Self::connect) does: a failed migration may
+    /// leave connection state its transaction does not undo (SQLite's migration 13
+    /// turns `writable_schema` on for its edit).
     pub async fn migrate(&self) -> Result<(), SoulError> {
         match self {
             Db::Postgres(pool) => migrations::postgres().run(pool).await,

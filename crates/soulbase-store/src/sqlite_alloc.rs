@@ -6,8 +6,9 @@
 //! call of them against a few hundred for the global allocator the binaries
 //! install (mimalloc in `soulbased`) — `xtask/call_instructions.py`,
 //! docs/performance.md. [`install`] hands SQLite a `sqlite3_mem_methods` over
-//! [`std::alloc`] before the first connection initializes the library.
-//! Exported as [`install_sqlite_allocator`](crate::install_sqlite_allocator).
+//! [`std::alloc`] before the first connection initializes the library: exported
+//! as [`install_sqlite_allocator`](crate::install_sqlite_allocator), which
+//! `soulbased` calls at the start of `main`.
 //!
 //! Each block carries its size in an 8-byte header in front of what SQLite gets:
 //! `dealloc` needs the layout, and SQLite asks a block's size (`xSize`). Blocks
@@ -21,10 +22,12 @@ use std::sync::OnceLock;
 
 use libsqlite3_sys as ffi;
 
-/// The header in front of each block: its usable size, as a `usize`.
-const HEADER: usize = std::mem::size_of::<usize>();
+/// The header in front of each block, holding its usable size (a `usize`): 8
+/// bytes on every target, so what SQLite gets stays 8-byte aligned.
+const HEADER: usize = 8;
 /// The alignment of every block (and so of what SQLite gets, `HEADER` past it).
 const ALIGN: usize = 8;
+const _: () = assert!(HEADER.is_multiple_of(ALIGN) && HEADER >= std::mem::size_of::<usize>());
 
 /// The layout of a block with `size` usable bytes; `None` past what a layout holds.
 fn layout(size: usize) -> Option<Layout> {
@@ -136,17 +139,20 @@ unsafe extern "C" fn x_init(_: *mut c_void) -> c_int {
 /// `xShutdown`: nothing to tear down.
 unsafe extern "C" fn x_shutdown(_: *mut c_void) {}
 
-/// Hands SQLite the global allocator, once per process, before it initializes.
-/// Returns whether SQLite allocates through it: `false` if SQLite had already
-/// been initialized (by a connection opened some other way), in which case it
-/// keeps the C library's `malloc` — correct, only slower.
+/// Hands SQLite the process's global allocator, before SQLite initializes.
+/// Returns whether SQLite allocates through it: `false` if SQLite was already
+/// initialized, in which case it keeps the C library's `malloc` (correct, only
+/// slower). Calls after the first return the first's answer.
 ///
-/// [`Db::connect`](crate::Db::connect) calls it before opening SQLite. Code that
-/// opens SQLite another way (sqlx directly) in a process that also uses `Db`
-/// calls it first: SQLite's configuration must not race its initialization on
-/// another thread (`sqlite3_config` is not thread-safe), and calls of this
-/// function are serialized.
-pub fn install() -> bool {
+/// # Safety
+///
+/// No other thread may be opening SQLite (through sqlx or otherwise) while this
+/// runs: `sqlite3_config` is not thread-safe, and SQLite refuses it only once
+/// initialization has finished, not while it is under way — blocks `malloc`
+/// allocated then would reach this allocator's `free`. Call it at the start of
+/// `main`, before anything can open SQLite (`soulbased` does); a process that
+/// never calls it keeps the C library's `malloc`.
+pub unsafe fn install() -> bool {
     static INSTALLED: OnceLock<bool> = OnceLock::new();
     *INSTALLED.get_or_init(|| {
         let methods = ffi::sqlite3_mem_methods {
@@ -160,10 +166,11 @@ pub fn install() -> bool {
             pAppData: std::ptr::null_mut(),
         };
         // SAFETY: SQLite copies the methods (they need not outlive the call), and
-        // refuses with SQLITE_MISUSE, changing nothing, once it is initialized —
-        // so no block of another allocator can reach these functions. The
-        // `OnceLock` keeps calls of this function from racing; every SQLite
-        // connection is opened after one (`Db::connect`, and see the doc above).
+        // refuses with SQLITE_MISUSE, changing nothing, once it is initialized;
+        // the caller guarantees that no initialization is under way meanwhile
+        // (the contract above), and the `OnceLock` that calls of this function
+        // do not race each other. So no block of another allocator can reach
+        // these functions.
         let rc = unsafe {
             ffi::sqlite3_config(
                 ffi::SQLITE_CONFIG_MALLOC,

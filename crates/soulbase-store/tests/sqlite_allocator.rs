@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! SQLite allocates through the process's global allocator once a store opened
-//! it (`Db::connect`): a test binary of its own, whose global allocator counts
-//! the bytes it hands out.
+//! SQLite allocates through the process's global allocator once
+//! `install_sqlite_allocator` has run (as `soulbased`'s `main` does): a test
+//! binary of its own, whose global allocator counts the bytes it hands out.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +41,13 @@ static GLOBAL: Counting = Counting;
 /// `malloc`, the counter would barely move.
 #[tokio::test]
 async fn sqlite_allocates_through_the_global_allocator() {
+    // SAFETY: the only test of this binary, and nothing has opened SQLite yet.
+    #[allow(unsafe_code)]
+    let installed = unsafe { soulbase_store::install_sqlite_allocator() };
+    assert!(
+        installed,
+        "SQLite was initialized before the allocator was handed over"
+    );
     let dir = tempfile::tempdir().unwrap();
     let db = Db::connect(&format!("sqlite://{}/e.db", dir.path().display()), true)
         .await

@@ -461,7 +461,6 @@ async fn new_sqlite_databases_get_large_pages_and_old_ones_keep_theirs() {
             .create_if_missing(true)
             .page_size(4096)
             .journal_mode(SqliteJournalMode::Wal);
-        soulbase_store::install_sqlite_allocator();
         let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
         sqlx::query("CREATE TABLE before_us (x INTEGER)")
             .execute(&pool)
@@ -513,8 +512,6 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
         .filename(dir.path().join("e.db"))
         .create_if_missing(true)
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-    // Other tests of this binary open SQLite through `Db` meanwhile.
-    soulbase_store::install_sqlite_allocator();
     let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
     let all = soulbase_store::migrations::sqlite();
     let before =
@@ -528,6 +525,8 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
     );
 
     all.run(&mut *migrating).await.unwrap();
+    // Executed on `other` first: a statement that runs (not an `EXPLAIN`) is what
+    // makes a connection see the changed schema and read it again.
     let (sql,): (String,) =
         sqlx::query_as("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'evidence'")
             .fetch_one(&mut *other)

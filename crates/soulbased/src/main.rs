@@ -174,6 +174,11 @@ async fn serve(loader: ConfigLoader, command: Option<Command>) -> Result<bool, S
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in `main`: nothing can be opening SQLite yet.
+    #[allow(unsafe_code)]
+    unsafe {
+        soulbased::evidence::install_sqlite_allocator();
+    }
     let cli = Cli::parse();
     let loader = match loader(&cli) {
         Ok(l) => l,
