@@ -23,13 +23,13 @@ use soulbase_errors::{ErrorCode, SoulError};
 use soulbase_evidence::DurableSink;
 use soulbase_observe::{Durable, EvidenceRecord, EvidenceSink, EvidenceStore};
 use soulbase_store::Persistence;
+use soulbase_tools::Registry;
+use soulbase_tools::registry::admin::RegistryAdmin;
+use soulbase_tools::registry::{RecordKey, Take, ToolOwner};
 
 /// SQLite's memory from the process's global allocator: called at the start of
 /// the binary's `main` (see its safety contract).
 pub use soulbase_store::install_sqlite_allocator;
-use soulbase_tools::Registry;
-use soulbase_tools::registry::admin::RegistryAdmin;
-use soulbase_tools::registry::{RecordKey, Take, ToolOwner};
 
 /// How often retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(3600);

@@ -21,6 +21,10 @@
 //!
 //! Migrations live in the workspace's `migrations/{postgres,sqlite}` and are embedded
 //! here ([`migrations`]) so start-up can apply them (`evidence.migrate_on_start`).
+//!
+//! [`install_sqlite_allocator`] hands SQLite the process's global allocator; being
+//! `sqlite3_config`, it must run before anything opens SQLite (an `unsafe fn`:
+//! `soulbased` calls it first thing in `main`).
 
 mod audit;
 mod consent;
