@@ -84,9 +84,10 @@ impl Db {
                 .journal_mode(SqliteJournalMode::Wal)
                 // The spool checkpoint advances after a commit: the commit must be durable.
                 .synchronous(SqliteSynchronous::Full)
-                // Statement journals and sorts in memory: a drain batch large enough
-                // to spill its statement journal otherwise creates, writes and
-                // deletes a file in the system's temp directory on every commit.
+                // Temporary tables, sorts and statement journals in memory, not in
+                // files created, written and deleted in the system's temp directory
+                // (the drain's inserts need no statement journal: they `FAIL`, see
+                // `sqlite_insert_text`).
                 .pragma("temp_store", "memory")
                 .busy_timeout(Duration::from_secs(10));
             // No ping before each use: a file connection does not go stale, and
