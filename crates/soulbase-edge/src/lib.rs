@@ -41,5 +41,5 @@ pub use consent::{ConsentAsk, ConsentDesk, ConsentRequestView, IssuedView, issue
 pub use meta::CallMeta;
 pub use model::{CallStyle, ExportFormat, ModelTools};
 pub use observe::{CallObserver, NoopObserver, Surface};
-pub use stack::{CallRequest, SpanMaker, Stack, StackBuilder};
+pub use stack::{CallRequest, SpanMaker, Stack, StackBuilder, boxed_in_place};
 pub use subject::{CredentialCheck, MetadataAuth, SubjectResolver};

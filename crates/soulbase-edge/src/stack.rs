@@ -21,6 +21,15 @@ use crate::observe::{CallObserver, NoopObserver, Surface};
 /// else the records are ignored).
 pub type SpanMaker = Arc<dyn Fn(&ToolCall) -> tracing::Span + Send + Sync>;
 
+/// `make()` in a heap block allocated before it is made, pinned: made in place, a
+/// large value (a future) is not built on the stack and copied into the box, as
+/// `Box::pin(make())` does (LLVM cannot move an allocation ahead of what is
+/// evaluated before it; measured: a 16 KB `memcpy` for the MCP call's future).
+#[inline(always)]
+pub fn boxed_in_place<F>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
 /// One call as a surface received it: the authenticated subject, the tool as the
 /// caller named it, the arguments and the options, unchecked.
 #[derive(Debug, Clone)]
@@ -234,7 +243,20 @@ impl Stack {
 
     /// Runs one call through the governed path. Never fails: every refusal and
     /// failure is a result with a stable code, and is evidenced.
-    pub async fn invoke(&self, req: CallRequest) -> CallResult {
+    ///
+    /// The call's state (the pipeline's nested futures, ~11 KB) is made in its own
+    /// heap block ([`boxed_in_place`]), so the surface's future holds a pointer:
+    /// each surface's future is boxed by its framework (axum, tonic's trait, rmcp)
+    /// and a box of a large future copies all of it, once per call.
+    pub fn invoke(
+        &self,
+        req: CallRequest,
+    ) -> std::pin::Pin<Box<impl Future<Output = CallResult> + Send + '_>> {
+        boxed_in_place(|| self.invoke_here(req))
+    }
+
+    /// [`invoke`](Self::invoke)'s call, not yet boxed.
+    async fn invoke_here(&self, req: CallRequest) -> CallResult {
         let inner = &self.inner;
         let surface = req.surface;
         let (subject, origin, raw_tool) = (req.subject.clone(), req.origin, req.tool.clone());

@@ -889,7 +889,8 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_ {
-        Box::pin(self.governed_tool_call(request, context))
+        // Made in its box, not copied there (see `boxed_in_place`).
+        soulbase_edge::boxed_in_place(|| self.governed_tool_call(request, context))
     }
 
     #[allow(deprecated)]
@@ -1114,7 +1115,7 @@ impl ServerHandler for McpServer {
         &self,
         context: SubscriptionContext,
     ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
-        Box::pin(self.subscription(context))
+        soulbase_edge::boxed_in_place(|| self.subscription(context))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
