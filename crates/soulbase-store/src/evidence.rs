@@ -50,35 +50,50 @@ fn sqlite_statements<T>(mut rows: &[T]) -> Vec<&[T]> {
     parts
 }
 
-/// The text of a multi-row `INSERT OR FAIL … ON CONFLICT DO NOTHING` of `rows`
-/// rows into SQLite. Written once per row count (the counts [`sqlite_statements`]
-/// makes) and shared: the statement cache finds it by this text, which is not
-/// formatted again for every batch.
+/// The text of a multi-row `INSERT … ON CONFLICT DO NOTHING` of `rows` rows into
+/// SQLite, `INSERT OR FAIL …` for a statement `in_transaction`. Written once per
+/// row count and kind (the counts [`sqlite_statements`] makes) and shared: the
+/// statement cache finds it by this text, which is not formatted again for every
+/// batch.
 ///
-/// `OR FAIL`: a broken check or `NOT NULL` stops the statement with the same
-/// error as the default `ABORT`, but keeps the rows it inserted before. With
-/// `ABORT` SQLite must be able to undo one statement inside a transaction, so a
-/// multi-row insert in a batch of several statements copied every page it
-/// changed to a statement journal first: ~5,500 instructions a call
+/// `OR FAIL` inside a transaction: a broken check or `NOT NULL` stops the
+/// statement with the same error as the default `ABORT`, but keeps the rows it
+/// inserted before. With `ABORT` SQLite must be able to undo one statement inside
+/// a transaction, so a multi-row insert in a batch of several statements copied
+/// every page it changed to a statement journal first: ~5,500 instructions a call
 /// (`xtask/call_instructions.py`), a fifth of the insert's time in a scripted
-/// insert of 512-row statements. A batch that fails in a transaction is rolled
-/// back whole as before; one written as a single statement may keep the rows
-/// before the refused one, which the drain's retry takes again idempotently (as
-/// after a crash).
-fn sqlite_insert_text(rows: usize) -> sqlx::AssertSqlSafe<Arc<str>> {
-    /// Texts by row count, made on first use (at most [`SQLITE_EXACT`] + 4).
-    static TEXTS: Mutex<Vec<(usize, Arc<str>)>> = Mutex::new(Vec::new());
+/// insert of 512-row statements. The batch fails and its transaction is rolled
+/// back whole, so a batch is still all or none. A batch of one statement runs
+/// without a transaction, where `ABORT` needs no statement journal (the
+/// statement's rollback is the transaction's) and keeps it all or none.
+fn sqlite_insert_text(rows: usize, in_transaction: bool) -> sqlx::AssertSqlSafe<Arc<str>> {
+    /// Row count, and whether in a transaction.
+    type Key = (usize, bool);
+    /// Texts by row count and kind, made on first use (at most 2 ×
+    /// [`SQLITE_EXACT`] + 4).
+    static TEXTS: Mutex<Vec<(Key, Arc<str>)>> = Mutex::new(Vec::new());
+    let key = (rows, in_transaction);
     let mut texts = TEXTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let text = match texts.iter().find(|(n, _)| *n == rows) {
+    let text = match texts.iter().find(|(k, _)| *k == key) {
         Some((_, text)) => text.clone(),
         None => {
-            const COLUMNS: &str = "INSERT OR FAIL INTO evidence (id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) VALUES ";
+            const INSERT: &str = "INSERT INTO evidence ";
+            const INSERT_OR_FAIL: &str = "INSERT OR FAIL INTO evidence ";
+            const COLUMNS: &str =
+                "(id, at_ms, tenant, kind, call_id, tool_id, begin_id, status, record) VALUES ";
             const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
             const CONFLICT: &str = " ON CONFLICT DO NOTHING";
-            let mut sql =
-                String::with_capacity(COLUMNS.len() + rows * (ROW.len() + 2) + CONFLICT.len());
+            let insert = if in_transaction {
+                INSERT_OR_FAIL
+            } else {
+                INSERT
+            };
+            let mut sql = String::with_capacity(
+                insert.len() + COLUMNS.len() + rows * (ROW.len() + 2) + CONFLICT.len(),
+            );
+            sql.push_str(insert);
             sql.push_str(COLUMNS);
             for i in 0..rows {
                 if i > 0 {
@@ -88,7 +103,7 @@ fn sqlite_insert_text(rows: usize) -> sqlx::AssertSqlSafe<Arc<str>> {
             }
             sql.push_str(CONFLICT);
             let text: Arc<str> = Arc::from(sql);
-            texts.push((rows, text.clone()));
+            texts.push((key, text.clone()));
             text
         }
     };
@@ -118,7 +133,7 @@ impl Interned {
     }
 }
 
-/// The arguments of [`sqlite_insert_text`]`(rows.len())`: the record's text
+/// The arguments of [`sqlite_insert_text`]`(rows.len(), _)`: the record's text
 /// bound shared (a count), ids as one `Arc<str>` each, the repeating columns
 /// [`Interned`].
 fn sqlite_arguments(
@@ -622,12 +637,15 @@ impl EvidenceStore for SqlEvidenceStore {
             Db::Sqlite(pool) => {
                 let statements = sqlite_statements(records);
                 let mut interned = Interned::default();
+                let in_transaction = statements.len() > 1;
                 let mut insert = |rows: &[Headed<'_>]| {
                     let args = sqlite_arguments(rows, &mut interned)?;
-                    Ok::<_, SoulError>(sqlx::query_with(sqlite_insert_text(rows.len()), args))
+                    let text = sqlite_insert_text(rows.len(), in_transaction);
+                    Ok::<_, SoulError>(sqlx::query_with(text, args))
                 };
-                // One statement is atomic by itself: no BEGIN and COMMIT round
-                // trips to the connection's thread for a batch written in one.
+                // One statement is atomic by itself (it `ABORT`s): no BEGIN and
+                // COMMIT round trips to the connection's thread for a batch
+                // written in one.
                 if let [only] = statements[..] {
                     return insert(only)?
                         .execute(pool)
@@ -635,19 +653,38 @@ impl EvidenceStore for SqlEvidenceStore {
                         .map(drop)
                         .map_err(|e| db_error("writing evidence", e));
                 }
-                let mut tx = pool
-                    .begin()
+                let mut conn = pool
+                    .acquire()
                     .await
                     .map_err(|e| db_error("writing evidence", e))?;
-                for chunk in statements {
-                    insert(chunk)?
-                        .execute(&mut *tx)
+                let written = async {
+                    let mut tx = sqlx::Connection::begin(&mut *conn)
                         .await
                         .map_err(|e| db_error("writing evidence", e))?;
+                    for chunk in statements {
+                        insert(chunk)?
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(|e| db_error("writing evidence", e))?;
+                    }
+                    tx.commit()
+                        .await
+                        .map_err(|e| db_error("committing evidence", e))
                 }
-                tx.commit()
-                    .await
-                    .map_err(|e| db_error("committing evidence", e))
+                .await;
+                if written.is_err() {
+                    // SQLite may have rolled the whole transaction back itself (a
+                    // full disk or an I/O error in the middle of a statement that
+                    // keeps no statement journal, see `sqlite_insert_text`). sqlx's
+                    // own `ROLLBACK` then fails and it keeps counting the
+                    // transaction as open: the connection's next transaction would
+                    // be a savepoint, and a rollback of that one would leave a real
+                    // transaction open, in which later single-statement writes
+                    // would never commit. A connection whose batch failed is
+                    // closed instead of going back to the pool.
+                    conn.close_on_drop();
+                }
+                written
             }
         }
     }
@@ -901,27 +938,34 @@ mod tests {
     #[test]
     fn an_insert_text_has_nine_parameters_a_row_and_is_made_once_per_count() {
         for rows in [1, 7, SQLITE_EXACT, SQLITE_CHUNK] {
-            let sqlx::AssertSqlSafe(text) = sqlite_insert_text(rows);
-            assert_eq!(text.matches('?').count(), rows * 9, "{rows} rows");
-            assert!(text.ends_with(") ON CONFLICT DO NOTHING"));
-            let sqlx::AssertSqlSafe(again) = sqlite_insert_text(rows);
-            assert!(Arc::ptr_eq(&text, &again), "{rows} rows: made again");
+            for (in_transaction, start) in [(false, "INSERT INTO"), (true, "INSERT OR FAIL INTO")] {
+                let sqlx::AssertSqlSafe(text) = sqlite_insert_text(rows, in_transaction);
+                assert_eq!(text.matches('?').count(), rows * 9, "{rows} rows");
+                assert!(text.starts_with(start), "{text}");
+                assert!(text.ends_with(") ON CONFLICT DO NOTHING"));
+                let sqlx::AssertSqlSafe(again) = sqlite_insert_text(rows, in_transaction);
+                assert!(Arc::ptr_eq(&text, &again), "{rows} rows: made again");
+            }
         }
     }
 
-    /// The inserts stop on a broken constraint with `FAIL` (`Halt`'s P2 = 3),
-    /// never `ABORT` (2), which would make SQLite keep a statement journal for
-    /// every multi-row insert of a batch's transaction.
+    /// The inserts of a batch's transaction stop on a broken constraint with
+    /// `FAIL` (`Halt`'s P2 = 3), never `ABORT` (2), which would make SQLite keep a
+    /// statement journal for each of them; a batch's only statement, run without
+    /// a transaction, with `ABORT`, which undoes the whole statement.
     #[tokio::test]
-    async fn an_insert_fails_rather_than_aborts_on_a_broken_constraint() {
+    async fn inserts_in_a_transaction_fail_and_alone_abort_on_a_broken_constraint() {
         use sqlx::Row;
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("e.db").display());
         let Db::Sqlite(pool) = Db::connect(&url, true).await.unwrap() else {
             unreachable!("a SQLite URL")
         };
-        for rows in [1, 2, SQLITE_EXACT, SQLITE_CHUNK] {
-            let sqlx::AssertSqlSafe(text) = sqlite_insert_text(rows);
+        for (rows, in_transaction) in [1, 2, SQLITE_EXACT, SQLITE_CHUNK]
+            .into_iter()
+            .flat_map(|rows| [(rows, true), (rows, false)])
+        {
+            let sqlx::AssertSqlSafe(text) = sqlite_insert_text(rows, in_transaction);
             let mut explain = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {text}")));
             for _ in 0..rows * 9 {
                 explain = explain.bind(None::<String>);
@@ -936,7 +980,11 @@ mod tests {
             // NOT NULL on id, at_ms, tenant, kind, call_id, record; the kind check
             // (coded once: the rows of a multi-row insert go through one loop).
             assert_eq!(halts.len(), 7, "{rows} rows: {halts:?}");
-            assert!(halts.iter().all(|&p2| p2 == 3), "{rows} rows: {halts:?}");
+            let on_error = if in_transaction { 3 } else { 2 };
+            assert!(
+                halts.iter().all(|&p2| p2 == on_error),
+                "{rows} rows: {halts:?}"
+            );
         }
     }
 

@@ -569,6 +569,65 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
     pool.close().await;
 }
 
+/// A batch SQLite rolls back whole by itself — here the file reaching its
+/// `max_page_count` in the middle of a multi-row insert (`SQLITE_FULL`; the inserts
+/// keep no statement journal) — leaves no pooled connection that still counts a
+/// transaction as open: after a later transaction on the pool is rolled back, a
+/// single-statement batch is committed, as another connection sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
+    use sqlx::Connection as _;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let Db::Sqlite(migrated) = fresh_sqlite(dir.path()).await else {
+        unreachable!("a SQLite database")
+    };
+    let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+        .fetch_one(&migrated)
+        .await
+        .unwrap();
+    migrated.close().await;
+    let file = SqliteConnectOptions::new()
+        .filename(dir.path().join("evidence.db"))
+        .journal_mode(SqliteJournalMode::Wal);
+    // One connection, so a connection left half open would be the one used next.
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            file.clone()
+                .pragma("max_page_count", (pages + 6).to_string()),
+        )
+        .await
+        .unwrap();
+    let store = SqlEvidenceStore::new(Db::Sqlite(pool.clone()));
+    let now = UnixMillis::now().0;
+    let big: Vec<EvidenceRecord> = (0..300)
+        .map(|i| begin("acme", "demo.a.x", now - i))
+        .collect();
+    store.write_batch(&big).await.unwrap_err();
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+         VALUES ('y', 1, 't', 'started', 'c', '{}')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    drop(tx);
+
+    let one = begin("acme", "demo.a.x", now);
+    store.write_batch(std::slice::from_ref(&one)).await.unwrap();
+    let mut other = sqlx::SqliteConnection::connect_with(&file).await.unwrap();
+    let (stored,): (i64,) = sqlx::query_as("SELECT count(*) FROM evidence WHERE id = ?1")
+        .bind(one.id.to_string())
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "the single-statement batch is committed");
+    pool.close().await;
+}
+
 /// A batch part of which is already stored (re-sent after a crash, overlapping a
 /// new tail): the new records land, the stored ones are not doubled, and the
 /// whole-COPY fast path is taken again afterwards.
