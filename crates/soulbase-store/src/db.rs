@@ -86,7 +86,7 @@ impl Db {
                 .synchronous(SqliteSynchronous::Full)
                 // Temporary tables, sorts and statement journals in memory, not in
                 // files created, written and deleted in the system's temp directory
-                // (the drain's inserts need no statement journal: they `FAIL`, see
+                // (the drain's inserts keep no statement journal, see
                 // `sqlite_insert_text`).
                 .pragma("temp_store", "memory")
                 .busy_timeout(Duration::from_secs(10));

@@ -500,6 +500,24 @@ async fn inserts_build_an_index(conn: &mut sqlx::SqliteConnection) -> bool {
     .any(|op| op.get::<String, _>(1) == "OpenEphemeral")
 }
 
+/// Inserts a minimal evidence row of `kind` with envelope id `id` through `conn`
+/// (the check on `kind` refuses any but the four it allows).
+async fn insert_kind<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    id: &str,
+    kind: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
+         VALUES (?1, 1, 't', ?2, 'c', '{}')",
+    )
+    .bind(id)
+    .bind(kind)
+    .execute(conn)
+    .await
+    .map(drop)
+}
+
 /// Migration 13 on a database made before it (through migration 12), with a second
 /// connection open meanwhile: `evidence.kind` is checked by comparisons, not by an
 /// index of the allowed kinds built for every row, on the migrating connection and
@@ -541,25 +559,13 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
     assert!(!inserts_build_an_index(&mut migrating).await);
     assert!(!inserts_build_an_index(&mut other).await);
     for conn in [&mut migrating, &mut other] {
-        let refused = sqlx::query(
-            "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
-             VALUES ('y', 1, 't', 'started', 'c', '{}')",
-        )
-        .execute(&mut **conn)
-        .await
-        .unwrap_err();
+        let refused = insert_kind(&mut **conn, "y", "started").await.unwrap_err();
         assert!(
             refused.to_string().contains("CHECK constraint failed"),
             "{refused}"
         );
     }
-    sqlx::query(
-        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
-         VALUES ('z', 1, 't', 'conversation', 'c', '{}')",
-    )
-    .execute(&mut *other)
-    .await
-    .unwrap();
+    insert_kind(&mut *other, "z", "conversation").await.unwrap();
     let (check,): (String,) = sqlx::query_as("PRAGMA integrity_check")
         .fetch_one(&mut *migrating)
         .await
@@ -607,13 +613,11 @@ async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
     store.write_batch(&big).await.unwrap_err();
 
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO evidence (id, at_ms, tenant, kind, call_id, record) \
-         VALUES ('y', 1, 't', 'started', 'c', '{}')",
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap_err();
+    let refused = insert_kind(&mut *tx, "y", "started").await.unwrap_err();
+    assert!(
+        refused.to_string().contains("CHECK constraint failed"),
+        "{refused}"
+    );
     drop(tx);
 
     let one = begin("acme", "demo.a.x", now);
