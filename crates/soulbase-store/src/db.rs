@@ -31,6 +31,39 @@ pub fn db_error(what: &str, e: impl std::fmt::Display) -> SoulError {
     .with_note(format!("{what}: {e}"))
 }
 
+/// The pool settings of every SQLite database the store opens: four connections,
+/// no ping before each use (a file connection does not go stale, and the ping is a
+/// round trip to the connection's thread, two thread wakeups, before every query),
+/// and no connection handed out that sqlx still counts in a transaction.
+///
+/// That count goes wrong when SQLite rolls a transaction back by itself — a full
+/// disk or an I/O error in the middle of a statement, or at `COMMIT` — for any of
+/// the store's transactions (evidence batches, idempotency, the registry): sqlx-sqlite
+/// 0.9 then sends its own `ROLLBACK`, which fails ("no transaction is active"), and
+/// keeps the transaction counted (its depth only drops when the `ROLLBACK`
+/// succeeds). The connection's next transaction would be a `SAVEPOINT`, whose
+/// rollback (`ROLLBACK TO`) leaves a real transaction open: every later write on
+/// that connection would answer Ok and never be committed, while holding SQLite's
+/// write lock. Such a connection is closed when it is next taken from the pool
+/// instead. (A transaction dropped without a commit is rolled back by the
+/// connection's thread after the drop; the pool pings the connection as it comes
+/// back, so that rollback is done, and its count right, before this check.)
+pub fn sqlite_pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+        .before_acquire(|conn, _| {
+            Box::pin(async move {
+                use sqlx::Connection as _;
+                if conn.is_in_transaction() {
+                    // Not counted right yet only if the pool stops pinging on release.
+                    conn.ping().await?;
+                }
+                Ok(!conn.is_in_transaction())
+            })
+        })
+}
+
 fn bad_url(message: &'static str) -> SoulError {
     SoulError::new(ErrorCode::ConfigInvalid, message).with_field("field", "evidence.url")
 }
@@ -90,12 +123,7 @@ impl Db {
                 // `sqlite_insert_text`).
                 .pragma("temp_store", "memory")
                 .busy_timeout(Duration::from_secs(10));
-            // No ping before each use: a file connection does not go stale, and
-            // the ping is a round trip to the connection's thread (two thread
-            // wakeups) before every query.
-            let pool = SqlitePoolOptions::new()
-                .max_connections(4)
-                .test_before_acquire(false)
+            let pool = sqlite_pool_options()
                 .connect_with(opts)
                 .await
                 .map_err(|e| db_error("opening SQLite", e))?;

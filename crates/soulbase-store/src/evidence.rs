@@ -653,38 +653,23 @@ impl EvidenceStore for SqlEvidenceStore {
                         .map(drop)
                         .map_err(|e| db_error("writing evidence", e));
                 }
-                let mut conn = pool
-                    .acquire()
+                // A transaction SQLite rolled back by itself (a full disk or an
+                // I/O error in the middle of a statement that keeps no statement
+                // journal, see `sqlite_insert_text`) leaves sqlx counting it open:
+                // the pool closes such a connection (`sqlite_pool_options`).
+                let mut tx = pool
+                    .begin()
                     .await
                     .map_err(|e| db_error("writing evidence", e))?;
-                let written = async {
-                    let mut tx = sqlx::Connection::begin(&mut *conn)
+                for chunk in statements {
+                    insert(chunk)?
+                        .execute(&mut *tx)
                         .await
                         .map_err(|e| db_error("writing evidence", e))?;
-                    for chunk in statements {
-                        insert(chunk)?
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(|e| db_error("writing evidence", e))?;
-                    }
-                    tx.commit()
-                        .await
-                        .map_err(|e| db_error("committing evidence", e))
                 }
-                .await;
-                if written.is_err() {
-                    // SQLite may have rolled the whole transaction back itself (a
-                    // full disk or an I/O error in the middle of a statement that
-                    // keeps no statement journal, see `sqlite_insert_text`). sqlx's
-                    // own `ROLLBACK` then fails and it keeps counting the
-                    // transaction as open: the connection's next transaction would
-                    // be a savepoint, and a rollback of that one would leave a real
-                    // transaction open, in which later single-statement writes
-                    // would never commit. A connection whose batch failed is
-                    // closed instead of going back to the pool.
-                    conn.close_on_drop();
-                }
-                written
+                tx.commit()
+                    .await
+                    .map_err(|e| db_error("committing evidence", e))
             }
         }
     }

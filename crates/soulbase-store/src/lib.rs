@@ -38,7 +38,7 @@ mod sqlite_alloc;
 
 pub use audit::SqlAuditLog;
 pub use consent::{SqlConsentRequests, SqlConsentRevocations};
-pub use db::{Db, SQLITE_PAGE_SIZE, db_error};
+pub use db::{Db, SQLITE_PAGE_SIZE, db_error, sqlite_pool_options};
 pub use evidence::{COPY_MIN_BYTES, SqlEvidenceStore};
 pub use idempotency::{DEFAULT_LEASE, SqlIdempotency};
 pub use open::{

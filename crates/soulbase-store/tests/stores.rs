@@ -583,7 +583,7 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
     use sqlx::Connection as _;
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
     let dir = tempfile::tempdir().unwrap();
     let Db::Sqlite(migrated) = fresh_sqlite(dir.path()).await else {
         unreachable!("a SQLite database")
@@ -596,8 +596,9 @@ async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
     let file = SqliteConnectOptions::new()
         .filename(dir.path().join("evidence.db"))
         .journal_mode(SqliteJournalMode::Wal);
-    // One connection, so a connection left half open would be the one used next.
-    let pool = SqlitePoolOptions::new()
+    // The store's pool settings, one connection: a connection left half open would
+    // be the one used next.
+    let pool = soulbase_store::sqlite_pool_options()
         .max_connections(1)
         .connect_with(
             file.clone()
@@ -629,6 +630,56 @@ async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
         .await
         .unwrap();
     assert_eq!(stored, 1, "the single-statement batch is committed");
+    pool.close().await;
+}
+
+/// Any transaction of the store's SQLite pool that SQLite ended by itself while
+/// sqlx still counts it open (reproduced here with a `ROLLBACK` sqlx does not see,
+/// so its own then fails, as after a full disk in an idempotency or registry
+/// transaction) is not handed out again: the next transaction on the pool is a
+/// real one, and a write after its rollback is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_connection_sqlx_counts_in_a_transaction_is_not_used_again() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let Db::Sqlite(migrated) = fresh_sqlite(dir.path()).await else {
+        unreachable!("a SQLite database")
+    };
+    migrated.close().await;
+    let file = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("evidence.db"))
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+    let pool = soulbase_store::sqlite_pool_options()
+        .max_connections(1)
+        .connect_with(file.clone())
+        .await
+        .unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap_err();
+
+    let mut conn = pool.acquire().await.unwrap();
+    assert!(
+        !conn.is_in_transaction(),
+        "a connection counted in a transaction"
+    );
+    let mut tx = conn.begin().await.unwrap();
+    insert_kind(&mut *tx, "rolled-back", "begin").await.unwrap();
+    tx.rollback().await.unwrap();
+    insert_kind(&mut *conn, "kept", "begin").await.unwrap();
+    drop(conn);
+
+    let mut other = sqlx::SqliteConnection::connect_with(&file).await.unwrap();
+    let ids: Vec<(String,)> = sqlx::query_as("SELECT id FROM evidence ORDER BY id")
+        .fetch_all(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids,
+        [("kept".to_owned(),)],
+        "the write after the rollback is committed"
+    );
     pool.close().await;
 }
 
