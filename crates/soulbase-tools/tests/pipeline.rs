@@ -1206,6 +1206,53 @@ struct GatedSink {
     /// A submitted Begin is written once its answer is awaited, as the durable
     /// spool asks for a round only then.
     written_when_awaited: Arc<std::sync::atomic::AtomicBool>,
+    /// Set: a submitted Begin and its End are answered by the test
+    /// ([`ByHand::answer`]), as one round of the durable spool answers them.
+    by_hand: std::sync::Mutex<Option<ByHand>>,
+}
+
+/// The answers a [`GatedSink`] answering by hand owes.
+#[derive(Default)]
+struct ByHand {
+    begin: Option<tokio::sync::oneshot::Sender<Result<(), SoulError>>>,
+    end: Option<tokio::sync::oneshot::Sender<Result<(), SoulError>>>,
+}
+
+impl GatedSink {
+    /// Whether an End is waiting for its answer (by hand).
+    fn end_waiting(&self) -> bool {
+        self.by_hand
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|h| h.end.is_some())
+    }
+
+    /// Sends the Begin's answer (`begin`) or the End's.
+    fn answer(&self, begin: bool) {
+        let mut by_hand = self.by_hand.lock().unwrap();
+        let owed = by_hand.as_mut().expect("answering by hand");
+        let ack = if begin {
+            &mut owed.begin
+        } else {
+            &mut owed.end
+        };
+        ack.take().expect("an answer owed").send(Ok(())).unwrap();
+    }
+
+    /// The receiver of the Begin's (`begin`) or the End's answer, its sender kept
+    /// as owed; `None` when the sink answers by itself.
+    fn owe(&self, begin: bool) -> Option<tokio::sync::oneshot::Receiver<Result<(), SoulError>>> {
+        let mut by_hand = self.by_hand.lock().unwrap();
+        let owed = by_hand.as_mut()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        *(if begin {
+            &mut owed.begin
+        } else {
+            &mut owed.end
+        }) = Some(tx);
+        Some(rx)
+    }
 }
 
 fn lost() -> SoulError {
@@ -1233,7 +1280,14 @@ impl EvidenceSink for GatedSink {
         {
             return Err(lost());
         }
+        let answer = match record.payload {
+            EvidenceEvent::End(_) => self.owe(false),
+            _ => None,
+        };
         self.memory.record(record).await?;
+        if let Some(answer) = answer {
+            answer.await.map_err(|_| lost())??;
+        }
         self.ended.notify_waiters();
         Ok(())
     }
@@ -1241,6 +1295,10 @@ impl EvidenceSink for GatedSink {
     async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
         let id = begin.id.clone();
         self.submitted.lock().unwrap().push(id.clone());
+        if let Some(answer) = self.owe(true) {
+            self.memory.record(begin).await?;
+            return Ok(Box::pin(async move { answer.await.map_err(|_| lost())? }));
+        }
         if self.lose_begins.load(Ordering::SeqCst) {
             return Ok(Box::pin(async { Err(lost()) }));
         }
@@ -1305,6 +1363,60 @@ async fn a_call_that_changes_nothing_runs_while_its_begin_is_written() {
         1,
         "only the first was submitted"
     );
+}
+
+/// The durable spool answers a submitted Begin in its End's round, just ahead of
+/// the End: that round wakes the call once, not once for each answer (on an idle
+/// server every wake-up is a thread switch). The Begin's answer, listened to
+/// while the tool ran (this one yields 20 times), wakes nobody once the End is
+/// being recorded.
+#[tokio::test]
+async fn a_round_answering_a_begin_and_its_end_wakes_the_call_once() {
+    struct Wakes(AtomicUsize);
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let gate = Arc::new(GatedSink::default());
+    *gate.by_hand.lock().unwrap() = Some(ByHand::default());
+    let h = harness_with(Some(gate.clone()));
+    let call = h.call("demo.serial.one", json!({"text": "hi"}));
+    let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+    let waker = std::task::Waker::from(wakes.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut invoke = std::pin::pin!(h.invoker.invoke(call));
+    for _ in 0..1000 {
+        assert!(
+            invoke.as_mut().poll(&mut cx).is_pending(),
+            "answered before its evidence"
+        );
+        if gate.end_waiting() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        gate.end_waiting(),
+        "the call ran and its End is being recorded"
+    );
+    wakes.0.store(0, Ordering::SeqCst);
+    gate.answer(true);
+    assert_eq!(
+        wakes.0.load(Ordering::SeqCst),
+        0,
+        "the Begin's answer wakes nobody"
+    );
+    gate.answer(false);
+    assert_eq!(
+        wakes.0.load(Ordering::SeqCst),
+        1,
+        "the End's answer wakes the call"
+    );
+    let std::task::Poll::Ready(r) = invoke.as_mut().poll(&mut cx) else {
+        panic!("the call answers once its round has")
+    };
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
 }
 
 /// A sink may write a submitted Begin only once its answer is awaited (the

@@ -1394,6 +1394,17 @@ impl Invoker {
             }
             self.fault(FaultPoint::Completed);
         }
+        // A submitted Begin is answered in its End's round at the latest, just
+        // before the End: its answer stops waking this call (it was listened to
+        // while the tool ran), so the round that answers both wakes the call once,
+        // not twice — on an idle server each wake-up is a thread switch.
+        if let Some(durable) = begin_durable.as_mut() {
+            let mut unheard = std::task::Context::from_waker(std::task::Waker::noop());
+            if let Poll::Ready(landed) = durable.as_mut().poll(&mut unheard) {
+                begin_landed = Some(landed);
+                begin_durable = None;
+            }
+        }
         let recorded = s
             .evidence
             .record(end)
