@@ -447,6 +447,31 @@ async fn the_drain_lag_grows_while_the_store_is_behind_and_is_zero_once_caught_u
     assert_eq!(sink.stats().records_drained, 4);
 }
 
+/// After restarts, a backlog lies in one small segment for each process before:
+/// the drainer writes it back to back, segment after segment, not one segment
+/// per linger (here a minute, quiet or not; no reader waits for the store to cut
+/// it short).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_over_many_segments_is_drained_without_lingering() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Arc::new(Flaky::default());
+    down.down.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        let (sink, _) = reopen(SpoolOptions::new(dir.path()), down.clone()).await;
+        record_calls(&sink, 1).await;
+        drop(sink);
+    }
+    let store = Arc::new(MemoryStore::new());
+    let mut opts = SpoolOptions::new(dir.path());
+    opts.drain.linger = Duration::from_secs(60);
+    opts.drain.quiet_linger = Duration::from_secs(60);
+    let (_sink, _) = reopen(opts, store.clone()).await;
+    until("the five segments' calls are stored", || {
+        count(&store) == (5, 5, 0)
+    })
+    .await;
+}
+
 /// Records `n` calls (a Begin and its End each), one after another.
 async fn record_calls(sink: &DurableSink, n: usize) {
     for _ in 0..n {
