@@ -313,7 +313,8 @@ pub async fn run(
     // The last position handed to a checkpoint write, and when.
     let mut persisted = pos;
     let mut persisted_at = tokio::time::Instant::now();
-    // When the last store write started (none yet since the drainer started).
+    // When the last store write started, or the first record after a pause came
+    // (none yet since the drainer started).
     let mut previous_write: Option<tokio::time::Instant> = None;
     loop {
         // Between two batches: nothing is being quarantined.
@@ -385,7 +386,11 @@ pub async fn run(
                 () = notified => {
                     // The first record after a pause: the rest of its call (its
                     // End), and other calls, are gathered into the same write.
-                    let until = tokio::time::Instant::now() + opts.linger;
+                    let now = tokio::time::Instant::now();
+                    // The rate of the write that follows is measured from here,
+                    // not across the pause.
+                    previous_write = Some(now);
+                    let until = now + opts.linger;
                     linger(&shared, store.as_ref(), until, &mut retries).await;
                 }
                 () = &mut stop => {}
@@ -486,11 +491,12 @@ pub async fn run(
 }
 
 /// How long the drainer lingers after a store write of `records` records that
-/// started `since_previous` after the one before it (`None`: the first since the
-/// drainer started): [`DrainOptions::quiet_linger`] while records come slower
-/// than [`DrainOptions::quiet_rate`] a second, else [`DrainOptions::linger`]. The
-/// first record after a pause waits `linger` (a burst after an idle spell reaches
-/// the store as soon as before), and so does the write after the first.
+/// started `since_previous` after the one before it, or after the first record
+/// following a pause (`None`: the first write since the drainer started):
+/// [`DrainOptions::quiet_linger`] while records come slower than
+/// [`DrainOptions::quiet_rate`] a second, else [`DrainOptions::linger`]. The first
+/// record after a pause waits `linger`, so a burst after an idle spell reaches the
+/// store as soon as before, and the write after it is timed by the burst's rate.
 fn linger_after(records: usize, since_previous: Option<Duration>, opts: &DrainOptions) -> Duration {
     let quiet = since_previous
         .is_some_and(|d| (records as f64) < f64::from(opts.quiet_rate) * d.as_secs_f64());
