@@ -80,8 +80,9 @@ pub struct DrainOptions {
     /// reading the database directly sees a quiet server's evidence up to this
     /// much later.
     pub quiet_linger: Duration,
-    /// Records a second (over the interval between the starts of the last two
-    /// store writes) below which the drainer lingers `quiet_linger`: 100 by
+    /// Records a second (over the interval since the start of the previous store
+    /// write, or since the first record after a pause) below which the drainer
+    /// lingers `quiet_linger`: 100 by
     /// default, 50 calls a second. A busier server's writes already hold enough
     /// records each.
     pub quiet_rate: u32,

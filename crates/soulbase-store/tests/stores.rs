@@ -582,30 +582,8 @@ async fn sqlite_checks_an_evidence_kind_without_an_index_per_row() {
 /// single-statement batch is committed, as another connection sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
-    use sqlx::Connection as _;
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
     let dir = tempfile::tempdir().unwrap();
-    let Db::Sqlite(migrated) = fresh_sqlite(dir.path()).await else {
-        unreachable!("a SQLite database")
-    };
-    let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
-        .fetch_one(&migrated)
-        .await
-        .unwrap();
-    migrated.close().await;
-    let file = SqliteConnectOptions::new()
-        .filename(dir.path().join("evidence.db"))
-        .journal_mode(SqliteJournalMode::Wal);
-    // The store's pool settings, one connection: a connection left half open would
-    // be the one used next.
-    let pool = soulbase_store::sqlite_pool_options()
-        .max_connections(1)
-        .connect_with(
-            file.clone()
-                .pragma("max_page_count", (pages + 6).to_string()),
-        )
-        .await
-        .unwrap();
+    let (pool, file) = one_connection_sqlite(dir.path(), Some(6)).await;
     let store = SqlEvidenceStore::new(Db::Sqlite(pool.clone()));
     let now = UnixMillis::now().0;
     let big: Vec<EvidenceRecord> = (0..300)
@@ -623,14 +601,56 @@ async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
 
     let one = begin("acme", "demo.a.x", now);
     store.write_batch(std::slice::from_ref(&one)).await.unwrap();
-    let mut other = sqlx::SqliteConnection::connect_with(&file).await.unwrap();
-    let (stored,): (i64,) = sqlx::query_as("SELECT count(*) FROM evidence WHERE id = ?1")
-        .bind(one.id.to_string())
-        .fetch_one(&mut other)
+    assert_eq!(
+        committed_ids(&file).await,
+        [one.id.to_string()],
+        "the single-statement batch is committed"
+    );
+    pool.close().await;
+}
+
+/// A migrated SQLite database in `dir` opened again on the store's pool settings
+/// with one connection (a connection left half open would be the one used next),
+/// its file allowed `pages_over` more pages than migrating made (`None`: no cap);
+/// and the file's options, for another connection.
+async fn one_connection_sqlite(
+    dir: &std::path::Path,
+    pages_over: Option<i64>,
+) -> (sqlx::SqlitePool, sqlx::sqlite::SqliteConnectOptions) {
+    let Db::Sqlite(migrated) = fresh_sqlite(dir).await else {
+        unreachable!("a SQLite database")
+    };
+    let (pages,): (i64,) = sqlx::query_as("PRAGMA page_count")
+        .fetch_one(&migrated)
         .await
         .unwrap();
-    assert_eq!(stored, 1, "the single-statement batch is committed");
-    pool.close().await;
+    migrated.close().await;
+    let file = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.join("evidence.db"))
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+    let opened = match pages_over {
+        Some(over) => file
+            .clone()
+            .pragma("max_page_count", (pages + over).to_string()),
+        None => file.clone(),
+    };
+    let pool = soulbase_store::sqlite_pool_options()
+        .max_connections(1)
+        .connect_with(opened)
+        .await
+        .unwrap();
+    (pool, file)
+}
+
+/// The evidence ids committed in the database at `file`, in order, as a
+/// connection of its own sees them.
+async fn committed_ids(file: &sqlx::sqlite::SqliteConnectOptions) -> Vec<String> {
+    use sqlx::Connection as _;
+    let mut other = sqlx::SqliteConnection::connect_with(file).await.unwrap();
+    sqlx::query_scalar("SELECT id FROM evidence ORDER BY id")
+        .fetch_all(&mut other)
+        .await
+        .unwrap()
 }
 
 /// Any transaction of the store's SQLite pool that SQLite ended by itself while
@@ -642,18 +662,7 @@ async fn a_batch_sqlite_rolled_back_by_itself_leaves_no_transaction_open() {
 async fn a_sqlite_connection_sqlx_counts_in_a_transaction_is_not_used_again() {
     use sqlx::Connection as _;
     let dir = tempfile::tempdir().unwrap();
-    let Db::Sqlite(migrated) = fresh_sqlite(dir.path()).await else {
-        unreachable!("a SQLite database")
-    };
-    migrated.close().await;
-    let file = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("evidence.db"))
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
-    let pool = soulbase_store::sqlite_pool_options()
-        .max_connections(1)
-        .connect_with(file.clone())
-        .await
-        .unwrap();
+    let (pool, file) = one_connection_sqlite(dir.path(), None).await;
 
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
@@ -670,14 +679,9 @@ async fn a_sqlite_connection_sqlx_counts_in_a_transaction_is_not_used_again() {
     insert_kind(&mut *conn, "kept", "begin").await.unwrap();
     drop(conn);
 
-    let mut other = sqlx::SqliteConnection::connect_with(&file).await.unwrap();
-    let ids: Vec<(String,)> = sqlx::query_as("SELECT id FROM evidence ORDER BY id")
-        .fetch_all(&mut other)
-        .await
-        .unwrap();
     assert_eq!(
-        ids,
-        [("kept".to_owned(),)],
+        committed_ids(&file).await,
+        ["kept"],
         "the write after the rollback is committed"
     );
     pool.close().await;
