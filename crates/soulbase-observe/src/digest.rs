@@ -2,6 +2,8 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::json;
+
 /// `sha256:<hex>` of raw bytes.
 ///
 /// The hex digits are written into a buffer of their own (`hex::encode` collects
@@ -27,7 +29,9 @@ pub fn digest_json(value: &serde_json::Value) -> String {
 }
 
 /// The canonical encoding of a JSON value: object keys sorted (by bytes) at every
-/// level, no insignificant whitespace, strings escaped as serde_json escapes them.
+/// level, no insignificant whitespace, strings escaped as serde_json escapes them
+/// (by the evidence encoder's string writer, `json::write_str`, which writes the
+/// same bytes 16 at a time).
 ///
 /// It does not depend on serde_json's `preserve_order` feature (which any crate in a
 /// build may switch on), so digests and stored records never change with it. Every
@@ -49,7 +53,7 @@ fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_string(key, out);
+                json::write_str(out, key);
                 out.push(b':');
                 write_canonical(child, out);
             }
@@ -65,17 +69,12 @@ fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::String(s) => write_string(s, out),
+        Value::String(s) => json::write_str(out, s),
         // Scalars have one encoding; writing into a Vec cannot fail.
         scalar => {
             let _ = serde_json::to_writer(&mut *out, scalar);
         }
     }
-}
-
-fn write_string(s: &str, out: &mut Vec<u8>) {
-    // Writing a string into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
@@ -102,6 +101,28 @@ mod tests {
         );
         assert!(digest_json(&a).starts_with("sha256:"));
         assert_eq!(digest_json(&a).len(), 7 + 64);
+    }
+
+    /// Stored digests stay comparable with those of earlier builds: keys and strings
+    /// are escaped byte for byte as `serde_json` escapes them.
+    #[test]
+    fn canonical_strings_are_serde_json_strings() {
+        let specials = (0u8..0x20)
+            .map(char::from)
+            .chain(['"', '\\', '/', '\u{7f}', 'é', '😀']);
+        for c in specials {
+            for s in [
+                c.to_string(),
+                format!("{}{c}{}", "k".repeat(17), "v".repeat(3)),
+            ] {
+                let quoted = serde_json::to_string(&s).unwrap();
+                let v = serde_json::json!({ s.clone(): s });
+                assert_eq!(
+                    String::from_utf8(canonical_json(&v)).unwrap(),
+                    format!("{{{quoted}:{quoted}}}")
+                );
+            }
+        }
     }
 
     #[test]

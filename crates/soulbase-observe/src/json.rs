@@ -45,7 +45,7 @@ fn dirty(chunk: &[u8; 16]) -> bool {
 
 /// `s` as a JSON string: quoted, with `serde_json`'s escapes (`\"`, `\\`, `\b`,
 /// `\f`, `\n`, `\r`, `\t`, other control characters as `\u00xx`; nothing else).
-fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
