@@ -542,8 +542,11 @@ impl EvidenceSink for DurableSink {
 /// End's at the latest. A longer call's answer is awaited while it runs: once it
 /// has waited `wait` it asks the writer for a round (a flush nobody waits on), so
 /// the Begin of a call still running is durable that much later, as the writer
-/// would have held it. Nothing is asked for a call that ends sooner, and a timer
-/// that never fires wakes nobody.
+/// would have held it. Nothing is asked for a call that ends sooner. The wait
+/// starts at the first poll: registering its timer wakes the runtime's timer
+/// driver when no earlier timer is due (an idle server), so a caller that has no
+/// reason to listen before its End is queued (a tool that finished at once)
+/// polls it only after.
 async fn held_durable(
     mut rx: oneshot::Receiver<Result<(), SoulError>>,
     writer: mpsc::WeakSender<Request>,

@@ -1209,6 +1209,8 @@ struct GatedSink {
     /// Set: a submitted Begin and its End are answered by the test
     /// ([`ByHand::answer`]), as one round of the durable spool answers them.
     by_hand: std::sync::Mutex<Option<ByHand>>,
+    /// Set once a Begin answered by hand has its answer polled.
+    begin_polled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The answers a [`GatedSink`] answering by hand owes.
@@ -1297,7 +1299,11 @@ impl EvidenceSink for GatedSink {
         self.submitted.lock().unwrap().push(id.clone());
         if let Some(answer) = self.owe(true) {
             self.memory.record(begin).await?;
-            return Ok(Box::pin(async move { answer.await.map_err(|_| lost())? }));
+            let polled = self.begin_polled.clone();
+            return Ok(Box::pin(async move {
+                polled.store(true, Ordering::SeqCst);
+                answer.await.map_err(|_| lost())?
+            }));
         }
         if self.lose_begins.load(Ordering::SeqCst) {
             return Ok(Box::pin(async { Err(lost()) }));
@@ -1417,6 +1423,49 @@ async fn a_round_answering_a_begin_and_its_end_wakes_the_call_once() {
         panic!("the call answers once its round has")
     };
     assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+}
+
+/// A Begin nobody listened to while its tool ran (the tool finished at its first
+/// poll) is not polled before its End is recorded: the End's round answers it,
+/// and polling it earlier would only start the durable spool's wait for a round
+/// of its own — a timer, whose registration wakes the runtime's timer driver on
+/// an idle server (an `eventfd` write and a thread switch a call).
+#[tokio::test]
+async fn a_begin_not_listened_to_while_its_tool_ran_is_not_polled_before_its_end() {
+    let gate = Arc::new(GatedSink::default());
+    *gate.by_hand.lock().unwrap() = Some(ByHand::default());
+    let h = harness_with(Some(gate.clone()));
+    let call = h.call("demo.echo.say", json!({"text": "hi"}));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut invoke = std::pin::pin!(h.invoker.invoke(call));
+    for _ in 0..1000 {
+        assert!(
+            invoke.as_mut().poll(&mut cx).is_pending(),
+            "answered before its evidence"
+        );
+        if gate.end_waiting() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        gate.end_waiting(),
+        "the call ran and its End is being recorded"
+    );
+    assert!(
+        !gate.begin_polled.load(Ordering::SeqCst),
+        "the Begin's answer is not polled before the End is recorded"
+    );
+    gate.answer(true);
+    gate.answer(false);
+    let std::task::Poll::Ready(r) = invoke.as_mut().poll(&mut cx) else {
+        panic!("the call answers once its round has")
+    };
+    assert_eq!(r.status, CallStatus::Ok, "{r:?}");
+    assert!(
+        gate.begin_polled.load(Ordering::SeqCst),
+        "the Begin's answer is awaited once the End is recorded"
+    );
 }
 
 /// A sink may write a submitted Begin only once its answer is awaited (the

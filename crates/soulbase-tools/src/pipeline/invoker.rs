@@ -1222,6 +1222,9 @@ impl Invoker {
         let mut abandoned = false;
         let mut begin_durable = begin_durable;
         let mut begin_landed: Option<Result<(), SoulError>> = None;
+        // Whether the Begin's answer was listened to while the tool ran: not for a
+        // tool that finished at its first poll.
+        let mut begin_heard = false;
         let outcome: Result<ExecOutput, SoulError> = {
             let run = stage::run(stage_span!("execute"), execute);
             let stopping = s.inflight.abandoned();
@@ -1234,11 +1237,12 @@ impl Invoker {
                     abandoned = true;
                     return Poll::Ready(Err(cut_off()));
                 }
-                if let Some(durable) = begin_durable.as_mut()
-                    && let Poll::Ready(landed) = durable.as_mut().poll(cx)
-                {
-                    begin_landed = Some(landed);
-                    begin_durable = None;
+                if let Some(durable) = begin_durable.as_mut() {
+                    begin_heard = true;
+                    if let Poll::Ready(landed) = durable.as_mut().poll(cx) {
+                        begin_landed = Some(landed);
+                        begin_durable = None;
+                    }
                 }
                 Poll::Pending
             })
@@ -1397,8 +1401,12 @@ impl Invoker {
         // A submitted Begin is answered in its End's round at the latest, just
         // before the End: its answer stops waking this call (it was listened to
         // while the tool ran), so the round that answers both wakes the call once,
-        // not twice — on an idle server each wake-up is a thread switch.
-        if let Some(durable) = begin_durable.as_mut() {
+        // not twice — on an idle server each wake-up is a thread switch. Not for a
+        // Begin nobody listened to (the tool finished at its first poll): polling
+        // it here would only start its wait for a round of its own (a timer, whose
+        // registration wakes the runtime's timer driver on an idle server), when
+        // the End's round is about to answer it.
+        if begin_heard && let Some(durable) = begin_durable.as_mut() {
             let mut unheard = std::task::Context::from_waker(std::task::Waker::noop());
             if let Poll::Ready(landed) = durable.as_mut().poll(&mut unheard) {
                 begin_landed = Some(landed);
