@@ -39,10 +39,12 @@ pub trait EvidenceSink: Send + Sync + 'static {
     /// The pipeline awaits the [`Durable`] while the call runs (and after its End,
     /// if it has not resolved by then), so a sink may have it do work of its own
     /// once awaited — ask for the Begin to be written, say — instead of waking a
-    /// writer for every Begin. Just before the End is recorded it is polled once
-    /// with a waker that does nothing, and not again until the End is: a sink that
-    /// answers the Begin in the End's round wakes the call once for both, and its
-    /// `record` of the End must not wait on the Begin's answer being polled.
+    /// writer for every Begin. A tool that finishes at its first poll has it
+    /// polled only once its End is recorded. Otherwise, just before the End is
+    /// recorded it is polled once with a waker that does nothing, and not again
+    /// until the End is: a sink that answers the Begin in the End's round wakes the
+    /// call once for both. Either way its `record` of the End must not wait on the
+    /// Begin's answer being polled.
     async fn submit(&self, begin: EvidenceRecord) -> Result<Durable, SoulError> {
         self.record(begin).await?;
         Ok(Box::pin(std::future::ready(Ok(()))))

@@ -1230,6 +1230,29 @@ impl GatedSink {
             .is_some_and(|h| h.end.is_some())
     }
 
+    /// Polls `invoke` with `cx` (and lets the runtime run between polls) until its
+    /// End waits for an answer by hand; the call must not answer before.
+    async fn poll_until_end_waits<F: Future>(
+        &self,
+        mut invoke: std::pin::Pin<&mut F>,
+        cx: &mut std::task::Context<'_>,
+    ) {
+        for _ in 0..1000 {
+            assert!(
+                invoke.as_mut().poll(cx).is_pending(),
+                "answered before its evidence"
+            );
+            if self.end_waiting() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            self.end_waiting(),
+            "the call ran and its End is being recorded"
+        );
+    }
+
     /// Sends the Begin's answer (`begin`) or the End's.
     fn answer(&self, begin: bool) {
         let mut by_hand = self.by_hand.lock().unwrap();
@@ -1392,20 +1415,7 @@ async fn a_round_answering_a_begin_and_its_end_wakes_the_call_once() {
     let waker = std::task::Waker::from(wakes.clone());
     let mut cx = std::task::Context::from_waker(&waker);
     let mut invoke = std::pin::pin!(h.invoker.invoke(call));
-    for _ in 0..1000 {
-        assert!(
-            invoke.as_mut().poll(&mut cx).is_pending(),
-            "answered before its evidence"
-        );
-        if gate.end_waiting() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(
-        gate.end_waiting(),
-        "the call ran and its End is being recorded"
-    );
+    gate.poll_until_end_waits(invoke.as_mut(), &mut cx).await;
     wakes.0.store(0, Ordering::SeqCst);
     gate.answer(true);
     assert_eq!(
@@ -1438,20 +1448,7 @@ async fn a_begin_not_listened_to_while_its_tool_ran_is_not_polled_before_its_end
     let call = h.call("demo.echo.say", json!({"text": "hi"}));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let mut invoke = std::pin::pin!(h.invoker.invoke(call));
-    for _ in 0..1000 {
-        assert!(
-            invoke.as_mut().poll(&mut cx).is_pending(),
-            "answered before its evidence"
-        );
-        if gate.end_waiting() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(
-        gate.end_waiting(),
-        "the call ran and its End is being recorded"
-    );
+    gate.poll_until_end_waits(invoke.as_mut(), &mut cx).await;
     assert!(
         !gate.begin_polled.load(Ordering::SeqCst),
         "the Begin's answer is not polled before the End is recorded"
