@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -74,11 +74,12 @@ impl ThreadCpu {
 }
 
 /// How a builtin handler's polls are timed: by the wall clock until one of its
-/// calls has spent [`WALL_CLOCK_LIMIT`] in polls, by the thread CPU clock from
-/// then on (see [`Metered`]). One per handler.
+/// calls has spent [`WALL_CLOCK_LIMIT`] in polls, by the thread CPU clock for its
+/// next [`CPU_CLOCK_CALLS`] calls after that (see [`Metered`]). One per handler.
 #[derive(Debug, Default)]
 pub struct PollClock {
-    cpu: AtomicBool,
+    /// Calls still to start on the thread CPU clock (zero: the wall clock).
+    cpu_calls: AtomicU32,
 }
 
 impl PollClock {
@@ -87,11 +88,29 @@ impl PollClock {
         Self::default()
     }
 
-    /// Whether the handler's polls are timed by the thread CPU clock.
+    /// Whether the handler's next call starts on the thread CPU clock.
     pub fn is_cpu(&self) -> bool {
-        self.cpu.load(Ordering::Relaxed)
+        self.cpu_calls.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether a call starting now is timed by the CPU clock; if so, one fewer
+    /// call is left to start on it.
+    fn start_call(&self) -> bool {
+        self.cpu_calls
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// A call reached the limit: the next [`CPU_CLOCK_CALLS`] calls start on the
+    /// CPU clock.
+    fn reached_limit(&self) {
+        self.cpu_calls.store(CPU_CLOCK_CALLS, Ordering::Relaxed);
     }
 }
+
+/// How many of a handler's calls start on the thread CPU clock after one of its
+/// calls reached [`WALL_CLOCK_LIMIT`] (see [`Metered`]).
+pub const CPU_CLOCK_CALLS: u32 = 64;
 
 /// How much poll time of one call the wall clock times (see [`Metered`]).
 pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
@@ -104,13 +123,23 @@ pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
 /// CPU time from above. The thread CPU clock is a system call (two per poll, ~1 µs
 /// each on the development VM, and the kernel's run-queue lock), the wall clock a
 /// read of the vDSO: polls are timed by the wall clock until the call's polls have
-/// taken [`WALL_CLOCK_LIMIT`], and by the CPU clock after that, and once a call of
-/// the handler has reached the limit its [`PollClock`] times every later call by
-/// the CPU clock. Charged in whole milliseconds rounded up ([`cpu_ms`]), a call
-/// whose polls take under 1 ms in all is charged 1 ms either way; what a call
-/// reaching 1 ms on the wall clock may be charged beyond its CPU is the time its
-/// polls up to then were preempted or blocked — on the handler's first such call
-/// (and on its calls already running then, which started on the wall clock).
+/// taken [`WALL_CLOCK_LIMIT`], and by the CPU clock after that. Once a call of the
+/// handler has reached the limit, its [`PollClock`] starts the handler's next
+/// [`CPU_CLOCK_CALLS`] calls on the CPU clock, and each of those that reaches the
+/// limit too (on the CPU clock: it used a millisecond of CPU) starts that many
+/// again — a handler whose calls use that much CPU stays on it. A light handler's
+/// call that reached the limit only because it was preempted (on a busy server a
+/// call of the builtin echo is, now and then) puts the handler back on the wall
+/// clock after that many calls, where it would otherwise make two system calls a
+/// poll from then on.
+///
+/// Charged in whole milliseconds rounded up ([`cpu_ms`]), a call whose polls take
+/// under 1 ms in all is charged 1 ms either way; what a call reaching 1 ms on the
+/// wall clock may be charged beyond its CPU is the time its polls up to then were
+/// preempted or blocked — on a handler's call that reaches the limit while the
+/// handler is on the wall clock, at most one of any [`CPU_CLOCK_CALLS`] + 1 calls
+/// made one after another (and on its calls already running then, which started
+/// on the wall clock).
 #[derive(Debug)]
 pub struct Metered<'c, F> {
     inner: F,
@@ -127,7 +156,7 @@ impl<'c, F: Future + Unpin> Metered<'c, F> {
             inner,
             used: Duration::ZERO,
             clock,
-            cpu: clock.is_cpu(),
+            cpu: clock.start_call(),
         }
     }
 }
@@ -138,6 +167,7 @@ impl<F: Future + Unpin> Future for Metered<'_, F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        let before = this.used;
         let polled = if this.cpu {
             let clock = ThreadCpu::start();
             let polled = Pin::new(&mut this.inner).poll(cx);
@@ -147,12 +177,12 @@ impl<F: Future + Unpin> Future for Metered<'_, F> {
             let start = Instant::now();
             let polled = Pin::new(&mut this.inner).poll(cx);
             this.used = this.used.saturating_add(start.elapsed());
-            if this.used >= WALL_CLOCK_LIMIT {
-                this.cpu = true;
-                this.clock.cpu.store(true, Ordering::Relaxed);
-            }
+            this.cpu = this.used >= WALL_CLOCK_LIMIT;
             polled
         };
+        if before < WALL_CLOCK_LIMIT && this.used >= WALL_CLOCK_LIMIT {
+            this.clock.reached_limit();
+        }
         let used = this.used;
         polled.map(|out| (out, used))
     }
@@ -259,5 +289,39 @@ mod tests {
             used + Duration::from_millis(6) <= wall,
             "{used:?} of {wall:?}"
         );
+    }
+
+    /// After a call reaches the limit the handler's next `CPU_CLOCK_CALLS` calls
+    /// start on the CPU clock; then the wall clock again, unless one of them used
+    /// a millisecond of CPU, which starts as many again.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_cpu_clock_times_a_window_of_calls_renewed_by_heavy_ones() {
+        let clock = PollClock::new();
+        // One poll blocked 2 ms: how long it counts tells which clock timed it.
+        let blocked = || async {
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let ((), used) = metered(blocked(), &clock).await;
+        assert!(used >= Duration::from_millis(2), "{used:?}");
+        assert!(clock.is_cpu());
+        for _ in 1..CPU_CLOCK_CALLS {
+            metered(async {}, &clock).await;
+        }
+        assert!(clock.is_cpu());
+        // The window's last call: blocked, on the CPU clock it counts ~nothing.
+        let ((), used) = metered(blocked(), &clock).await;
+        assert!(used < Duration::from_millis(1), "{used:?}");
+        assert!(!clock.is_cpu());
+        // Back on the wall clock, blocking counts again (and starts a window).
+        let ((), used) = metered(blocked(), &clock).await;
+        assert!(used >= Duration::from_millis(2), "{used:?}");
+        assert!(clock.is_cpu());
+        // A call using a millisecond of CPU renews the window: a heavy handler
+        // stays on the CPU clock.
+        for _ in 0..CPU_CLOCK_CALLS + 8 {
+            let ((), used) = metered(async { burn(WALL_CLOCK_LIMIT) }, &clock).await;
+            assert!(used >= WALL_CLOCK_LIMIT, "{used:?}");
+            assert!(clock.is_cpu());
+        }
     }
 }
