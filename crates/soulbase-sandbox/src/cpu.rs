@@ -4,7 +4,8 @@
 //! In-process executors read the calling thread's CPU clock
 //! (`CLOCK_THREAD_CPUTIME_ID`): [`ThreadCpu`] around code that runs on one thread,
 //! [`Metered`] around a future, summing what each `poll` used on whichever thread it
-//! ran (by the wall clock while that cannot change the charge: see [`Metered`]).
+//! ran (by the wall clock while a call's polls stay under 1 ms, where it cannot
+//! change the charge: see [`Metered`]).
 //! The process executor reads the tool's rusage instead.
 
 use std::future::Future;
@@ -75,7 +76,9 @@ impl ThreadCpu {
 
 /// How a builtin handler's polls are timed: by the wall clock until one of its
 /// calls has spent [`WALL_CLOCK_LIMIT`] in polls, by the thread CPU clock for its
-/// next [`CPU_CLOCK_CALLS`] calls after that (see [`Metered`]). One per handler.
+/// next [`CPU_CLOCK_CALLS`] calls after that (the count restarted by each of them
+/// that reaches the limit too), then by the wall clock again (see [`Metered`]).
+/// One per handler.
 #[derive(Debug, Default)]
 pub struct PollClock {
     /// Calls still to start on the thread CPU clock (zero: the wall clock).
@@ -126,17 +129,17 @@ pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
 /// taken [`WALL_CLOCK_LIMIT`], and by the CPU clock after that. Once a call of the
 /// handler has reached the limit, its [`PollClock`] starts the handler's next
 /// [`CPU_CLOCK_CALLS`] calls on the CPU clock, and each of those that reaches the
-/// limit too (on the CPU clock: it used a millisecond of CPU) starts that many
-/// again — a handler whose calls use that much CPU stays on it. A light handler's
-/// call that reached the limit only because it was preempted (on a busy server a
-/// call of the builtin echo is, now and then) puts the handler back on the wall
-/// clock after that many calls, where it would otherwise make two system calls a
-/// poll from then on.
+/// limit too (on the CPU clock: it used a millisecond of CPU) restarts that count
+/// — a handler whose calls use that much CPU stays on it. A light handler's call
+/// that reached the limit only because it was preempted (on a busy server a call
+/// of the builtin echo is, now and then) puts the handler back on the wall clock
+/// after that many calls, instead of two system calls a poll for good.
 ///
 /// Charged in whole milliseconds rounded up ([`cpu_ms`]), a call whose polls take
 /// under 1 ms in all is charged 1 ms either way; what a call reaching 1 ms on the
-/// wall clock may be charged beyond its CPU is the time its polls up to then were
-/// preempted or blocked — on a handler's call that reaches the limit while the
+/// wall clock may be charged beyond its CPU is the time its polls up to and
+/// including the one that reached the limit were preempted or blocked (not bounded
+/// by the limit: a poll blocked 100 ms counts 100 ms) — on a handler's call that reaches the limit while the
 /// handler is on the wall clock, at most one of any [`CPU_CLOCK_CALLS`] + 1 calls
 /// made one after another (and on its calls already running then, which started
 /// on the wall clock).
