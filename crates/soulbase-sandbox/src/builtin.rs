@@ -120,8 +120,9 @@ impl BuiltinExecutor {
 
     /// Runs the call's handler. Its output's `cpu_ms` is the time the handler's
     /// polls took ([`Metered`]: their CPU time, on the wall clock while a call's
-    /// polls stay under 1 ms, where it cannot change the charge), unless the handler set one itself: work a handler
-    /// hands to other threads or processes is not counted.
+    /// polls stay under 1 ms, where it cannot change the charge), unless the
+    /// handler set one itself: work a handler hands to other threads or processes
+    /// is not counted.
     pub async fn execute(&self, req: ExecRequest<'_>) -> Result<ExecOutput, SoulError> {
         let handler = self.handler(&req)?;
         let run = handler.code.call_reporting(req.args, req.reporter);

@@ -139,10 +139,10 @@ pub const WALL_CLOCK_LIMIT: Duration = Duration::from_millis(1);
 /// under 1 ms in all is charged 1 ms either way; what a call reaching 1 ms on the
 /// wall clock may be charged beyond its CPU is the time its polls up to and
 /// including the one that reached the limit were preempted or blocked (not bounded
-/// by the limit: a poll blocked 100 ms counts 100 ms) — on a handler's call that reaches the limit while the
-/// handler is on the wall clock, at most one of any [`CPU_CLOCK_CALLS`] + 1 calls
-/// made one after another (and on its calls already running then, which started
-/// on the wall clock).
+/// by the limit: a poll blocked 100 ms counts 100 ms) — on a handler's call that
+/// reaches the limit while the handler is on the wall clock, at most one of any
+/// [`CPU_CLOCK_CALLS`] + 1 calls made one after another (and on its calls already
+/// running then, which started on the wall clock).
 #[derive(Debug)]
 pub struct Metered<'c, F> {
     inner: F,
@@ -296,7 +296,7 @@ mod tests {
 
     /// After a call reaches the limit the handler's next `CPU_CLOCK_CALLS` calls
     /// start on the CPU clock; then the wall clock again, unless one of them used
-    /// a millisecond of CPU, which starts as many again.
+    /// a millisecond of CPU, which restarts the count.
     #[tokio::test(flavor = "current_thread")]
     async fn the_cpu_clock_times_a_window_of_calls_renewed_by_heavy_ones() {
         let clock = PollClock::new();

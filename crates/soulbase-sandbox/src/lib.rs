@@ -24,7 +24,8 @@
 //! - [`Scratch`] — the per-call temp directory of a `tmp` grant.
 //! - [`cpu`] — the thread CPU clock the in-process executors measure a call's
 //!   `cpu_ms` with (builtins: [`cpu::Metered`] around the handler, on the wall
-//!   clock until a call of the handler reaches 1 ms).
+//!   clock until a call of the handler reaches 1 ms, then on the thread CPU clock
+//!   for its next [`cpu::CPU_CLOCK_CALLS`] calls).
 //! - [`Reporter`] — what a running tool tells its caller before it answers
 //!   (progress, log messages), delivered by surfaces that can ([`report`]).
 //!
