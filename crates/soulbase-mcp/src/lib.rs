@@ -41,6 +41,10 @@
 //!   and sampling, for a client that declared them, governed by the call's
 //!   profile (a `client` capability) and recorded in its End.
 //!
+//! Over streamable HTTP a `tools/call` that sends nothing to the client while it
+//! runs is answered in its HTTP request's own task, through rmcp's own dispatch
+//! (module `direct`); every other request takes rmcp's session worker.
+//!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the
 //! `execute_tool` span are the stack's, like every surface's. Over HTTP the
@@ -49,6 +53,7 @@
 
 mod client;
 mod consent;
+mod direct;
 mod fixtures;
 pub mod polling;
 pub mod prompts;
@@ -837,6 +842,24 @@ impl McpServer {
 }
 
 impl ServerHandler for McpServer {
+    /// rmcp's `initialize`, registering an HTTP session for direct
+    /// `tools/call`s (module `direct`) when its session manager asks to.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        if let Some(polling) = &self.polling
+            && let Some(slot) = context.extensions.get::<direct::Slot>()
+        {
+            polling
+                .direct()
+                .register(slot, self.clone(), context.peer.clone());
+        }
+        self.negotiate_initialize(&request)
+    }
+
     #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(

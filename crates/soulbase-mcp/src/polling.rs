@@ -23,8 +23,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt};
+use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
-use rmcp::model::{ClientJsonRpcMessage, RequestId};
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions, RequestId};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::common::server_side_http::{ServerSseMessage, SessionId};
 use rmcp::transport::streamable_http_server::session::local::{
@@ -35,6 +36,8 @@ use rmcp::transport::streamable_http_server::session::{
 };
 use tokio::sync::Notify;
 use tokio_stream::wrappers::ReceiverStream;
+
+use crate::direct::{Direct, Slot};
 
 /// How long a client whose stream was closed for polling waits before it
 /// reconnects (the `retry` of the closing priming event).
@@ -53,11 +56,13 @@ type PolledKey = (SessionId, u64);
 type StreamKey = (SessionId, RequestId);
 
 /// rmcp's local session manager, knowing which HTTP request carries each
-/// client request's stream (module docs).
+/// client request's stream (module docs), and answering the `tools/call`s it
+/// can in their own request's task ([`crate::direct`]).
 pub struct PollingSessions {
     inner: Arc<LocalSessionManager>,
     open: Arc<Mutex<HashMap<StreamKey, u64>>>,
     polled: Mutex<HashMap<PolledKey, Arc<Notify>>>,
+    direct: Direct,
 }
 
 /// A call whose stream was closed for polling.
@@ -66,6 +71,11 @@ pub struct Polled {
 }
 
 impl Polled {
+    /// A call whose client is told back by `resumed`.
+    pub(crate) fn new(resumed: Arc<Notify>) -> Self {
+        Self { resumed }
+    }
+
     /// Waits until the client has reconnected to the call's stream, at most
     /// [`POLL_WAIT`]; `false` when it did not.
     pub async fn resumed(&self) -> bool {
@@ -98,11 +108,21 @@ impl PollingSessions {
     /// Polling over `inner` (which still holds the sessions; the session limits
     /// of [`crate::sessions::McpSessions`] act on it).
     pub fn new(inner: Arc<LocalSessionManager>) -> Arc<Self> {
+        let direct = Direct::new(
+            inner.session_config.sse_retry,
+            inner.session_config.completed_cache_ttl,
+        );
         Arc::new(Self {
             inner,
             open: Arc::new(Mutex::new(HashMap::new())),
             polled: Mutex::new(HashMap::new()),
+            direct,
         })
+    }
+
+    /// The sessions whose `tools/call`s may be answered directly.
+    pub(crate) fn direct(&self) -> &Direct {
+        &self.direct
     }
 
     async fn handle(&self, id: &SessionId) -> Result<LocalSessionHandle, LocalSessionManagerError> {
@@ -120,6 +140,9 @@ impl PollingSessions {
     /// there is no such open stream (already answered, or not over HTTP).
     pub async fn close_stream(&self, session: &str, request: &RequestId) -> Option<Polled> {
         let session: SessionId = Arc::from(session);
+        if let Some(polled) = self.direct.close(&session, request) {
+            return Some(polled);
+        }
         let http_request = self
             .open
             .lock()
@@ -151,15 +174,27 @@ impl SessionManager for PollingSessions {
     type Error = LocalSessionManagerError;
     type Transport = WorkerTransport<LocalSessionWorker>;
 
+    /// What [`LocalSessionManager`] does; sessions it no longer holds (closed
+    /// by the idle sweeper, or by rmcp) are forgotten for direct calls.
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        {
+            let live = self.inner.sessions.read().await;
+            self.direct.retain(|id| live.contains_key(id));
+        }
         self.inner.create_session().await
     }
 
+    /// What [`LocalSessionManager`] does, with the session's [`Slot`] in the
+    /// `initialize` request for its handler to register the session for direct
+    /// calls.
     async fn initialize_session(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
+        mut message: ClientJsonRpcMessage,
     ) -> Result<rmcp::model::ServerJsonRpcMessage, Self::Error> {
+        if let ClientJsonRpcMessage::Request(r) = &mut message {
+            r.request.extensions_mut().insert(Slot(id.clone()));
+        }
         self.inner.initialize_session(id, message).await
     }
 
@@ -168,15 +203,23 @@ impl SessionManager for PollingSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.direct.end(id);
         self.inner.close_session(id).await
     }
 
-    /// What [`LocalSessionManager`] does, recording the stream's HTTP request.
+    /// A `tools/call` answered directly ([`crate::direct`]); otherwise what
+    /// [`LocalSessionManager`] does, recording the stream's HTTP request.
     async fn create_stream(
         &self,
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        let message = match (self.direct.takes(id, &message), message) {
+            (Some(session), ClientJsonRpcMessage::Request(r)) => {
+                return Ok(Either::Left(self.direct.start(session, r)));
+            }
+            (_, message) => message,
+        };
         let handle = self.handle(id).await?;
         let request = match &message {
             ClientJsonRpcMessage::Request(r) => Some(key_of(id, &r.id)),
@@ -198,18 +241,23 @@ impl SessionManager for PollingSessions {
             _ => None,
         };
         handle.push_message(message, http_request).await?;
-        Ok(ReceiverStream::new(receiver.inner).map(move |event| {
-            // Held by the stream: dropped (and forgotten) with it.
-            let _ = &registered;
-            event
-        }))
+        Ok(Either::Right(ReceiverStream::new(receiver.inner).map(
+            move |event| {
+                // Held by the stream: dropped (and forgotten) with it.
+                let _ = &registered;
+                event
+            },
+        )))
     }
 
+    /// What [`LocalSessionManager`] does; a `notifications/cancelled` of a
+    /// direct call cancels it.
     async fn accept_message(
         &self,
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.direct.cancel(id, &message);
         self.inner.accept_message(id, message).await
     }
 
@@ -227,11 +275,14 @@ impl SessionManager for PollingSessions {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        if let Some(direct) = self.direct.resume(id, &last_event_id) {
+            return Ok(Either::Left(direct));
+        }
         // `INDEX/HTTP_REQUEST` (rmcp's event ids for a request's stream).
         let http_request = last_event_id
             .split_once('/')
             .and_then(|(_, n)| n.parse::<u64>().ok());
-        let stream = self.inner.resume(id, last_event_id).await?;
+        let stream = Either::Right(self.inner.resume(id, last_event_id).await?);
         if let Some(n) = http_request
             && let Some(resumed) = self
                 .polled

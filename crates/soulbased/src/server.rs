@@ -139,8 +139,11 @@ pub fn mcp_service(app: &Arc<App>, stop: CancellationToken, loopback: bool) -> h
         idle: Duration::from_millis(cfg.mcp_session_idle_ms),
     };
     let mut manager = LocalSessionManager::default();
-    // rmcp's own idle limit only backs ours up (ours counts a streaming answer as use).
-    manager.session_config.keep_alive = Some(limits.idle.saturating_mul(2));
+    // Ours is the idle limit (it counts every request, and a streaming answer, as
+    // use). rmcp's counts only what reaches a session's worker, which a
+    // `tools/call` answered directly never does (`soulbase_mcp::polling`): it
+    // would close a session busy with nothing but calls.
+    manager.session_config.keep_alive = None;
     let manager = Arc::new(manager);
     let sessions = McpSessions::new(manager.clone(), limits);
     sessions.spawn_sweeper(stop);
