@@ -17,6 +17,11 @@
 //! [`POLL_WAIT`]; a client that never comes back loses it, like any client that
 //! goes away (its evidence is recorded all the same).
 //!
+//! [`PollingSessions`] is also where a `tools/call` that sends nothing to its
+//! client is taken off rmcp's path and answered in its HTTP request's own task
+//! (module `direct`); such a call's stream is closed for polling by that module,
+//! its answer kept there for the reconnection.
+//!
 //! [`Report::Poll`]: soulbase_tools::pipeline::Report::Poll
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -57,7 +62,7 @@ type StreamKey = (SessionId, RequestId);
 
 /// rmcp's local session manager, knowing which HTTP request carries each
 /// client request's stream (module docs), and answering the `tools/call`s it
-/// can in their own request's task ([`crate::direct`]).
+/// can in their own request's task (module `direct`).
 pub struct PollingSessions {
     inner: Arc<LocalSessionManager>,
     open: Arc<Mutex<HashMap<StreamKey, u64>>>,
@@ -184,7 +189,7 @@ impl SessionManager for PollingSessions {
         self.inner.create_session().await
     }
 
-    /// What [`LocalSessionManager`] does, with the session's [`Slot`] in the
+    /// What [`LocalSessionManager`] does, with the session's `Slot` in the
     /// `initialize` request for its handler to register the session for direct
     /// calls.
     async fn initialize_session(
@@ -207,7 +212,7 @@ impl SessionManager for PollingSessions {
         self.inner.close_session(id).await
     }
 
-    /// A `tools/call` answered directly ([`crate::direct`]); otherwise what
+    /// A `tools/call` answered directly (module `direct`); otherwise what
     /// [`LocalSessionManager`] does, recording the stream's HTTP request.
     async fn create_stream(
         &self,
