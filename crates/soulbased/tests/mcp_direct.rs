@@ -4,8 +4,9 @@
 //! for a call that needs the session's worker (a progress token, a client that
 //! declared sampling); the answer kept for a client that went away mid-call and
 //! reconnects with `Last-Event-ID`; `notifications/cancelled` cancelling the
-//! call (its End `cancelled`); and a session busy with nothing but direct calls
-//! never closed as idle.
+//! call (its End `cancelled`), as closing the session does; polling and a lost
+//! answer resumed; and a session busy with nothing but direct calls never closed
+//! as idle.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
@@ -399,6 +400,38 @@ async fn notifications_cancelled_cancels_a_direct_call() {
         sse.next().await.unwrap().message()["result"]["structuredContent"]["echo"]["n"],
         1
     );
+}
+
+/// Closing a session (`DELETE /mcp`) cancels its direct calls: the call's stream
+/// ends without an answer and its End is `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_session_cancels_its_direct_calls() {
+    let server = Server::start(&config(""));
+    let client = reqwest::Client::new();
+    let session = open(&client, &server, json!({})).await;
+    let call_id = "direct_call_of_a_closed_session";
+    let slow = call(
+        11,
+        "soulbase.builtin.sleep",
+        json!({"ms": 20000}),
+        json!({"soulbase/callId": call_id}),
+    );
+    let mut sse = Sse::new(send(&client, &server, &session, &slow).await);
+    let priming = sse.next().await.unwrap();
+    assert!(direct_stream(priming.id.as_deref().unwrap(), 0).is_some());
+    let closed = mcp(&client, &server, reqwest::Method::DELETE)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert!(closed.status().is_success(), "{}", closed.status());
+    let after = sse.next().await;
+    assert!(
+        after.is_none(),
+        "no answer once the session is closed: {after:?}"
+    );
+    assert_eq!(end_of(&server, call_id).await["status"], "cancelled");
 }
 
 /// `server.mcp_session_idle_ms`: a session making direct calls back to back for
