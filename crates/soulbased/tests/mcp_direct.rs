@@ -167,6 +167,29 @@ fn direct_stream(id: &str, index: u8) -> Option<u64> {
     n.strip_prefix('d')?.parse().ok()
 }
 
+/// A direct call of the builtin sleep for `ms` as request `request`, evidence
+/// call id `call_id`, on `session`: its stream, past the priming event, and that
+/// event's id (checked to be a direct stream's).
+async fn slow_call(
+    client: &reqwest::Client,
+    server: &Server,
+    session: &str,
+    request: u64,
+    ms: u64,
+    call_id: &str,
+) -> (Sse, String) {
+    let slow = call(
+        request,
+        "soulbase.builtin.sleep",
+        json!({"ms": ms}),
+        json!({"soulbase/callId": call_id}),
+    );
+    let mut sse = Sse::new(send(client, server, session, &slow).await);
+    let priming = sse.next().await.unwrap().id.unwrap();
+    assert!(direct_stream(&priming, 0).is_some(), "{priming}");
+    (sse, priming)
+}
+
 /// The End record of call `call_id`, once it is in the store (at most 20 s).
 async fn end_of(server: &Server, call_id: &str) -> Value {
     let path = format!("/api/evidence/{call_id}");
@@ -278,26 +301,10 @@ async fn a_client_gone_mid_call_resumes_for_its_answer() {
     let client = reqwest::Client::new();
     let session = open(&client, &server, json!({})).await;
     let call_id = "direct_call_resumed";
-    let slow = call(
-        3,
-        "soulbase.builtin.sleep",
-        json!({"ms": 300}),
-        json!({"soulbase/callId": call_id}),
-    );
-    let mut sse = Sse::new(send(&client, &server, &session, &slow).await);
-    let priming = sse.next().await.unwrap();
-    let last = priming.id.unwrap();
-    assert!(direct_stream(&last, 0).is_some(), "{last}");
+    let (sse, last) = slow_call(&client, &server, &session, 3, 300, call_id).await;
     drop(sse);
 
-    let resumed = mcp(&client, &server, reqwest::Method::GET)
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("last-event-id", &last)
-        .send()
-        .await
-        .unwrap();
-    let mut sse = Sse::new(resumed);
+    let mut sse = resume(&client, &server, &session, &last).await;
     let answer = sse.next().await.expect("the answer on the resumed stream");
     assert_eq!(
         direct_stream(answer.id.as_deref().unwrap(), 2),
@@ -369,15 +376,7 @@ async fn notifications_cancelled_cancels_a_direct_call() {
     let client = reqwest::Client::new();
     let session = open(&client, &server, json!({})).await;
     let call_id = "direct_call_cancelled";
-    let slow = call(
-        9,
-        "soulbase.builtin.sleep",
-        json!({"ms": 20000}),
-        json!({"soulbase/callId": call_id}),
-    );
-    let mut sse = Sse::new(send(&client, &server, &session, &slow).await);
-    let priming = sse.next().await.unwrap();
-    assert!(direct_stream(priming.id.as_deref().unwrap(), 0).is_some());
+    let (mut sse, _) = slow_call(&client, &server, &session, 9, 20_000, call_id).await;
     let cancel = json!({
         "jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 9, "reason": "changed my mind"}
@@ -410,15 +409,7 @@ async fn closing_the_session_cancels_its_direct_calls() {
     let client = reqwest::Client::new();
     let session = open(&client, &server, json!({})).await;
     let call_id = "direct_call_of_a_closed_session";
-    let slow = call(
-        11,
-        "soulbase.builtin.sleep",
-        json!({"ms": 20000}),
-        json!({"soulbase/callId": call_id}),
-    );
-    let mut sse = Sse::new(send(&client, &server, &session, &slow).await);
-    let priming = sse.next().await.unwrap();
-    assert!(direct_stream(priming.id.as_deref().unwrap(), 0).is_some());
+    let (mut sse, _) = slow_call(&client, &server, &session, 11, 20_000, call_id).await;
     let closed = mcp(&client, &server, reqwest::Method::DELETE)
         .header("mcp-session-id", &session)
         .header("mcp-protocol-version", "2025-11-25")
