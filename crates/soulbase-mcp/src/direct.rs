@@ -18,7 +18,13 @@
 //! what rmcp's path gives it:
 //!
 //! - a priming event first (event id `0/dN`, with rmcp's retry), so that the
-//!   client can resume the stream, then the answer (`2/dN`);
+//!   client can resume the stream, then the answer (`2/dN`). The response is
+//!   held back until the call answers or [`SETTLE`] has passed
+//!   ([`DirectStream::settle`]): a call answered by then goes out in one write —
+//!   the response head, the priming event and the answer — where it took two
+//!   (the head and priming event at once, the answer after the spool's round
+//!   made its evidence durable), each waking the client; a slower call's head
+//!   and priming event go out at [`SETTLE`], its answer when it comes;
 //! - answers kept for a client that reconnects with `Last-Event-ID`
 //!   ([`Direct::resume`]) for rmcp's `completed_cache_ttl`: the answer of a call
 //!   whose stream went away before it (the call goes on in a task of its own),
@@ -60,6 +66,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
 use crate::polling::{POLL_RETRY, Polled};
+
+/// How long a direct call's response is held back for its answer
+/// ([`DirectStream::settle`]). A quick call with `sync` evidence answers once the
+/// spool's round has made its Begin and End durable, ~0.2–1 ms on an idle disk and
+/// a few under load (p99 ~5 ms saturated, `mcp_load`); every call answered within
+/// this goes out in one write, which at saturation took ~10 % off the server's CPU
+/// per call and a third off the client's (docs/performance.md). Short against a
+/// client's reconnection delay: a client whose connection drops within it has no
+/// event id to resume with, as it would have none a moment after the priming
+/// event.
+pub const SETTLE: Duration = Duration::from_millis(10);
 
 /// Put by the session manager in an `initialize` request's extensions: the
 /// session it opens, for the handler to register itself under.
@@ -275,6 +292,7 @@ impl Direct {
             keep: self.keep,
             state: State::Priming,
             running: Mutex::new(Some(answer)),
+            last: None,
         }
     }
 
@@ -406,13 +424,21 @@ impl Session {
 /// Where a direct stream is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Nothing sent yet, the call running.
     Priming,
+    /// The priming event sent (or none is sent), the call running.
     Running,
+    /// The call ended before its response went out ([`DirectStream::settle`]):
+    /// the priming event, then `last`.
+    Settled,
+    /// The priming event of a settled stream sent: `last` next.
+    Last,
     Closed,
 }
 
 /// The response stream of a direct call: a priming event, then the answer (or
-/// a priming event carrying [`POLL_RETRY`] when closed for polling).
+/// a priming event carrying [`POLL_RETRY`] when closed for polling; nothing
+/// more when cancelled).
 pub(crate) struct DirectStream {
     session: Arc<Session>,
     call: Arc<Call>,
@@ -423,6 +449,9 @@ pub(crate) struct DirectStream {
     /// The call until it answers; reached only through `&mut` (`get_mut`), the
     /// mutex makes the stream `Sync` as rmcp asks.
     running: Mutex<Option<BoxFuture<'static, ServerJsonRpcMessage>>>,
+    /// What a settled stream sends after its priming event: the answer, the
+    /// priming event of a close for polling, or nothing (cancelled).
+    last: Option<ServerSseMessage>,
 }
 
 impl Stream for DirectStream {
@@ -430,15 +459,55 @@ impl Stream for DirectStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        if this.state == State::Priming {
-            this.state = State::Running;
-            if let Some(retry) = this.retry {
-                return Poll::Ready(Some(ServerSseMessage::priming(event_id(0, this.n), retry)));
+        match this.state {
+            State::Priming | State::Settled => {
+                this.state = match this.state {
+                    State::Settled => State::Last,
+                    _ => State::Running,
+                };
+                if let Some(retry) = this.retry {
+                    return Poll::Ready(Some(ServerSseMessage::priming(
+                        event_id(0, this.n),
+                        retry,
+                    )));
+                }
             }
+            State::Running | State::Last | State::Closed => {}
         }
-        if this.state == State::Closed {
-            return Poll::Ready(None);
+        match this.state {
+            State::Last => {
+                this.state = State::Closed;
+                Poll::Ready(this.last.take())
+            }
+            State::Closed => Poll::Ready(None),
+            _ => this.poll_call(cx),
         }
+    }
+}
+
+impl DirectStream {
+    /// Runs the call until it ends or [`SETTLE`] has passed, before the response
+    /// is handed to the HTTP server: the response's head goes out with its first
+    /// event, so a call that ends meanwhile is sent whole in one write. Called in
+    /// the request's own task (`PollingSessions::create_stream`); dropped
+    /// meanwhile (the client went away), the stream leaves the call running, as
+    /// it does later.
+    pub(crate) async fn settle(&mut self) {
+        let ended = std::future::poll_fn(|cx| {
+            self.poll_call(cx).map(|last| {
+                self.last = last;
+                self.state = State::Settled;
+            })
+        });
+        // Not ended by then: the stream goes out as it is, the call running.
+        let _ = tokio::time::timeout(SETTLE, ended).await;
+    }
+
+    /// Polls the call (registering for a close for polling): its answer, the
+    /// priming event that closes the stream for polling, or nothing (cancelled);
+    /// the stream is `Closed` once this is ready.
+    fn poll_call(&mut self, cx: &mut Context<'_>) -> Poll<Option<ServerSseMessage>> {
+        let this = self;
         this.call.waker.register(cx.waker());
         let running = this
             .running

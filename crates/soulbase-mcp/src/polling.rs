@@ -221,7 +221,9 @@ impl SessionManager for PollingSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let message = match (self.direct.takes(id, &message), message) {
             (Some(session), ClientJsonRpcMessage::Request(r)) => {
-                return Ok(Either::Left(self.direct.start(session, r)));
+                let mut stream = self.direct.start(session, r);
+                stream.settle().await;
+                return Ok(Either::Left(stream));
             }
             (_, message) => message,
         };

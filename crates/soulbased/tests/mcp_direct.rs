@@ -292,6 +292,70 @@ async fn a_plain_call_is_answered_on_a_primed_stream_of_its_own() {
     );
 }
 
+/// A quick call's response goes out whole, in one write: the head, the priming
+/// event and the answer arrive in the client's first read (held back for the
+/// answer, `direct::SETTLE`), where the head and priming event went ahead of an
+/// answer that waits for its evidence's `fdatasync`. Judged on the calls
+/// answered within 8 ms on the client's clock, well inside the 10 ms hold: a
+/// slower one's head goes out alone, as it should.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_call_is_sent_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::start(&config(""));
+    let client = reqwest::Client::new();
+    let session = open(&client, &server, json!({})).await;
+    let mut conn = tokio::net::TcpStream::connect(&server.http).await.unwrap();
+    conn.set_nodelay(true).unwrap();
+    let (mut quick, mut split) = (0, Vec::new());
+    for id in 0..40 {
+        let body = call(id, "soulbase.builtin.echo", json!({"say": "hi"}), json!({}));
+        let body = body.to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nhost: {}\r\naccept: application/json, text/event-stream\r\n\
+             content-type: application/json\r\nmcp-session-id: {session}\r\n\
+             mcp-protocol-version: 2025-11-25\r\nx-soulbase-tenant: acme\r\n\
+             x-soulbase-actor: direct\r\ncontent-length: {}\r\n\r\n{body}",
+            server.http,
+            body.len()
+        );
+        let sent = Instant::now();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = vec![0; 64 * 1024];
+        let n = tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf))
+            .await
+            .expect("a response within 20 s")
+            .unwrap();
+        let elapsed = sent.elapsed();
+        let mut first = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+        let whole = first.contains("\"structuredContent\"");
+        // The rest of this response (to its last chunk), so the next starts clean.
+        while !first.ends_with("0\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf))
+                .await
+                .expect("the rest within 20 s")
+                .unwrap();
+            assert!(n > 0, "the connection closed mid-response: {first}");
+            first.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        assert!(first.contains("\"say\":\"hi\""), "{first}");
+        if elapsed < Duration::from_millis(8) {
+            quick += 1;
+            if !whole {
+                split.push((id, elapsed));
+            }
+        }
+        if quick == 10 {
+            break;
+        }
+    }
+    assert!(quick >= 3, "only {quick} of 40 calls answered within 8 ms");
+    assert!(
+        split.is_empty(),
+        "quick calls whose head went out ahead of the answer: {split:?}"
+    );
+}
+
 /// A client that goes away after the priming event reconnects with it as
 /// `Last-Event-ID` and gets the answer, made meanwhile by the call that went on;
 /// its End is `ok`.
