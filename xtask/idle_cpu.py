@@ -61,6 +61,14 @@ def used(t0, t1):
     return sum(run - t0.get(k, (0, 0))[0] for k, (run, _) in t1.items())
 
 
+def faults(pid):
+    """(minor, major) page faults of the process so far (`/proc/<pid>/stat`, fields 10
+    and 12): a fault a call is kernel work a call, and at a low rate the allocator
+    returning freed pages to the system between calls shows up here."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[7]), int(fields[9])
+
+
 def report(t0, t1, per, unit):
     rows = []
     for k, (run, sw) in t1.items():
@@ -77,14 +85,15 @@ def paced(pid, conn, who):
     for _ in range(20):
         echo(conn)
     n = int(rate_s * rate)
-    t0, s0 = threads(pid), time.monotonic()
+    f0, t0, s0 = faults(pid), threads(pid), time.monotonic()
     for i in range(n):
         time.sleep(max(0, s0 + i / rate - time.monotonic()))
         echo(conn)
     time.sleep(max(0, s0 + n / rate - time.monotonic()))
-    t1, s1 = threads(pid), time.monotonic()
+    t1, s1, f1 = threads(pid), time.monotonic(), faults(pid)
     total = 1000 * used(t0, t1)
-    print(f"{who}, {rate:g} calls/s: {n} calls in {s1 - s0:.1f} s, server CPU {total:.0f} ms = {total / n:.3f} ms/call")
+    print(f"{who}, {rate:g} calls/s: {n} calls in {s1 - s0:.1f} s, server CPU {total:.0f} ms = {total / n:.3f} ms/call, "
+          f"page faults {(f1[0] - f0[0]) / n:.1f} minor, {(f1[1] - f0[1]) / n:.2f} major a call")
     report(t0, t1, n, "call")
     return total / n
 
