@@ -295,20 +295,22 @@ async fn a_plain_call_is_answered_on_a_primed_stream_of_its_own() {
 /// A quick call's response goes out whole, in one write: the head, the priming
 /// event and the answer arrive in the client's first read (held back for the
 /// answer, `direct::SETTLE`), where the head and priming event went ahead of an
-/// answer that waits for its evidence's `fdatasync`. Judged on the calls
+/// answer that was not ready at once. The call sleeps 2 ms, so its answer is
+/// never ready at once; `async` evidence keeps the disk's `fdatasync` out of it,
+/// so that a slow disk does not push calls past the hold. Judged on the calls
 /// answered within 8 ms on the client's clock, well inside the 10 ms hold: a
 /// slower one's head goes out alone, as it should.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_call_is_sent_whole() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = Server::start(&config(""));
+    let server = Server::start(&format!("{}evidence:\n  durability: async\n", config("")));
     let client = reqwest::Client::new();
     let session = open(&client, &server, json!({})).await;
     let mut conn = tokio::net::TcpStream::connect(&server.http).await.unwrap();
     conn.set_nodelay(true).unwrap();
     let (mut quick, mut split) = (0, Vec::new());
     for id in 0..40 {
-        let body = call(id, "soulbase.builtin.echo", json!({"say": "hi"}), json!({}));
+        let body = call(id, "soulbase.builtin.sleep", json!({"ms": 2}), json!({}));
         let body = body.to_string();
         let request = format!(
             "POST /mcp HTTP/1.1\r\nhost: {}\r\naccept: application/json, text/event-stream\r\n\
@@ -328,7 +330,7 @@ async fn a_quick_call_is_sent_whole() {
         let elapsed = sent.elapsed();
         let mut first = String::from_utf8_lossy(&buf[..n]).into_owned();
         assert!(first.starts_with("HTTP/1.1 200"), "{first}");
-        let whole = first.contains("\"structuredContent\"");
+        let whole = first.contains("\"result\"");
         // The rest of this response (to its last chunk), so the next starts clean.
         while !first.ends_with("0\r\n\r\n") {
             let n = tokio::time::timeout(Duration::from_secs(20), conn.read(&mut buf))
@@ -338,7 +340,7 @@ async fn a_quick_call_is_sent_whole() {
             assert!(n > 0, "the connection closed mid-response: {first}");
             first.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
-        assert!(first.contains("\"say\":\"hi\""), "{first}");
+        assert!(first.contains("\"isError\":false"), "{first}");
         if elapsed < Duration::from_millis(8) {
             quick += 1;
             if !whole {
