@@ -24,7 +24,8 @@
 //!   the response head, the priming event and the answer — where it took two
 //!   (the head and priming event at once, the answer after the spool's round
 //!   made its evidence durable), each waking the client; a slower call's head
-//!   and priming event go out at [`SETTLE`], its answer when it comes;
+//!   and priming event go out at [`SETTLE`], its answer when it comes (rmcp's
+//!   path is held the same way, `polling::settle`);
 //! - answers kept for a client that reconnects with `Last-Event-ID`
 //!   ([`Direct::resume`]) for rmcp's `completed_cache_ttl`: the answer of a call
 //!   whose stream went away before it (the call goes on in a task of its own),

@@ -30,7 +30,7 @@ use std::time::Duration;
 use foldhash::{HashMap, HashMapExt};
 use futures_util::future::Either;
 use futures_util::{Stream, StreamExt};
-use rmcp::model::{ClientJsonRpcMessage, GetExtensions, RequestId};
+use rmcp::model::{ClientJsonRpcMessage, GetExtensions, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::common::server_side_http::{ServerSseMessage, SessionId};
 use rmcp::transport::streamable_http_server::session::local::{
@@ -42,7 +42,35 @@ use rmcp::transport::streamable_http_server::session::{
 use tokio::sync::Notify;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::direct::{Direct, Slot};
+use crate::direct::{Direct, SETTLE, Slot};
+
+/// `stream` (a request's events on rmcp's path) once it has given its answer or
+/// [`SETTLE`] has passed, what it gave meanwhile first: as a direct call's
+/// ([`DirectStream::settle`](crate::direct)), a quick call's response — its head,
+/// the priming event, what the call sent and its answer — goes out in one write,
+/// not the head and priming event ahead of the rest. What a call sends its client
+/// before answering (progress, a request) waits up to [`SETTLE`].
+async fn settle<S>(mut stream: S) -> impl Stream<Item = ServerSseMessage>
+where
+    S: Stream<Item = ServerSseMessage> + Unpin,
+{
+    let mut held = Vec::new();
+    let answered = async {
+        while let Some(event) = stream.next().await {
+            let answer = matches!(
+                event.message.as_deref(),
+                Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+            );
+            held.push(event);
+            if answer {
+                break;
+            }
+        }
+    };
+    // Not answered by then: the stream goes out with what it gave so far.
+    let _ = tokio::time::timeout(SETTLE, answered).await;
+    futures_util::stream::iter(held).chain(stream)
+}
 
 /// How long a client whose stream was closed for polling waits before it
 /// reconnects (the `retry` of the closing priming event).
@@ -248,13 +276,12 @@ impl SessionManager for PollingSessions {
             _ => None,
         };
         handle.push_message(message, http_request).await?;
-        Ok(Either::Right(ReceiverStream::new(receiver.inner).map(
-            move |event| {
-                // Held by the stream: dropped (and forgotten) with it.
-                let _ = &registered;
-                event
-            },
-        )))
+        let stream = ReceiverStream::new(receiver.inner).map(move |event| {
+            // Held by the stream: dropped (and forgotten) with it.
+            let _ = &registered;
+            event
+        });
+        Ok(Either::Right(settle(stream).await))
     }
 
     /// What [`LocalSessionManager`] does; a `notifications/cancelled` of a
