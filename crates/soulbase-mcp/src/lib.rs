@@ -43,7 +43,9 @@
 //!
 //! Over streamable HTTP a `tools/call` that sends nothing to the client while it
 //! runs is answered in its HTTP request's own task, through rmcp's own dispatch
-//! (module `direct`); every other request takes rmcp's session worker.
+//! (module `direct`); every other request takes rmcp's session worker. Either
+//! way a response is held back up to 10 ms for its answer, so that a quick call
+//! goes out in one write (`direct::SETTLE`, `polling`).
 //!
 //! The caller is the fixed subject given for stdio, or resolved from the HTTP
 //! request's headers by the [`SubjectResolver`] (streamable HTTP). Metrics and the

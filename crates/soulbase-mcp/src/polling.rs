@@ -20,7 +20,9 @@
 //! [`PollingSessions`] is also where a `tools/call` that sends nothing to its
 //! client is taken off rmcp's path and answered in its HTTP request's own task
 //! (module `direct`); such a call's stream is closed for polling by that module,
-//! its answer kept there for the reconnection.
+//! its answer kept there for the reconnection. A stream of rmcp's path is handed
+//! on once it has given its answer or 10 ms have passed (`settle`), as a direct
+//! one is.
 //!
 //! [`Report::Poll`]: soulbase_tools::pipeline::Report::Poll
 

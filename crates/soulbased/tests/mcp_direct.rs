@@ -461,12 +461,13 @@ async fn notifications_cancelled_cancels_a_direct_call() {
         send(&client, &server, &session, &cancel).await.status(),
         202
     );
-    let after = sse.next().await;
-    assert!(
-        after.is_none(),
-        "a cancelled request is not answered: {after:?}"
-    );
-    assert_eq!(end_of(&server, call_id).await["status"], "cancelled");
+    ends_cancelled(
+        &mut sse,
+        &server,
+        call_id,
+        "a cancelled request is not answered",
+    )
+    .await;
 
     let echo = call(10, "soulbase.builtin.echo", json!({"n": 1}), json!({}));
     let mut sse = Sse::new(send(&client, &server, &session, &echo).await);
@@ -475,6 +476,14 @@ async fn notifications_cancelled_cancels_a_direct_call() {
         sse.next().await.unwrap().message()["result"]["structuredContent"]["echo"]["n"],
         1
     );
+}
+
+/// `sse`, the stream of call `call_id`, ends without an answer (`why`), and
+/// the call's End is `cancelled`.
+async fn ends_cancelled(sse: &mut Sse, server: &Server, call_id: &str, why: &str) {
+    let after = sse.next().await;
+    assert!(after.is_none(), "{why}: {after:?}");
+    assert_eq!(end_of(server, call_id).await["status"], "cancelled");
 }
 
 /// Closing a session (`DELETE /mcp`) cancels its direct calls: the call's stream
@@ -493,12 +502,13 @@ async fn closing_the_session_cancels_its_direct_calls() {
         .await
         .unwrap();
     assert!(closed.status().is_success(), "{}", closed.status());
-    let after = sse.next().await;
-    assert!(
-        after.is_none(),
-        "no answer once the session is closed: {after:?}"
-    );
-    assert_eq!(end_of(&server, call_id).await["status"], "cancelled");
+    ends_cancelled(
+        &mut sse,
+        &server,
+        call_id,
+        "no answer once the session is closed",
+    )
+    .await;
 }
 
 /// `server.mcp_session_idle_ms`: a session making direct calls back to back for
